@@ -1,0 +1,262 @@
+#include "data/dataset.hpp"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tensor/error.hpp"
+
+namespace troupe::data {
+
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/// Reads a whole file, gunzipping it when it is gzip'd (zlib reads plain files as is).
+std::vector<uint8_t> read_file(const std::string& path) {
+  if (!is_file(path)) throw error(path + ": no such file");
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw error(path + ": cannot open");
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  for (;;) {
+    int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (n < 0) {
+      int code = 0;
+      std::string msg = gzerror(f, &code);
+      gzclose(f);
+      throw error(path + ": corrupt gzip stream (" + msg + ")");
+    }
+    if (n == 0) break;
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  // A truncated gzip file reads as a short stream; zlib reports it at close.
+  int rc = gzclose(f);
+  if (rc != Z_OK && rc != Z_BUF_ERROR)
+    throw error(path + ": corrupt or truncated gzip stream");
+  if (rc == Z_BUF_ERROR) throw error(path + ": truncated gzip stream");
+  return out;
+}
+
+uint32_t be32(const std::vector<uint8_t>& b, std::size_t at) {
+  return (uint32_t(b[at]) << 24) | (uint32_t(b[at + 1]) << 16) | (uint32_t(b[at + 2]) << 8) |
+         uint32_t(b[at + 3]);
+}
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+std::string first_existing(const std::string& dir, const std::string& name) {
+  for (const char* ext : {".gz", ""}) {
+    std::string p = dir + "/" + name + ext;
+    if (is_file(p)) return p;
+  }
+  throw error(dir + ": " + name + "[.gz] not found; is this an MNIST/Fashion-MNIST directory? "
+                    "Pass --data-dir DIR, or install the Debian package dataset-fashion-mnist");
+}
+
+} // namespace
+
+std::string default_fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
+
+image_dataset read_idx(const std::string& images_path, const std::string& labels_path) {
+  std::vector<uint8_t> img = read_file(images_path);
+  std::vector<uint8_t> lab = read_file(labels_path);
+  if (img.size() < 16)
+    throw error(images_path + ": truncated IDX header (" + std::to_string(img.size()) +
+                " bytes, need 16)");
+  if (be32(img, 0) != 0x00000803)
+    throw error(images_path + ": bad magic " + hex(be32(img, 0)) +
+                ", expected 0x00000803 (IDX unsigned-byte 3-D images)");
+  if (lab.size() < 8)
+    throw error(labels_path + ": truncated IDX header (" + std::to_string(lab.size()) +
+                " bytes, need 8)");
+  if (be32(lab, 0) != 0x00000801)
+    throw error(labels_path + ": bad magic " + hex(be32(lab, 0)) +
+                ", expected 0x00000801 (IDX unsigned-byte labels)");
+
+  image_dataset ds;
+  ds.count = be32(img, 4);
+  ds.height = be32(img, 8);
+  ds.width = be32(img, 12);
+  ds.channels = 1;
+  uint64_t want = 16 + uint64_t(ds.count) * uint64_t(ds.height) * uint64_t(ds.width);
+  if (img.size() != want)
+    throw error(images_path + ": size " + std::to_string(img.size()) + " bytes, header says " +
+                std::to_string(ds.count) + " images of " + std::to_string(ds.height) + "x" +
+                std::to_string(ds.width) + " (" + std::to_string(want) + " bytes): " +
+                (img.size() < want ? "file is truncated" : "trailing bytes"));
+  int64_t nlab = be32(lab, 4);
+  if (lab.size() != 8 + uint64_t(nlab))
+    throw error(labels_path + ": size " + std::to_string(lab.size()) + " bytes, header says " +
+                std::to_string(nlab) + " labels (" + std::to_string(8 + nlab) + " bytes)");
+  if (nlab != ds.count)
+    throw error(labels_path + ": " + std::to_string(nlab) + " labels for " +
+                std::to_string(ds.count) + " images in " + images_path);
+  ds.pixels.assign(img.begin() + 16, img.end());
+  ds.labels.assign(lab.begin() + 8, lab.end());
+  for (std::size_t i = 0; i < ds.labels.size(); ++i)
+    if (ds.labels[i] >= ds.num_classes)
+      throw error(labels_path + ": label " + std::to_string(ds.labels[i]) + " at index " +
+                  std::to_string(i) + " is out of range [0, " + std::to_string(ds.num_classes) + ")");
+  return ds;
+}
+
+train_test load_mnist_dir(const std::string& dir) {
+  if (!is_dir(dir)) {
+    std::string hint = dir == default_fashion_mnist_dir()
+                           ? "install it with `apt-get install dataset-fashion-mnist` (scripts/setup.sh does), "
+                             "or pass --data-dir DIR"
+                           : "pass --data-dir with a directory holding train-images-idx3-ubyte.gz etc.";
+    throw error("dataset directory " + dir + " does not exist: " + hint);
+  }
+  train_test tt;
+  tt.train = read_idx(first_existing(dir, "train-images-idx3-ubyte"),
+                      first_existing(dir, "train-labels-idx1-ubyte"));
+  tt.test = read_idx(first_existing(dir, "t10k-images-idx3-ubyte"),
+                     first_existing(dir, "t10k-labels-idx1-ubyte"));
+  if (tt.train.height != tt.test.height || tt.train.width != tt.test.width)
+    throw error(dir + ": train images are " + std::to_string(tt.train.height) + "x" +
+                std::to_string(tt.train.width) + " but test images are " +
+                std::to_string(tt.test.height) + "x" + std::to_string(tt.test.width));
+  return tt;
+}
+
+image_dataset read_cifar10(const std::vector<std::string>& files) {
+  constexpr int64_t record = 1 + 3 * 32 * 32;
+  image_dataset ds;
+  ds.channels = 3;
+  ds.height = 32;
+  ds.width = 32;
+  for (const auto& f : files) {
+    std::vector<uint8_t> b = read_file(f);
+    if (b.empty() || b.size() % record != 0)
+      throw error(f + ": " + std::to_string(b.size()) + " bytes is not a whole number of " +
+                  "CIFAR-10 records (" + std::to_string(record) + " bytes each): file is " +
+                  (b.empty() ? "empty" : "truncated or not CIFAR-10 binary"));
+    int64_t n = static_cast<int64_t>(b.size()) / record;
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t label = b[i * record];
+      if (label >= ds.num_classes)
+        throw error(f + ": record " + std::to_string(i) + " has label " + std::to_string(label) +
+                    ", CIFAR-10 labels are 0..9");
+      ds.labels.push_back(label);
+      ds.pixels.insert(ds.pixels.end(), b.begin() + i * record + 1, b.begin() + (i + 1) * record);
+    }
+    ds.count += n;
+  }
+  return ds;
+}
+
+train_test load_cifar10_dir(const std::string& dir) {
+  if (!is_dir(dir))
+    throw error("CIFAR-10 directory " + dir +
+                " does not exist: pass --data-dir with the extracted cifar-10-batches-bin directory");
+  train_test tt;
+  std::vector<std::string> train_files;
+  for (int i = 1; i <= 5; ++i) train_files.push_back(dir + "/data_batch_" + std::to_string(i) + ".bin");
+  tt.train = read_cifar10(train_files);
+  tt.test = read_cifar10({dir + "/test_batch.bin"});
+  return tt;
+}
+
+normalization compute_normalization(const image_dataset& ds) {
+  normalization n;
+  n.mean.assign(ds.channels, 0.0f);
+  n.stddev.assign(ds.channels, 1.0f);
+  int64_t plane = ds.height * ds.width;
+  for (int64_t c = 0; c < ds.channels; ++c) {
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < ds.count; ++i) {
+      const uint8_t* p = ds.image(i) + c * plane;
+      for (int64_t k = 0; k < plane; ++k) {
+        double v = p[k] / 255.0;
+        s += v;
+        s2 += v * v;
+      }
+    }
+    double cnt = double(ds.count) * plane;
+    if (cnt == 0) continue;
+    double mean = s / cnt;
+    double var = std::max(0.0, s2 / cnt - mean * mean);
+    n.mean[c] = static_cast<float>(mean);
+    n.stddev[c] = var > 0 ? static_cast<float>(std::sqrt(var)) : 1.0f;
+  }
+  return n;
+}
+
+void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
+                const normalization& norm, batch& out) {
+  if (static_cast<int64_t>(norm.mean.size()) != ds.channels ||
+      static_cast<int64_t>(norm.stddev.size()) != ds.channels)
+    throw error("normalization has " + std::to_string(norm.mean.size()) + " channels, dataset " +
+                std::to_string(ds.channels));
+  shape s{n, ds.channels, ds.height, ds.width};
+  if (!out.images.defined() || out.images.shape() != s) out.images = tensor::empty(s);
+  out.labels.resize(n);
+  int64_t plane = ds.height * ds.width;
+  float* dst = out.images.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* src = ds.image(indices[i]);
+    for (int64_t c = 0; c < ds.channels; ++c) {
+      float scale = 1.0f / (255.0f * norm.stddev[c]);
+      float shift = -norm.mean[c] / norm.stddev[c];
+      for (int64_t k = 0; k < plane; ++k) *dst++ = src[c * plane + k] * scale + shift;
+    }
+    out.labels[i] = ds.labels[indices[i]];
+  }
+}
+
+batcher::batcher(const image_dataset& ds, int64_t batch_size, normalization norm, uint64_t seed,
+                 bool shuffle, int64_t begin, int64_t end)
+    : ds_(&ds), batch_size_(batch_size), norm_(std::move(norm)), seed_(seed), shuffle_(shuffle) {
+  if (batch_size <= 0) throw error("batch size must be positive, got " + std::to_string(batch_size));
+  if (end < 0) end = ds.count;
+  if (begin < 0 || begin > end || end > ds.count)
+    throw error("batcher: shard [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") is outside the dataset of " + std::to_string(ds.count) + " images");
+  order_.resize(end - begin);
+  std::iota(order_.begin(), order_.end(), begin);
+  start_epoch(0);
+}
+
+void batcher::start_epoch(int epoch) {
+  pos_ = 0;
+  if (!shuffle_) return;
+  std::sort(order_.begin(), order_.end());
+  std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
+  // Fisher-Yates with our own index draw: std::shuffle's output differs across
+  // standard libraries, this does not.
+  for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) {
+    int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+    std::swap(order_[i], order_[j]);
+  }
+}
+
+bool batcher::next(batch& out) {
+  int64_t n = std::min<int64_t>(batch_size_, static_cast<int64_t>(order_.size()) - pos_);
+  if (n <= 0) return false;
+  make_batch(*ds_, order_.data() + pos_, n, norm_, out);
+  pos_ += n;
+  return true;
+}
+
+int64_t batcher::batches_per_epoch() const {
+  return (static_cast<int64_t>(order_.size()) + batch_size_ - 1) / batch_size_;
+}
+
+} // namespace troupe::data

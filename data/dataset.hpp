@@ -1,0 +1,100 @@
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.hpp"
+
+namespace troupe::data {
+
+/// Images kept as bytes (one byte per pixel and channel, CHW order) with one
+/// label per image. Conversion to float happens per batch.
+struct image_dataset {
+  int64_t count = 0;
+  int64_t channels = 1;
+  int64_t height = 0;
+  int64_t width = 0;
+  int num_classes = 10;
+  std::vector<uint8_t> pixels;  ///< count * channels * height * width bytes
+  std::vector<uint8_t> labels;  ///< count bytes, each < num_classes
+
+  int64_t image_bytes() const { return channels * height * width; }
+  const uint8_t* image(int64_t i) const { return pixels.data() + i * image_bytes(); }
+};
+
+struct train_test {
+  image_dataset train;
+  image_dataset test;
+};
+
+/// Where Debian's dataset-fashion-mnist package puts the files.
+std::string default_fashion_mnist_dir();
+
+/// Reads an IDX image file (magic 0x00000803) and its IDX label file (magic
+/// 0x00000801), gzip'd or not. Throws troupe::error naming the file and what is
+/// wrong (missing, bad magic, truncated, counts that disagree, label out of range).
+image_dataset read_idx(const std::string& images_path, const std::string& labels_path);
+
+/// Reads train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... from `dir`
+/// (MNIST and Fashion-MNIST use the same names). A missing directory or file is
+/// an error that says which package to install or which option to pass.
+train_test load_mnist_dir(const std::string& dir);
+
+/// Reads CIFAR-10 binary batch files (each record: 1 label byte + 3072 pixel
+/// bytes). Throws when a file is missing, empty or not a whole number of records.
+image_dataset read_cifar10(const std::vector<std::string>& files);
+
+/// Reads data_batch_{1..5}.bin and test_batch.bin from `dir`.
+train_test load_cifar10_dir(const std::string& dir);
+
+/// Per-channel normalization applied when bytes become floats:
+/// x = (byte / 255 - mean[c]) / stddev[c].
+struct normalization {
+  std::vector<float> mean{0.0f};
+  std::vector<float> stddev{1.0f};
+};
+
+/// Mean and standard deviation of each channel of `ds` (on the [0, 1] scale).
+normalization compute_normalization(const image_dataset& ds);
+
+/// A batch: float images [n, c, h, w] and their labels.
+struct batch {
+  tensor images;
+  std::vector<int32_t> labels;
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+};
+
+/// Converts images `indices` of `ds` into `out` (reusing its buffers when
+/// their size fits).
+void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
+                const normalization& norm, batch& out);
+
+/// Iterates over a dataset (or a shard of it) in batches, reshuffling each epoch
+/// from (seed, epoch) so that runs are reproducible.
+class batcher {
+public:
+  /// `begin`/`end` select a shard [begin, end) of `ds` (default: all of it).
+  batcher(const image_dataset& ds, int64_t batch_size, normalization norm, uint64_t seed,
+          bool shuffle = true, int64_t begin = 0, int64_t end = -1);
+
+  /// Starts epoch `epoch` (0-based): a fresh permutation when shuffling.
+  void start_epoch(int epoch);
+  /// Fills `out` with the next batch; false when the epoch is over. The last
+  /// batch may be smaller.
+  bool next(batch& out);
+  int64_t batches_per_epoch() const;
+  int64_t size() const { return static_cast<int64_t>(order_.size()); }
+
+private:
+  const image_dataset* ds_;
+  int64_t batch_size_;
+  normalization norm_;
+  uint64_t seed_;
+  bool shuffle_;
+  std::vector<int64_t> order_;
+  int64_t pos_ = 0;
+};
+
+} // namespace troupe::data

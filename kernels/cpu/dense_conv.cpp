@@ -1,0 +1,222 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/check.hpp"
+#include "kernels/kernels.hpp"
+
+namespace troupe::kernels {
+
+// ---------------------------------------------------------------- dense
+
+void dense_forward(const tensor& x, const tensor& w, const tensor& bias, tensor& y) {
+  detail::require_rank(x, 2, "dense_forward", "x");
+  detail::require_rank(w, 2, "dense_forward", "w");
+  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+  detail::require(w.dim(1) == in, "dense_forward",
+                  "x has " + std::to_string(in) + " features per row but w " + w.shape().to_string() +
+                      " expects " + std::to_string(w.dim(1)));
+  if (bias.defined()) detail::require_shape(bias, {out}, "dense_forward", "bias");
+  ensure_shape(y, {n, out});
+  float beta = 0.0f;
+  if (bias.defined()) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(y.data() + i * out, bias.data(), out * sizeof(float));
+    beta = 1.0f;
+  }
+  gemm(false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, beta, y.data(), out);
+}
+
+void dense_backward(const tensor& x, const tensor& w, const tensor& dy, tensor* dx, tensor& dw,
+                    tensor* dbias) {
+  detail::require_rank(x, 2, "dense_backward", "x");
+  detail::require_rank(w, 2, "dense_backward", "w");
+  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+  detail::require(w.dim(1) == in, "dense_backward", "x " + x.shape().to_string() + " vs w " + w.shape().to_string());
+  detail::require_shape(dy, {n, out}, "dense_backward", "dy");
+  ensure_shape(dw, {out, in});
+  gemm(true, false, out, in, n, 1.0f, dy.data(), out, x.data(), in, 0.0f, dw.data(), in);
+  if (dbias) {
+    ensure_shape(*dbias, {out});
+    float* db = dbias->data();
+    std::fill_n(db, out, 0.0f);
+    const float* g = dy.data();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < out; ++j) db[j] += g[i * out + j];
+  }
+  if (dx) {
+    ensure_shape(*dx, {n, in});
+    gemm(false, false, n, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx->data(), in);
+  }
+}
+
+// ---------------------------------------------------------------- conv2d
+
+shape conv2d_output_shape(const shape& x, const conv2d_geometry& g) {
+  const char* k = "conv2d";
+  detail::require(x.rank() == 4, k, "input must be [n, c, h, w], got " + x.to_string());
+  detail::require(g.kernel > 0 && g.stride > 0 && g.padding >= 0, k,
+                  "kernel and stride must be positive and padding non-negative");
+  detail::require(x[1] == g.in_channels, k,
+                  "expects " + std::to_string(g.in_channels) + " input channels, got " +
+                      std::to_string(x[1]) + " (input " + x.to_string() + ")");
+  int64_t hp = x[2] + 2 * g.padding, wp = x[3] + 2 * g.padding;
+  detail::require(hp >= g.kernel && wp >= g.kernel, k,
+                  "kernel " + std::to_string(g.kernel) + " is larger than the padded input " +
+                      std::to_string(hp) + "x" + std::to_string(wp));
+  return {x[0], g.out_channels, (hp - g.kernel) / g.stride + 1, (wp - g.kernel) / g.stride + 1};
+}
+
+namespace {
+
+// cols [c*k*k, oh*ow] of one image x [c, h, w].
+void im2col(const float* x, int64_t c, int64_t h, int64_t w, const conv2d_geometry& g, int64_t oh,
+            int64_t ow, float* cols) {
+  const int64_t k = g.kernel, s = g.stride, p = g.padding;
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t kh = 0; kh < k; ++kh)
+      for (int64_t kw = 0; kw < k; ++kw) {
+        float* row = cols + ((ci * k + kh) * k + kw) * oh * ow;
+        const float* plane = x + ci * h * w;
+        for (int64_t y = 0; y < oh; ++y) {
+          float* dst = row + y * ow;
+          int64_t ih = y * s - p + kh;
+          if (ih < 0 || ih >= h) {
+            std::fill_n(dst, ow, 0.0f);
+            continue;
+          }
+          const float* src = plane + ih * w;
+          if (s == 1) {
+            // Columns ow0..ow1 map inside the row; the rest is padding.
+            int64_t ow0 = std::max<int64_t>(0, p - kw), ow1 = std::min<int64_t>(ow, w + p - kw);
+            if (ow1 < ow0) ow1 = ow0;
+            std::fill_n(dst, ow0, 0.0f);
+            std::memcpy(dst + ow0, src + ow0 - p + kw, (ow1 - ow0) * sizeof(float));
+            std::fill_n(dst + ow1, ow - ow1, 0.0f);
+          } else {
+            for (int64_t xo = 0; xo < ow; ++xo) {
+              int64_t iw = xo * s - p + kw;
+              dst[xo] = (iw >= 0 && iw < w) ? src[iw] : 0.0f;
+            }
+          }
+        }
+      }
+}
+
+// Adds cols back into one image dx [c, h, w] (which the caller zeroes).
+void col2im(const float* cols, int64_t c, int64_t h, int64_t w, const conv2d_geometry& g, int64_t oh,
+            int64_t ow, float* x) {
+  const int64_t k = g.kernel, s = g.stride, p = g.padding;
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t kh = 0; kh < k; ++kh)
+      for (int64_t kw = 0; kw < k; ++kw) {
+        const float* row = cols + ((ci * k + kh) * k + kw) * oh * ow;
+        float* plane = x + ci * h * w;
+        for (int64_t y = 0; y < oh; ++y) {
+          int64_t ih = y * s - p + kh;
+          if (ih < 0 || ih >= h) continue;
+          const float* src = row + y * ow;
+          float* dst = plane + ih * w;
+          if (s == 1) {
+            int64_t ow0 = std::max<int64_t>(0, p - kw), ow1 = std::min<int64_t>(ow, w + p - kw);
+            for (int64_t xo = ow0; xo < ow1; ++xo) dst[xo - p + kw] += src[xo];
+          } else {
+            for (int64_t xo = 0; xo < ow; ++xo) {
+              int64_t iw = xo * s - p + kw;
+              if (iw >= 0 && iw < w) dst[iw] += src[xo];
+            }
+          }
+        }
+      }
+}
+
+} // namespace
+
+void conv2d_forward(const tensor& x, const tensor& w, const tensor& bias, const conv2d_geometry& g,
+                    tensor& y, tensor& cols) {
+  shape ys = conv2d_output_shape(x.shape(), g);
+  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
+  if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
+  const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], ohw = oh * ow;
+  const int64_t ckk = c * g.kernel * g.kernel;
+  ensure_shape(y, ys);
+  ensure_shape(cols, {n, ckk, ohw});
+  const float* xp = x.data();
+  const float* wp = w.data();
+  const float* bp = bias.defined() ? bias.data() : nullptr;
+  float* yp = y.data();
+  float* cp = cols.data();
+  // One image per thread; GEMM inside a parallel region runs single-threaded.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float* ci = cp + i * ckk * ohw;
+    float* yi = yp + i * oc * ohw;
+    im2col(xp + i * c * h * wd, c, h, wd, g, oh, ow, ci);
+    float beta = 0.0f;
+    if (bp) {
+      for (int64_t o = 0; o < oc; ++o) std::fill_n(yi + o * ohw, ohw, bp[o]);
+      beta = 1.0f;
+    }
+    gemm(false, false, oc, ohw, ckk, 1.0f, wp, ckk, ci, ohw, beta, yi, ohw);
+  }
+}
+
+void conv2d_backward(const tensor& w, const tensor& cols, const tensor& dy,
+                     const conv2d_geometry& g, const shape& x_shape, tensor* dx, tensor& dw,
+                     tensor* dbias) {
+  shape ys = conv2d_output_shape(x_shape, g);
+  detail::require_shape(dy, ys, "conv2d_backward", "dy");
+  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_backward", "w");
+  const int64_t n = x_shape[0], c = x_shape[1], h = x_shape[2], wd = x_shape[3];
+  const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], ohw = oh * ow;
+  const int64_t ckk = c * g.kernel * g.kernel;
+  detail::require_shape(cols, {n, ckk, ohw}, "conv2d_backward", "cols");
+  ensure_shape(dw, w.shape());
+  if (dbias) ensure_shape(*dbias, {oc});
+  if (dx) ensure_shape(*dx, x_shape);
+
+  const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(n)));
+  // Per-thread partial sums of dw and dbias, reduced afterwards.
+  std::vector<float> partial(static_cast<std::size_t>(threads) * (oc * ckk + oc), 0.0f);
+  std::vector<float> dcols(dx ? static_cast<std::size_t>(threads) * ckk * ohw : 0);
+  const float* dyp = dy.data();
+  const float* cp = cols.data();
+  const float* wp = w.data();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    float* pdw = partial.data() + t * (oc * ckk + oc);
+    float* pdb = pdw + oc * ckk;
+    float* dc = dx ? dcols.data() + static_cast<std::size_t>(t) * ckk * ohw : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* dyi = dyp + i * oc * ohw;
+      gemm(false, true, oc, ckk, ohw, 1.0f, dyi, ohw, cp + i * ckk * ohw, ohw, 1.0f, pdw, ckk);
+      for (int64_t o = 0; o < oc; ++o) {
+        float s = 0.0f;
+        const float* r = dyi + o * ohw;
+        for (int64_t j = 0; j < ohw; ++j) s += r[j];
+        pdb[o] += s;
+      }
+      if (dc) {
+        gemm(true, false, ckk, ohw, oc, 1.0f, wp, ckk, dyi, ohw, 0.0f, dc, ohw);
+        float* dxi = dx->data() + i * c * h * wd;
+        std::fill_n(dxi, c * h * wd, 0.0f);
+        col2im(dc, c, h, wd, g, oh, ow, dxi);
+      }
+    }
+  }
+  float* dwp = dw.data();
+  std::fill_n(dwp, oc * ckk, 0.0f);
+  float* dbp = dbias ? dbias->data() : nullptr;
+  if (dbp) std::fill_n(dbp, oc, 0.0f);
+  for (int t = 0; t < threads; ++t) {
+    const float* pdw = partial.data() + t * (oc * ckk + oc);
+    for (int64_t j = 0; j < oc * ckk; ++j) dwp[j] += pdw[j];
+    if (dbp)
+      for (int64_t o = 0; o < oc; ++o) dbp[o] += pdw[oc * ckk + o];
+  }
+}
+
+} // namespace troupe::kernels

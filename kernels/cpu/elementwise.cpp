@@ -1,0 +1,94 @@
+#include <cmath>
+
+#include "kernels/cpu/check.hpp"
+#include "kernels/kernels.hpp"
+
+namespace troupe::kernels {
+
+namespace {
+
+// y[i] = f(x[i]) over a whole tensor, split over threads when it is large.
+template <class F>
+void map1(const tensor& x, tensor& y, F f) {
+  ensure_shape(y, x.shape());
+  const float* a = x.data();
+  float* o = y.data();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > detail::parallel_grain)
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+}
+
+// dx[i] = f(y[i], dy[i]).
+template <class F>
+void map2(const tensor& y, const tensor& dy, tensor& dx, const char* kernel, F f) {
+  detail::require_same(y, dy, kernel, "y", "dy");
+  ensure_shape(dx, y.shape());
+  const float* a = y.data();
+  const float* b = dy.data();
+  float* o = dx.data();
+  const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static) if (n > detail::parallel_grain)
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+}
+
+// splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter).
+inline uint64_t splitmix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+} // namespace
+
+void relu_forward(const tensor& x, tensor& y) {
+  map1(x, y, [](float v) { return v > 0.0f ? v : 0.0f; });
+}
+void relu_backward(const tensor& y, const tensor& dy, tensor& dx) {
+  map2(y, dy, dx, "relu_backward", [](float v, float g) { return v > 0.0f ? g : 0.0f; });
+}
+void tanh_forward(const tensor& x, tensor& y) {
+  map1(x, y, [](float v) { return std::tanh(v); });
+}
+void tanh_backward(const tensor& y, const tensor& dy, tensor& dx) {
+  map2(y, dy, dx, "tanh_backward", [](float v, float g) { return g * (1.0f - v * v); });
+}
+void sigmoid_forward(const tensor& x, tensor& y) {
+  map1(x, y, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+}
+void sigmoid_backward(const tensor& y, const tensor& dy, tensor& dx) {
+  map2(y, dy, dx, "sigmoid_backward", [](float v, float g) { return g * v * (1.0f - v); });
+}
+
+void dropout_forward(const tensor& x, float p, uint64_t seed, uint64_t counter, tensor& mask,
+                     tensor& y) {
+  detail::require(p >= 0.0f && p < 1.0f, "dropout_forward",
+                  "probability must be in [0, 1), got " + std::to_string(p));
+  ensure_shape(mask, x.shape());
+  ensure_shape(y, x.shape());
+  const int64_t n = x.numel();
+  const float keep = 1.0f / (1.0f - p);
+  const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+  const uint64_t base = splitmix(seed ^ splitmix(counter));
+  float* m = mask.data();
+  float* o = y.data();
+  const float* a = x.data();
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = splitmix(base + static_cast<uint64_t>(i)) >= threshold ? keep : 0.0f;
+    o[i] = a[i] * m[i];
+  }
+}
+
+void dropout_backward(const tensor& dy, const tensor& mask, tensor& dx) {
+  map2(mask, dy, dx, "dropout_backward", [](float m, float g) { return m * g; });
+}
+
+bool all_finite(const tensor& t) {
+  const float* a = t.data();
+  const int64_t n = t.numel();
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(a[i]);
+  return ok;
+}
+
+} // namespace troupe::kernels

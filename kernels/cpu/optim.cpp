@@ -1,0 +1,54 @@
+#include <cmath>
+
+#include "kernels/cpu/check.hpp"
+#include "kernels/kernels.hpp"
+
+namespace troupe::kernels {
+
+void sgd_step(tensor& w, const tensor& g, float lr, float weight_decay) {
+  detail::require_same(w, g, "sgd_step", "w", "g");
+  float* wp = w.data();
+  const float* gp = g.data();
+  const int64_t n = w.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) wp[i] -= lr * (gp[i] + weight_decay * wp[i]);
+}
+
+void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float momentum,
+                   float weight_decay, bool nesterov) {
+  detail::require_same(w, g, "momentum_step", "w", "g");
+  detail::require_same(w, v, "momentum_step", "w", "velocity");
+  float* wp = w.data();
+  float* vp = v.data();
+  const float* gp = g.data();
+  const int64_t n = w.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float d = gp[i] + weight_decay * wp[i];
+    vp[i] = momentum * vp[i] + d;
+    wp[i] -= lr * (nesterov ? d + momentum * vp[i] : vp[i]);
+  }
+}
+
+void adam_step(tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float beta1,
+               float beta2, float eps, float weight_decay, int64_t step) {
+  detail::require_same(w, g, "adam_step", "w", "g");
+  detail::require_same(w, m, "adam_step", "w", "m");
+  detail::require_same(w, v, "adam_step", "w", "v");
+  detail::require(step >= 1, "adam_step", "step counts from 1, got " + std::to_string(step));
+  const float c1 = 1.0f - static_cast<float>(std::pow(beta1, step));
+  const float c2 = 1.0f - static_cast<float>(std::pow(beta2, step));
+  float* wp = w.data();
+  float* mp = m.data();
+  float* vp = v.data();
+  const float* gp = g.data();
+  const int64_t n = w.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    float d = gp[i] + weight_decay * wp[i];
+    mp[i] = beta1 * mp[i] + (1 - beta1) * d;
+    vp[i] = beta2 * vp[i] + (1 - beta2) * d * d;
+    wp[i] -= lr * (mp[i] / c1) / (std::sqrt(vp[i] / c2) + eps);
+  }
+}
+
+} // namespace troupe::kernels

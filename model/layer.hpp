@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.hpp"
+
+namespace troupe::model {
+
+/// A trainable tensor and its gradient (written by the last backward pass).
+struct parameter {
+  std::string name;  ///< e.g. "0.conv2d.weight"
+  tensor value;
+  tensor grad;
+};
+
+/// Weight initialisation schemes.
+enum class init_scheme {
+  he,      ///< normal, std = sqrt(2 / fan_in) (He et al. 2015): for ReLU nets
+  xavier,  ///< uniform, limit = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010)
+};
+
+/// One layer of a model. Forward and backward return references to buffers the
+/// layer owns; they stay valid until the layer's next forward/backward call.
+class layer {
+public:
+  virtual ~layer() = default;
+
+  /// "dense", "conv2d", ...
+  virtual std::string kind() const = 0;
+  /// Kind with its configuration, e.g. "dense(3136 -> 128)".
+  virtual std::string describe() const = 0;
+  /// Output shape of one sample (no batch dimension) given the input's.
+  /// `source` names where the input comes from ("previous layer (relu #3)");
+  /// a mismatch throws troupe::shape_error phrased "expects ..., <source> gives ...".
+  virtual shape infer(const shape& in, const std::string& source) = 0;
+  /// Allocates parameters (after infer) and draws their initial values.
+  virtual void initialize(std::mt19937_64& rng) {}
+  virtual const tensor& forward(const tensor& x, bool training) = 0;
+  /// Gradient of the loss w.r.t. the input; undefined when the layer was told
+  /// its input needs none. Parameter gradients are written, not accumulated.
+  virtual const tensor& backward(const tensor& dy) = 0;
+  virtual std::vector<parameter*> parameters() { return {}; }
+  /// Non-trainable state saved in checkpoints (batch norm's running statistics).
+  virtual std::vector<named_tensor> buffers() { return {}; }
+
+  /// The first layer of a model needs no input gradient; skipping it saves work.
+  void set_needs_input_grad(bool b) { needs_input_grad_ = b; }
+  bool needs_input_grad() const { return needs_input_grad_; }
+
+protected:
+  bool needs_input_grad_ = true;
+};
+
+} // namespace troupe::model

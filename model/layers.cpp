@@ -1,0 +1,345 @@
+// The layers behind the DSL of model/nn.hpp.
+#include <cmath>
+#include <sstream>
+
+#include "kernels/kernels.hpp"
+#include "model/nn.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+namespace k = troupe::kernels;
+
+float uniform01(std::mt19937_64& rng) { return static_cast<float>((rng() >> 40) * (1.0 / 16777216.0)); }
+
+// Box-Muller from our own uniform draws: identical across standard libraries.
+float normal(std::mt19937_64& rng) {
+  float u1 = std::max(uniform01(rng), 1e-7f), u2 = uniform01(rng);
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
+}
+
+void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng) {
+  float* p = w.data();
+  if (s == init_scheme::he) {
+    float sd = std::sqrt(2.0f / static_cast<float>(fan_in));
+    for (int64_t i = 0; i < w.numel(); ++i) p[i] = sd * normal(rng);
+  } else {
+    float lim = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
+    for (int64_t i = 0; i < w.numel(); ++i) p[i] = lim * (2.0f * uniform01(rng) - 1.0f);
+  }
+}
+
+std::string n2s(int64_t v) { return std::to_string(v); }
+
+/// Batch shape: [n] + per-sample shape.
+shape batched(int64_t n, const shape& s) {
+  std::vector<int64_t> d{n};
+  d.insert(d.end(), s.dims().begin(), s.dims().end());
+  return shape(d);
+}
+
+shape per_sample(const shape& s) {
+  return shape(std::vector<int64_t>(s.dims().begin() + 1, s.dims().end()));
+}
+
+class dense_layer final : public layer {
+public:
+  explicit dense_layer(const nn::dense& o) : o_(o) {
+    if (o.in_features <= 0 || o.out_features <= 0)
+      throw error("dense(" + n2s(o.in_features) + ", " + n2s(o.out_features) + "): sizes must be positive");
+  }
+  std::string kind() const override { return "dense"; }
+  std::string describe() const override {
+    return "dense(" + n2s(o_.in_features) + " -> " + n2s(o_.out_features) + (o_.bias_ ? "" : ", no bias") + ")";
+  }
+  shape infer(const shape& in, const std::string& source) override {
+    if (in.rank() != 1)
+      throw shape_error("expects a flat input of " + n2s(o_.in_features) + " features, " + source +
+                        " gives shape " + in.to_string() + " (add flatten() before it)");
+    if (in[0] != o_.in_features)
+      throw shape_error("expects " + n2s(o_.in_features) + " inputs, " + source + " gives " + n2s(in[0]));
+    return {o_.out_features};
+  }
+  void initialize(std::mt19937_64& rng) override {
+    w_.value = tensor::empty({o_.out_features, o_.in_features});
+    init_weights(w_.value, o_.in_features, o_.out_features, o_.init_, rng);
+    if (o_.bias_) b_.value = tensor::zeros({o_.out_features});
+  }
+  const tensor& forward(const tensor& x, bool) override {
+    x_ = x;
+    k::dense_forward(x, w_.value, b_.value, y_);
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    k::dense_backward(x_, w_.value, dy, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
+                      o_.bias_ ? &b_.grad : nullptr);
+    if (!needs_input_grad_) dx_ = tensor();
+    return dx_;
+  }
+  std::vector<parameter*> parameters() override {
+    std::vector<parameter*> v{&w_};
+    if (o_.bias_) v.push_back(&b_);
+    return v;
+  }
+
+private:
+  nn::dense o_;
+  parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
+  tensor x_, y_, dx_;
+};
+
+class conv2d_layer final : public layer {
+public:
+  explicit conv2d_layer(const nn::conv2d& o) : o_(o) {
+    g_.in_channels = o.in_channels;
+    g_.out_channels = o.out_channels;
+    g_.kernel = o.kernel_size;
+    g_.stride = o.stride_;
+    g_.padding = o.padding_;
+    if (o.in_channels <= 0 || o.out_channels <= 0 || o.kernel_size <= 0 || o.stride_ <= 0 || o.padding_ < 0)
+      throw error(describe() + ": channels, kernel and stride must be positive, padding non-negative");
+  }
+  std::string kind() const override { return "conv2d"; }
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "conv2d(" << o_.in_channels << " -> " << o_.out_channels << ", " << o_.kernel_size << "x"
+       << o_.kernel_size;
+    if (o_.stride_ != 1) os << ", stride " << o_.stride_;
+    if (o_.padding_ != 0) os << ", pad " << o_.padding_;
+    os << ")";
+    return os.str();
+  }
+  shape infer(const shape& in, const std::string& source) override {
+    if (in.rank() != 3)
+      throw shape_error("expects [channels, height, width] inputs, " + source + " gives " + in.to_string());
+    if (in[0] != o_.in_channels)
+      throw shape_error("expects " + n2s(o_.in_channels) + " input channels, " + source + " gives " +
+                        n2s(in[0]) + " (shape " + in.to_string() + ")");
+    try {
+      return per_sample(k::conv2d_output_shape(batched(1, in), g_));
+    } catch (const shape_error& e) {
+      throw shape_error(std::string(e.what()) + "; " + source + " gives " + in.to_string());
+    }
+  }
+  void initialize(std::mt19937_64& rng) override {
+    const int64_t kk = o_.kernel_size * o_.kernel_size;
+    w_.value = tensor::empty({o_.out_channels, o_.in_channels, o_.kernel_size, o_.kernel_size});
+    init_weights(w_.value, o_.in_channels * kk, o_.out_channels * kk, o_.init_, rng);
+    if (o_.bias_) b_.value = tensor::zeros({o_.out_channels});
+  }
+  const tensor& forward(const tensor& x, bool) override {
+    x_shape_ = x.shape();
+    k::conv2d_forward(x, w_.value, b_.value, g_, y_, cols_);
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    k::conv2d_backward(w_.value, cols_, dy, g_, x_shape_, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
+                       o_.bias_ ? &b_.grad : nullptr);
+    if (!needs_input_grad_) dx_ = tensor();
+    return dx_;
+  }
+  std::vector<parameter*> parameters() override {
+    std::vector<parameter*> v{&w_};
+    if (o_.bias_) v.push_back(&b_);
+    return v;
+  }
+
+private:
+  nn::conv2d o_;
+  k::conv2d_geometry g_;
+  parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
+  shape x_shape_;
+  tensor y_, cols_, dx_;
+};
+
+template <bool Max>
+class pool_layer final : public layer {
+public:
+  pool_layer(int64_t kernel, int64_t stride) {
+    g_.kernel = kernel;
+    g_.stride = stride;
+    if (kernel <= 0 || stride <= 0) throw error(describe() + ": window and stride must be positive");
+  }
+  std::string kind() const override { return Max ? "max_pool2d" : "avg_pool2d"; }
+  std::string describe() const override {
+    return kind() + "(" + n2s(g_.kernel) + (g_.stride != g_.kernel ? ", stride " + n2s(g_.stride) : "") + ")";
+  }
+  shape infer(const shape& in, const std::string& source) override {
+    if (in.rank() != 3)
+      throw shape_error("expects [channels, height, width] inputs, " + source + " gives " + in.to_string());
+    if (in[1] < g_.kernel || in[2] < g_.kernel)
+      throw shape_error("window " + n2s(g_.kernel) + " does not fit, " + source + " gives " + in.to_string());
+    return per_sample(k::pool2d_output_shape(batched(1, in), g_));
+  }
+  const tensor& forward(const tensor& x, bool) override {
+    x_shape_ = x.shape();
+    if (Max)
+      k::max_pool2d_forward(x, g_, y_, argmax_);
+    else
+      k::avg_pool2d_forward(x, g_, y_);
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    if (Max)
+      k::max_pool2d_backward(dy, argmax_, x_shape_, dx_);
+    else
+      k::avg_pool2d_backward(dy, g_, x_shape_, dx_);
+    return dx_;
+  }
+
+private:
+  k::pool2d_geometry g_;
+  shape x_shape_;
+  std::vector<int32_t> argmax_;
+  tensor y_, dx_;
+};
+
+enum class act { relu, tanh, sigmoid };
+
+template <act A>
+class activation_layer final : public layer {
+public:
+  std::string kind() const override { return A == act::relu ? "relu" : A == act::tanh ? "tanh" : "sigmoid"; }
+  std::string describe() const override { return kind(); }
+  shape infer(const shape& in, const std::string&) override { return in; }
+  const tensor& forward(const tensor& x, bool) override {
+    if (A == act::relu) k::relu_forward(x, y_);
+    if (A == act::tanh) k::tanh_forward(x, y_);
+    if (A == act::sigmoid) k::sigmoid_forward(x, y_);
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    if (A == act::relu) k::relu_backward(y_, dy, dx_);
+    if (A == act::tanh) k::tanh_backward(y_, dy, dx_);
+    if (A == act::sigmoid) k::sigmoid_backward(y_, dy, dx_);
+    return dx_;
+  }
+
+private:
+  tensor y_, dx_;
+};
+
+class flatten_layer final : public layer {
+public:
+  std::string kind() const override { return "flatten"; }
+  std::string describe() const override { return "flatten"; }
+  shape infer(const shape& in, const std::string&) override { return {in.numel()}; }
+  const tensor& forward(const tensor& x, bool) override {
+    x_shape_ = x.shape();
+    y_ = x.reshape({x.dim(0), -1});
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    dx_ = dy.reshape(x_shape_);
+    return dx_;
+  }
+
+private:
+  shape x_shape_;
+  tensor y_, dx_;
+};
+
+class dropout_layer final : public layer {
+public:
+  explicit dropout_layer(float p) : p_(p) {
+    if (!(p >= 0.0f && p < 1.0f)) throw error("dropout(" + std::to_string(p) + "): p must be in [0, 1)");
+  }
+  std::string kind() const override { return "dropout"; }
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "dropout(" << p_ << ")";
+    return os.str();
+  }
+  shape infer(const shape& in, const std::string&) override { return in; }
+  void initialize(std::mt19937_64& rng) override { seed_ = rng(); counter_ = 0; }
+  const tensor& forward(const tensor& x, bool training) override {
+    training_ = training && p_ > 0.0f;
+    if (!training_) return x;
+    k::dropout_forward(x, p_, seed_, counter_++, mask_, y_);
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    if (!training_) return dy;
+    k::dropout_backward(dy, mask_, dx_);
+    return dx_;
+  }
+
+private:
+  float p_;
+  uint64_t seed_ = 0, counter_ = 0;
+  bool training_ = false;
+  tensor mask_, y_, dx_;
+};
+
+class batch_norm_layer final : public layer {
+public:
+  explicit batch_norm_layer(const nn::batch_norm& o) : o_(o) {
+    if (o.features <= 0) throw error("batch_norm(" + n2s(o.features) + "): features must be positive");
+    if (!(o.eps_ > 0.0f) || !(o.momentum_ >= 0.0f && o.momentum_ <= 1.0f))
+      throw error("batch_norm: eps must be > 0 and momentum in [0, 1]");
+  }
+  std::string kind() const override { return "batch_norm"; }
+  std::string describe() const override { return "batch_norm(" + n2s(o_.features) + ")"; }
+  shape infer(const shape& in, const std::string& source) override {
+    if ((in.rank() != 1 && in.rank() != 3) || in[0] != o_.features)
+      throw shape_error("expects " + n2s(o_.features) + " features or channels ([" + n2s(o_.features) +
+                        "] or [" + n2s(o_.features) + ", h, w]), " + source + " gives " + in.to_string());
+    return in;
+  }
+  void initialize(std::mt19937_64&) override {
+    gamma_.value = tensor::full({o_.features}, 1.0f);
+    beta_.value = tensor::zeros({o_.features});
+    running_mean_ = tensor::zeros({o_.features});
+    running_var_ = tensor::full({o_.features}, 1.0f);
+  }
+  const tensor& forward(const tensor& x, bool training) override {
+    x_ = x;
+    if (training)
+      k::batch_norm_forward_train(x, gamma_.value, beta_.value, o_.eps_, o_.momentum_, running_mean_,
+                                  running_var_, y_, mean_, invstd_);
+    else
+      k::batch_norm_forward_eval(x, gamma_.value, beta_.value, o_.eps_, running_mean_, running_var_, y_);
+    return y_;
+  }
+  const tensor& backward(const tensor& dy) override {
+    k::batch_norm_backward(x_, gamma_.value, mean_, invstd_, dy, dx_, gamma_.grad, beta_.grad);
+    return dx_;
+  }
+  std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }
+  std::vector<named_tensor> buffers() override {
+    return {{"running_mean", running_mean_}, {"running_var", running_var_}};
+  }
+
+private:
+  nn::batch_norm o_;
+  parameter gamma_{"gamma", {}, {}}, beta_{"beta", {}, {}};
+  tensor running_mean_, running_var_, x_, y_, dx_, mean_, invstd_;
+};
+
+} // namespace
+
+} // namespace troupe::model
+
+namespace troupe::nn {
+
+using model::layer;
+
+std::unique_ptr<layer> dense::make() const { return std::make_unique<model::dense_layer>(*this); }
+std::unique_ptr<layer> conv2d::make() const { return std::make_unique<model::conv2d_layer>(*this); }
+std::unique_ptr<layer> max_pool2d::make() const {
+  return std::make_unique<model::pool_layer<true>>(kernel_size, stride_);
+}
+std::unique_ptr<layer> avg_pool2d::make() const {
+  return std::make_unique<model::pool_layer<false>>(kernel_size, stride_);
+}
+std::unique_ptr<layer> relu::make() const { return std::make_unique<model::activation_layer<model::act::relu>>(); }
+std::unique_ptr<layer> tanh::make() const { return std::make_unique<model::activation_layer<model::act::tanh>>(); }
+std::unique_ptr<layer> sigmoid::make() const {
+  return std::make_unique<model::activation_layer<model::act::sigmoid>>();
+}
+std::unique_ptr<layer> flatten::make() const { return std::make_unique<model::flatten_layer>(); }
+std::unique_ptr<layer> dropout::make() const { return std::make_unique<model::dropout_layer>(p); }
+std::unique_ptr<layer> batch_norm::make() const { return std::make_unique<model::batch_norm_layer>(*this); }
+
+} // namespace troupe::nn

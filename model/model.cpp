@@ -1,0 +1,141 @@
+#include "model/model.hpp"
+
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+namespace troupe::model {
+
+namespace {
+std::string layer_name(const layer& l, std::size_t i) { return l.kind() + " #" + std::to_string(i + 1); }
+} // namespace
+
+model::model(std::vector<std::unique_ptr<layer>> layers) : layers_(std::move(layers)) {
+  if (layers_.empty()) throw error("a model needs at least one layer");
+}
+
+model& model::build(const shape& input, uint64_t seed) {
+  if (layers_.empty()) throw error("a model needs at least one layer");
+  for (auto d : input.dims())
+    if (d <= 0) throw shape_error("model input shape " + input.to_string() + " has a non-positive dimension");
+  shapes_.clear();
+  shape cur = input;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    std::string source =
+        i == 0 ? "the model input" : "previous layer (" + layer_name(*layers_[i - 1], i - 1) + ")";
+    try {
+      cur = layers_[i]->infer(cur, source);
+    } catch (const shape_error& e) {
+      throw shape_error(layer_name(*layers_[i], i) + " " + e.what());
+    }
+    shapes_.push_back(cur);
+  }
+  std::mt19937_64 rng(seed);
+  for (auto& l : layers_) l->initialize(rng);
+  layers_.front()->set_needs_input_grad(false);
+  input_ = input;
+  built_ = true;
+  return *this;
+}
+
+void model::require_built(const char* what) const {
+  if (!built_) throw error(std::string("model::") + what + ": call build(input_shape) first");
+}
+
+const tensor& model::forward(const tensor& x, bool training) {
+  require_built("forward");
+  bool ok = x.rank() == input_.rank() + 1;
+  for (std::size_t i = 0; ok && i < input_.rank(); ++i) ok = x.dim(i + 1) == input_[i];
+  if (!ok)
+    throw shape_error("model input has shape " + x.shape().to_string() + ", the model was built for [n, " +
+                      input_.to_string().substr(1));
+  const tensor* cur = &x;
+  for (auto& l : layers_) cur = &l->forward(*cur, training);
+  return *cur;
+}
+
+void model::backward(const tensor& dout) {
+  require_built("backward");
+  const tensor* cur = &dout;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) cur = &(*it)->backward(*cur);
+}
+
+std::vector<parameter*> model::parameters() {
+  require_built("parameters");
+  std::vector<parameter*> out;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (parameter* p : layers_[i]->parameters()) {
+      // Names carry the layer index: "0.conv2d.weight".
+      std::string prefix = std::to_string(i) + "." + layers_[i]->kind() + ".";
+      if (p->name.rfind(prefix, 0) != 0) p->name = prefix + p->name;
+      out.push_back(p);
+    }
+  return out;
+}
+
+std::vector<named_tensor> model::state() {
+  std::vector<named_tensor> out;
+  for (parameter* p : parameters()) out.push_back({p->name, p->value});
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (auto& b : layers_[i]->buffers())
+      out.push_back({std::to_string(i) + "." + layers_[i]->kind() + "." + b.name, b.value});
+  return out;
+}
+
+void model::load_state(const std::string& arch, const std::vector<named_tensor>& entries) {
+  require_built("load_state");
+  if (arch != architecture())
+    throw error("checkpoint is for another architecture:\n  checkpoint: " + arch + "\n  this model: " +
+                architecture());
+  std::map<std::string, const tensor*> by_name;
+  for (auto& e : entries) by_name[e.name] = &e.value;
+  for (auto& mine : state()) {
+    auto it = by_name.find(mine.name);
+    if (it == by_name.end()) throw error("checkpoint has no entry for " + mine.name);
+    if (it->second->shape() != mine.value.shape())
+      throw error("checkpoint entry " + mine.name + " has shape " + it->second->shape().to_string() +
+                  ", the model needs " + mine.value.shape().to_string());
+  }
+  for (auto& mine : state()) mine.value.copy_from(*by_name[mine.name]);
+}
+
+std::string model::summary() const {
+  require_built("summary");
+  std::ostringstream os;
+  os << std::left << std::setw(4) << "#" << std::setw(34) << "layer" << std::setw(18) << "output"
+     << "params\n";
+  os << std::setw(4) << "" << std::setw(34) << "input" << std::setw(18) << input_.to_string() << "\n";
+  int64_t total = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    int64_t n = 0;
+    for (parameter* p : layers_[i]->parameters()) n += p->value.numel();
+    total += n;
+    os << std::setw(4) << (i + 1) << std::setw(34) << layers_[i]->describe() << std::setw(18)
+       << shapes_[i].to_string() << n << "\n";
+  }
+  os << "total parameters: " << total << " (" << std::fixed << std::setprecision(2)
+     << total * 4.0 / (1024.0 * 1024.0) << " MiB)\n";
+  return os.str();
+}
+
+std::string model::architecture() const {
+  require_built("architecture");
+  std::ostringstream os;
+  os << "input" << input_.to_string();
+  for (std::size_t i = 0; i < layers_.size(); ++i) os << " | " << layers_[i]->describe();
+  return os.str();
+}
+
+int64_t model::num_parameters() const {
+  int64_t total = 0;
+  for (auto& l : layers_)
+    for (parameter* p : l->parameters()) total += p->value.numel();
+  return total;
+}
+
+const shape& model::output_shape() const {
+  require_built("output_shape");
+  return shapes_.back();
+}
+
+} // namespace troupe::model

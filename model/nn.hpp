@@ -1,0 +1,96 @@
+#pragma once
+
+// The model-definition DSL. Layers are values with named setters; a model is
+// built from them:
+//
+//   using namespace troupe::nn;
+//   auto net = sequential(conv2d(1, 32, 3).padding(1), relu(), max_pool2d(2),
+//                         flatten(), dense(6272, 10));
+//   net.build({1, 28, 28}, /*seed=*/1);   // shape inference + initialisation
+//   std::cout << net.summary();
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/layer.hpp"
+#include "model/model.hpp"
+
+namespace troupe::nn {
+
+using model::init_scheme;
+
+/// Fully connected layer: y = x W^T + b, W [out, in]. Input [in] (flatten first).
+struct dense {
+  int64_t in_features, out_features;
+  bool bias_ = true;
+  init_scheme init_ = init_scheme::he;
+  dense(int64_t in, int64_t out) : in_features(in), out_features(out) {}
+  dense& bias(bool b) { bias_ = b; return *this; }
+  dense& init(init_scheme s) { init_ = s; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// 2-D convolution over [c, h, w] inputs, square kernel.
+struct conv2d {
+  int64_t in_channels, out_channels, kernel_size;
+  int64_t stride_ = 1, padding_ = 0;
+  bool bias_ = true;
+  init_scheme init_ = init_scheme::he;
+  conv2d(int64_t in, int64_t out, int64_t kernel) : in_channels(in), out_channels(out), kernel_size(kernel) {}
+  conv2d& stride(int64_t s) { stride_ = s; return *this; }
+  conv2d& padding(int64_t p) { padding_ = p; return *this; }
+  conv2d& bias(bool b) { bias_ = b; return *this; }
+  conv2d& init(init_scheme s) { init_ = s; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// Max pooling with a square window; stride defaults to the window size.
+struct max_pool2d {
+  int64_t kernel_size, stride_;
+  explicit max_pool2d(int64_t kernel) : kernel_size(kernel), stride_(kernel) {}
+  max_pool2d& stride(int64_t s) { stride_ = s; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// Average pooling with a square window; stride defaults to the window size.
+struct avg_pool2d {
+  int64_t kernel_size, stride_;
+  explicit avg_pool2d(int64_t kernel) : kernel_size(kernel), stride_(kernel) {}
+  avg_pool2d& stride(int64_t s) { stride_ = s; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+struct relu { std::unique_ptr<model::layer> make() const; };
+struct tanh { std::unique_ptr<model::layer> make() const; };
+struct sigmoid { std::unique_ptr<model::layer> make() const; };
+/// Collapses [c, h, w] into [c*h*w].
+struct flatten { std::unique_ptr<model::layer> make() const; };
+
+/// Inverted dropout with drop probability p (identity at evaluation).
+struct dropout {
+  float p;
+  explicit dropout(float prob = 0.5f) : p(prob) {}
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// Batch normalization per channel of [c] or [c, h, w] inputs.
+struct batch_norm {
+  int64_t features;
+  float eps_ = 1e-5f, momentum_ = 0.1f;
+  explicit batch_norm(int64_t f) : features(f) {}
+  batch_norm& eps(float e) { eps_ = e; return *this; }
+  batch_norm& momentum(float m) { momentum_ = m; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// A model that applies `layers` in order.
+template <class... Layers>
+model::model sequential(const Layers&... layers) {
+  std::vector<std::unique_ptr<model::layer>> v;
+  v.reserve(sizeof...(Layers));
+  (v.push_back(layers.make()), ...);
+  return model::model(std::move(v));
+}
+
+} // namespace troupe::nn

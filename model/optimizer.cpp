@@ -1,0 +1,134 @@
+#include "model/optimizer.hpp"
+
+#include <cmath>
+#include <map>
+
+#include "kernels/kernels.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+/// One state tensor per parameter, named "<prefix>/<parameter name>",
+/// created as zeros on first use.
+class slot_set {
+public:
+  explicit slot_set(std::string prefix) : prefix_(std::move(prefix)) {}
+  tensor& get(const parameter& p) {
+    auto& t = slots_[p.name];
+    if (!t.defined()) t = tensor::zeros(p.value.shape());
+    return t;
+  }
+  void save(std::vector<named_tensor>& out) const {
+    for (auto& [name, t] : slots_) out.push_back({prefix_ + "/" + name, t});
+  }
+  void load(const std::vector<parameter*>& params, const std::vector<named_tensor>& in) {
+    std::map<std::string, tensor> next;
+    for (auto& e : in) {
+      if (e.name.rfind(prefix_ + "/", 0) != 0) continue;
+      std::string pname = e.name.substr(prefix_.size() + 1);
+      const parameter* match = nullptr;
+      for (auto* p : params)
+        if (p->name == pname) match = p;
+      if (!match) throw error("optimizer state " + e.name + " names no parameter of this model");
+      if (match->value.shape() != e.value.shape())
+        throw error("optimizer state " + e.name + " has shape " + e.value.shape().to_string() +
+                    ", the parameter has " + match->value.shape().to_string());
+      next[pname] = e.value.clone();
+    }
+    slots_ = std::move(next);
+  }
+
+private:
+  std::string prefix_;
+  std::map<std::string, tensor> slots_;
+};
+
+void require_grad(const parameter& p) {
+  if (!p.grad.defined()) throw error("optimizer step: parameter " + p.name + " has no gradient (run backward first)");
+}
+
+class sgd_optimizer final : public optimizer {
+public:
+  explicit sgd_optimizer(const optim::sgd& o) : optimizer(o.lr_), o_(o), velocity_("velocity") {}
+  void step(const std::vector<parameter*>& params) override {
+    for (parameter* p : params) {
+      require_grad(*p);
+      if (o_.momentum_ == 0.0f)
+        kernels::sgd_step(p->value, p->grad, lr_, o_.weight_decay_);
+      else
+        kernels::momentum_step(p->value, p->grad, velocity_.get(*p), lr_, o_.momentum_, o_.weight_decay_,
+                               o_.nesterov_);
+    }
+  }
+  std::vector<named_tensor> state() const override {
+    std::vector<named_tensor> out;
+    velocity_.save(out);
+    return out;
+  }
+  void load_state(const std::vector<parameter*>& params, const std::vector<named_tensor>& s) override {
+    velocity_.load(params, s);
+  }
+  std::string describe() const override {
+    return "sgd(lr " + std::to_string(lr_) + ", momentum " + std::to_string(o_.momentum_) + ")";
+  }
+
+private:
+  optim::sgd o_;
+  slot_set velocity_;
+};
+
+class adam_optimizer final : public optimizer {
+public:
+  explicit adam_optimizer(const optim::adam& o) : optimizer(o.lr_), o_(o), m_("adam.m"), v_("adam.v") {}
+  void step(const std::vector<parameter*>& params) override {
+    ++step_;
+    for (parameter* p : params) {
+      require_grad(*p);
+      kernels::adam_step(p->value, p->grad, m_.get(*p), v_.get(*p), lr_, o_.beta1_, o_.beta2_, o_.eps_,
+                         o_.weight_decay_, step_);
+    }
+  }
+  std::vector<named_tensor> state() const override {
+    std::vector<named_tensor> out{{"adam.step", tensor::from({1}, {static_cast<float>(step_)})}};
+    m_.save(out);
+    v_.save(out);
+    return out;
+  }
+  void load_state(const std::vector<parameter*>& params, const std::vector<named_tensor>& s) override {
+    for (auto& e : s)
+      if (e.name == "adam.step" && e.value.numel() == 1) step_ = static_cast<int64_t>(e.value.at(0));
+    m_.load(params, s);
+    v_.load(params, s);
+  }
+  std::string describe() const override { return "adam(lr " + std::to_string(lr_) + ")"; }
+
+private:
+  optim::adam o_;
+  slot_set m_, v_;
+  int64_t step_ = 0;
+};
+
+} // namespace
+
+} // namespace troupe::model
+
+namespace troupe::optim {
+
+std::unique_ptr<model::optimizer> sgd::make() const {
+  if (!(lr_ > 0.0f) || !std::isfinite(lr_)) throw error("sgd: learning rate must be positive, got " + std::to_string(lr_));
+  if (!(momentum_ >= 0.0f && momentum_ < 1.0f))
+    throw error("sgd: momentum must be in [0, 1), got " + std::to_string(momentum_));
+  if (!(weight_decay_ >= 0.0f)) throw error("sgd: weight decay must be >= 0");
+  return std::make_unique<model::sgd_optimizer>(*this);
+}
+
+std::unique_ptr<model::optimizer> adam::make() const {
+  if (!(lr_ > 0.0f) || !std::isfinite(lr_)) throw error("adam: learning rate must be positive, got " + std::to_string(lr_));
+  if (!(beta1_ >= 0.0f && beta1_ < 1.0f && beta2_ >= 0.0f && beta2_ < 1.0f))
+    throw error("adam: betas must be in [0, 1)");
+  if (!(eps_ > 0.0f)) throw error("adam: eps must be positive");
+  return std::make_unique<model::adam_optimizer>(*this);
+}
+
+} // namespace troupe::optim

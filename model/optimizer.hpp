@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layer.hpp"
+
+namespace troupe::model {
+
+/// Updates parameters from their gradients; keeps per-parameter state
+/// (velocity, Adam moments) that a checkpoint can save and restore.
+class optimizer {
+public:
+  virtual ~optimizer() = default;
+  virtual void step(const std::vector<parameter*>& params) = 0;
+  /// Optimizer state by name ("velocity/0.dense.weight", "adam.step", ...).
+  virtual std::vector<named_tensor> state() const = 0;
+  /// Restores state saved by state(); throws when it does not fit `params`.
+  virtual void load_state(const std::vector<parameter*>& params, const std::vector<named_tensor>& s) = 0;
+  virtual std::string describe() const = 0;
+  float learning_rate() const { return lr_; }
+  void set_learning_rate(float lr) { lr_ = lr; }
+
+protected:
+  explicit optimizer(float lr) : lr_(lr) {}
+  float lr_;
+};
+
+} // namespace troupe::model
+
+namespace troupe::optim {
+
+/// SGD, with optional momentum (heavy ball or Nesterov) and weight decay.
+struct sgd {
+  float lr_, momentum_ = 0.0f, weight_decay_ = 0.0f;
+  bool nesterov_ = false;
+  explicit sgd(float lr) : lr_(lr) {}
+  sgd& momentum(float m) { momentum_ = m; return *this; }
+  sgd& weight_decay(float wd) { weight_decay_ = wd; return *this; }
+  sgd& nesterov(bool n) { nesterov_ = n; return *this; }
+  /// Throws troupe::error for a non-positive lr or momentum outside [0, 1).
+  std::unique_ptr<model::optimizer> make() const;
+};
+
+/// Adam (Kingma & Ba 2015).
+struct adam {
+  float lr_, beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f, weight_decay_ = 0.0f;
+  explicit adam(float lr = 1e-3f) : lr_(lr) {}
+  adam& betas(float b1, float b2) { beta1_ = b1; beta2_ = b2; return *this; }
+  adam& eps(float e) { eps_ = e; return *this; }
+  adam& weight_decay(float wd) { weight_decay_ = wd; return *this; }
+  std::unique_ptr<model::optimizer> make() const;
+};
+
+} // namespace troupe::optim

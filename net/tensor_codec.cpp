@@ -1,0 +1,54 @@
+#include "net/tensor_codec.hpp"
+
+#include <cstring>
+#include <limits>
+
+namespace troupe::net {
+
+void encode(const tensor& t, wire::Tensor::Builder b) {
+  if (t.dev().kind != device_kind::cpu) throw error("encode: only cpu tensors can be encoded, got " + to_string(t.dev()));
+  auto dims = b.initShape(static_cast<unsigned>(t.rank()));
+  for (std::size_t i = 0; i < t.rank(); ++i) dims.set(static_cast<unsigned>(i), t.dim(i));
+  b.setDtype(wire::DType::F32);
+  auto data = b.initData(static_cast<unsigned>(t.numel() * sizeof(float)));
+  if (t.numel() > 0) std::memcpy(data.begin(), t.data(), data.size());
+}
+
+tensor decode(wire::Tensor::Reader r, const std::string& what) {
+  if (r.getDtype() != wire::DType::F32)
+    throw error(what + ": unsupported dtype " + std::to_string(static_cast<int>(r.getDtype())));
+  std::vector<int64_t> dims;
+  int64_t numel = 1;
+  for (int64_t d : r.getShape()) {
+    if (d < 0 || (d > 0 && numel > std::numeric_limits<int32_t>::max() / d))
+      throw error(what + ": invalid dimension " + std::to_string(d));
+    dims.push_back(d);
+    numel *= d;
+  }
+  auto data = r.getData();
+  if (data.size() != static_cast<std::size_t>(numel) * sizeof(float))
+    throw error(what + ": payload of " + std::to_string(data.size()) + " bytes does not match shape " +
+                shape(dims).to_string() + " (" + std::to_string(numel * sizeof(float)) + " bytes)");
+  tensor t = tensor::empty(shape(dims));
+  if (numel > 0) std::memcpy(t.data(), data.begin(), data.size());
+  return t;
+}
+
+void encode(const std::vector<named_tensor>& ts, capnp::List<wire::NamedTensor>::Builder b) {
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    b[static_cast<unsigned>(i)].setName(ts[i].name);
+    encode(ts[i].value, b[static_cast<unsigned>(i)].initTensor());
+  }
+}
+
+std::vector<named_tensor> decode(capnp::List<wire::NamedTensor>::Reader r, const std::string& what) {
+  std::vector<named_tensor> out;
+  out.reserve(r.size());
+  for (auto e : r) {
+    std::string name = e.getName();
+    out.push_back({name, decode(e.getTensor(), what + " entry " + name)});
+  }
+  return out;
+}
+
+} // namespace troupe::net

@@ -1,0 +1,24 @@
+#pragma once
+
+// tensor <-> Cap'n Proto. Readers copy into troupe tensors (checkpoints) or
+// view the bytes in place.
+
+#include <string>
+#include <vector>
+
+#include "net/tensor.capnp.h"
+#include "tensor/tensor.hpp"
+
+namespace troupe::net {
+
+/// Writes `t` (a CPU tensor) into `b`; the payload is built in place.
+void encode(const tensor& t, wire::Tensor::Builder b);
+/// A CPU tensor holding a copy of `r`. Throws troupe::error when the dtype is
+/// unknown or the payload size does not match the shape; `what` names the
+/// tensor in the message.
+tensor decode(wire::Tensor::Reader r, const std::string& what);
+
+void encode(const std::vector<named_tensor>& ts, capnp::List<wire::NamedTensor>::Builder b);
+std::vector<named_tensor> decode(capnp::List<wire::NamedTensor>::Reader r, const std::string& what);
+
+} // namespace troupe::net

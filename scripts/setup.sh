@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every Debian package troupe needs (idempotent), then configures and builds.
+#   scripts/setup.sh            packages + build
+#   scripts/setup.sh --bench    also the libtorch baseline (large) used by bench/
+#   scripts/setup.sh --no-build packages only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_bench=0; build=1
+for a in "$@"; do
+  case "$a" in
+    --bench) with_bench=1 ;;
+    --no-build) build=0 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$a' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+packages=(
+  build-essential cmake pkg-config ninja-build
+  libcaf-dev capnproto libcapnp-dev libssl-dev
+  libeigen3-dev libboost-dev catch2 zlib1g-dev
+  libopenblas0-openmp libopenblas-openmp-dev
+  dataset-fashion-mnist gnuplot-nox
+)
+[ "$with_bench" = 1 ] && packages+=(libtorch-dev)
+
+sudo_cmd=()
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: not root and sudo is missing; run as root" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup.sh: all packages present"
+fi
+
+if [ "$build" = 1 ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build -j2
+fi

@@ -1,0 +1,168 @@
+#include "tensor/tensor.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <sstream>
+
+namespace troupe {
+
+std::string to_string(device d) {
+  return d.kind == device_kind::cpu ? "cpu" : "cuda:" + std::to_string(d.index);
+}
+
+namespace {
+
+class cpu_allocator final : public allocator {
+public:
+  void* allocate(std::size_t bytes) override {
+    // 64-byte alignment: whole cache lines, and Cap'n Proto's 8-byte rule.
+    std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p)
+      throw error("out of memory allocating " + std::to_string(bytes) + " bytes on cpu");
+    return p;
+  }
+  void deallocate(void* p, std::size_t) noexcept override { std::free(p); }
+};
+
+cpu_allocator default_cpu_allocator;
+allocator* allocators[2] = {&default_cpu_allocator, nullptr};
+
+void require_cpu(const tensor& t, const char* what) {
+  if (t.dev().kind != device_kind::cpu)
+    throw error(std::string("tensor::") + what + " is implemented for cpu tensors only, got " +
+                to_string(t.dev()));
+}
+
+} // namespace
+
+allocator& allocator_for(device_kind kind) {
+  allocator* a = allocators[static_cast<int>(kind)];
+  if (!a)
+    throw error("no allocator registered for device " + to_string(device{kind, 0}) +
+                " (is this build compiled with TROUPE_CUDA and a GPU present?)");
+  return *a;
+}
+
+void set_allocator(device_kind kind, allocator* a) {
+  allocators[static_cast<int>(kind)] = a ? a : (kind == device_kind::cpu ? &default_cpu_allocator : nullptr);
+}
+
+shape::shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
+shape::shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+
+int64_t shape::numel() const {
+  int64_t n = 1;
+  for (auto d : dims_) n *= d;
+  return n;
+}
+
+std::string shape::to_string() const {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < dims_.size(); ++i) os << (i ? ", " : "") << dims_[i];
+  os << ']';
+  return os.str();
+}
+
+storage::storage(std::size_t bytes, device dev)
+    : bytes_(bytes), dev_(dev), alloc_(&allocator_for(dev.kind)) {
+  data_ = alloc_->allocate(bytes);
+}
+
+storage::~storage() { alloc_->deallocate(data_, bytes_); }
+
+tensor tensor::empty(const troupe::shape& s, device dev) {
+  for (auto d : s.dims())
+    if (d < 0) throw shape_error("tensor::empty: negative dimension in shape " + s.to_string());
+  tensor t;
+  t.storage_ = std::make_shared<storage>(static_cast<std::size_t>(s.numel()) * sizeof(float), dev);
+  t.shape_ = s;
+  return t;
+}
+
+tensor tensor::zeros(const troupe::shape& s, device dev) { return full(s, 0.0f, dev); }
+
+tensor tensor::full(const troupe::shape& s, float value, device dev) {
+  tensor t = empty(s, dev);
+  t.fill(value);
+  return t;
+}
+
+tensor tensor::from(const troupe::shape& s, const std::vector<float>& values) {
+  if (static_cast<int64_t>(values.size()) != s.numel())
+    throw shape_error("tensor::from: " + std::to_string(values.size()) +
+                      " values do not fill shape " + s.to_string());
+  tensor t = empty(s);
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+
+tensor tensor::reshape(const troupe::shape& s) const {
+  std::vector<int64_t> dims = s.dims();
+  int64_t known = 1;
+  int infer = -1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1) {
+      if (infer >= 0) throw shape_error("reshape " + s.to_string() + ": more than one -1");
+      infer = static_cast<int>(i);
+    } else {
+      known *= dims[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel() % known != 0)
+      throw shape_error("reshape " + shape_.to_string() + " to " + s.to_string() +
+                        ": the -1 dimension cannot be inferred");
+    dims[infer] = numel() / known;
+  }
+  troupe::shape out(dims);
+  if (out.numel() != numel())
+    throw shape_error("reshape " + shape_.to_string() + " (" + std::to_string(numel()) +
+                      " elements) to " + s.to_string() + " (" + std::to_string(out.numel()) +
+                      " elements)");
+  tensor t = *this;
+  t.shape_ = out;
+  return t;
+}
+
+tensor tensor::slice(int64_t begin, int64_t end) const {
+  if (rank() == 0 || begin < 0 || end > dim(0) || begin > end)
+    throw shape_error("slice [" + std::to_string(begin) + ", " + std::to_string(end) +
+                      ") out of range for shape " + shape_.to_string());
+  int64_t row = dim(0) ? numel() / dim(0) : 0;
+  tensor t = *this;
+  t.offset_ = offset_ + begin * row;
+  t.shape_[0] = end - begin;
+  return t;
+}
+
+tensor tensor::clone() const {
+  require_cpu(*this, "clone");
+  tensor t = empty(shape_, dev());
+  std::memcpy(t.data(), data(), static_cast<std::size_t>(numel()) * sizeof(float));
+  return t;
+}
+
+void tensor::copy_from(const tensor& src) {
+  require_cpu(*this, "copy_from");
+  require_cpu(src, "copy_from");
+  if (src.numel() != numel())
+    throw shape_error("copy_from: source " + src.shape().to_string() + " into " + shape_.to_string());
+  std::memmove(data(), src.data(), static_cast<std::size_t>(numel()) * sizeof(float));
+}
+
+void tensor::fill(float value) {
+  require_cpu(*this, "fill");
+  std::fill_n(data(), numel(), value);
+}
+
+std::vector<float> tensor::to_vector() const {
+  require_cpu(*this, "to_vector");
+  return std::vector<float>(data(), data() + numel());
+}
+
+} // namespace troupe

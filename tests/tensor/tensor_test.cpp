@@ -1,4 +1,80 @@
 #include <catch2/catch.hpp>
+
 #include "tensor/tensor.hpp"
+
 using namespace troupe;
-TEST_CASE("tensor basics") { auto t = tensor::zeros({2,3}); CHECK(t.numel()==6); }
+using Catch::Contains;
+
+TEST_CASE("shape basics", "[tensor]") {
+  shape s{2, 3, 4};
+  CHECK(s.rank() == 3);
+  CHECK(s.numel() == 24);
+  CHECK(s.to_string() == "[2, 3, 4]");
+  CHECK(shape{}.numel() == 1);
+  CHECK(shape{2, 0}.numel() == 0);
+}
+
+TEST_CASE("tensors are ref-counted, views share storage, clone copies", "[tensor]") {
+  tensor t = tensor::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(t.dev() == device{});
+  CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0);
+  tensor v = t.reshape({3, -1});
+  CHECK(v.shape() == shape{3, 2});
+  CHECK(v.shares_storage(t));
+  v.at(0) = 10;
+  CHECK(t.at(0) == 10);
+  tensor row = t.slice(1, 2);
+  CHECK(row.shape() == shape{1, 3});
+  CHECK(row.at(0) == 4);
+  row.fill(0);
+  CHECK(t.to_vector() == std::vector<float>{10, 2, 3, 0, 0, 0});
+  tensor c = t.clone();
+  CHECK_FALSE(c.shares_storage(t));
+  c.at(1) = 99;
+  CHECK(t.at(1) == 2);
+  tensor z = tensor::zeros({4});
+  z.copy_from(tensor::full({2, 2}, 3.0f));
+  CHECK(z.to_vector() == std::vector<float>{3, 3, 3, 3});
+}
+
+TEST_CASE("tensor shape errors are clear", "[tensor]") {
+  tensor t = tensor::zeros({2, 3});
+  CHECK_THROWS_WITH(t.reshape({4, 2}), Contains("[2, 3]") && Contains("[4, 2]"));
+  CHECK_THROWS_WITH(t.reshape({-1, -1}), Contains("more than one -1"));
+  CHECK_THROWS_WITH(t.reshape({4, -1}), Contains("cannot be inferred"));
+  CHECK_THROWS_AS(t.slice(1, 3), shape_error);
+  CHECK_THROWS_AS(tensor::from({2}, {1, 2, 3}), shape_error);
+  CHECK_THROWS_AS(tensor::zeros({4}).copy_from(t), shape_error);
+  CHECK_THROWS_AS(tensor::empty({2, -1}), shape_error);
+}
+
+namespace {
+struct counting_allocator : allocator {
+  int live = 0;
+  void* allocate(std::size_t bytes) override {
+    ++live;
+    return ::operator new(bytes);
+  }
+  void deallocate(void* p, std::size_t) noexcept override {
+    --live;
+    ::operator delete(p);
+  }
+};
+} // namespace
+
+TEST_CASE("allocator seam: tensors take memory from the allocator of their device", "[tensor]") {
+  counting_allocator a;
+  set_allocator(device_kind::cuda, &a);
+  {
+    tensor t = tensor::empty({16}, device{device_kind::cuda, 0});
+    CHECK(a.live == 1);
+    CHECK(t.dev().kind == device_kind::cuda);
+    tensor view = t.reshape({4, 4});
+    CHECK(a.live == 1);
+    // Host-only operations refuse device tensors instead of touching them.
+    CHECK_THROWS_WITH(t.fill(0), Contains("cpu tensors only"));
+  }
+  CHECK(a.live == 0);
+  set_allocator(device_kind::cuda, nullptr);
+  CHECK_THROWS_WITH(tensor::empty({1}, device{device_kind::cuda, 0}), Contains("no allocator"));
+}

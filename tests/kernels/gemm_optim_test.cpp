@@ -1,0 +1,87 @@
+#include <catch2/catch.hpp>
+
+#include "kernels/kernels.hpp"
+#include "tests/gradcheck.hpp"
+
+using namespace troupe;
+namespace k = troupe::kernels;
+
+TEST_CASE("gemm matches a naive product for every transpose and both backends", "[kernels][gemm]") {
+  auto backend = GENERATE(k::gemm_backend::openblas, k::gemm_backend::eigen);
+  k::set_gemm_backend(backend);
+  const int64_t m = 7, n = 5, kk = 9;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      tensor a = testing::random_tensor(ta ? shape{kk, m} : shape{m, kk}, 1);
+      tensor b = testing::random_tensor(tb ? shape{n, kk} : shape{kk, n}, 2);
+      tensor c = testing::random_tensor({m, n}, 3), c0 = c.clone();
+      k::gemm(ta, tb, m, n, kk, 0.5f, a.data(), ta ? m : kk, b.data(), tb ? kk : n, 2.0f, c.data(), n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t p = 0; p < kk; ++p)
+            s += double(ta ? a.at(p * m + i) : a.at(i * kk + p)) * (tb ? b.at(j * kk + p) : b.at(p * n + j));
+          INFO("ta " << ta << " tb " << tb << " at " << i << "," << j);
+          CHECK(c.at(i * n + j) == Approx(0.5 * s + 2.0 * c0.at(i * n + j)).epsilon(1e-4).margin(1e-5));
+        }
+    }
+  k::set_gemm_backend(k::gemm_backend::openblas);
+}
+
+TEST_CASE("optimizer steps against hand-computed values", "[kernels][optim]") {
+  SECTION("sgd with weight decay") {
+    tensor w = tensor::from({2}, {1.0f, -2.0f}), g = tensor::from({2}, {0.5f, 0.25f});
+    k::sgd_step(w, g, 0.1f, 0.01f);
+    CHECK(w.at(0) == Approx(1.0 - 0.1 * (0.5 + 0.01 * 1.0)));
+    CHECK(w.at(1) == Approx(-2.0 - 0.1 * (0.25 - 0.02)));
+  }
+  SECTION("momentum, two steps") {
+    tensor w = tensor::from({1}, {1.0f}), g = tensor::from({1}, {1.0f}), v = tensor::zeros({1});
+    k::momentum_step(w, g, v, 0.1f, 0.9f, 0.0f, false);  // v = 1, w = 0.9
+    CHECK(v.at(0) == Approx(1.0));
+    CHECK(w.at(0) == Approx(0.9));
+    k::momentum_step(w, g, v, 0.1f, 0.9f, 0.0f, false);  // v = 1.9, w = 0.71
+    CHECK(v.at(0) == Approx(1.9));
+    CHECK(w.at(0) == Approx(0.71));
+  }
+  SECTION("nesterov") {
+    tensor w = tensor::from({1}, {1.0f}), g = tensor::from({1}, {1.0f}), v = tensor::zeros({1});
+    k::momentum_step(w, g, v, 0.1f, 0.9f, 0.0f, true);  // v = 1, w -= 0.1 * (1 + 0.9)
+    CHECK(w.at(0) == Approx(0.81));
+  }
+  SECTION("adam, two steps") {
+    tensor w = tensor::from({1}, {1.0f}), g = tensor::from({1}, {0.5f}), m = tensor::zeros({1}), v = tensor::zeros({1});
+    k::adam_step(w, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    // Step 1: m_hat = g, v_hat = g^2: the update is lr * sign(g).
+    CHECK(w.at(0) == Approx(0.9).epsilon(1e-6));
+    g.at(0) = -0.5f;
+    k::adam_step(w, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 2);
+    double m2 = 0.9 * 0.05 + 0.1 * -0.5, v2 = 0.999 * 0.00025 + 0.001 * 0.25;
+    double mh = m2 / (1 - 0.81), vh = v2 / (1 - 0.999 * 0.999);
+    CHECK(w.at(0) == Approx(0.9 - 0.1 * mh / (std::sqrt(vh) + 1e-8)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("all_finite finds NaN and infinity", "[kernels]") {
+  tensor t = tensor::from({3}, {1.0f, 2.0f, 3.0f});
+  CHECK(k::all_finite(t));
+  t.at(1) = std::nanf("");
+  CHECK_FALSE(k::all_finite(t));
+  t.at(1) = INFINITY;
+  CHECK_FALSE(k::all_finite(t));
+}
+
+TEST_CASE("kernels give the same result with 1 and 2 threads", "[kernels]") {
+  k::conv2d_geometry g{2, 3, 3, 1, 1};
+  tensor x = testing::random_tensor({5, 2, 6, 6}, 9), w = testing::random_tensor({3, 2, 3, 3}, 10);
+  tensor y1, y2, cols, dw1, dw2, dx1, dx2;
+  k::set_num_threads(1);
+  k::conv2d_forward(x, w, tensor(), g, y1, cols);
+  k::conv2d_backward(w, cols, y1, g, x.shape(), &dx1, dw1, nullptr);
+  k::set_num_threads(2);
+  k::conv2d_forward(x, w, tensor(), g, y2, cols);
+  k::conv2d_backward(w, cols, y2, g, x.shape(), &dx2, dw2, nullptr);
+  CHECK(y1.to_vector() == y2.to_vector());
+  CHECK(dx1.to_vector() == dx2.to_vector());
+  for (int64_t i = 0; i < dw1.numel(); ++i) CHECK(dw1.at(i) == Approx(dw2.at(i)).epsilon(1e-5));
+}

@@ -94,7 +94,13 @@ image_dataset read_idx(const std::string& images_path, const std::string& labels
   ds.height = be32(img, 8);
   ds.width = be32(img, 12);
   ds.channels = 1;
-  uint64_t want = 16 + uint64_t(ds.count) * uint64_t(ds.height) * uint64_t(ds.width);
+  const uint64_t plane = uint64_t(ds.height) * uint64_t(ds.width);  // both < 2^32: no overflow
+  // Compare by division so that a forged header cannot overflow the size check.
+  if (plane == 0 || uint64_t(ds.count) > (img.size() - 16) / plane)
+    throw error(images_path + ": header says " + std::to_string(ds.count) + " images of " +
+                std::to_string(ds.height) + "x" + std::to_string(ds.width) + " but the file has " +
+                std::to_string(img.size()) + " bytes: file is truncated or the header is corrupt");
+  uint64_t want = 16 + uint64_t(ds.count) * plane;
   if (img.size() != want)
     throw error(images_path + ": size " + std::to_string(img.size()) + " bytes, header says " +
                 std::to_string(ds.count) + " images of " + std::to_string(ds.height) + "x" +

@@ -23,14 +23,18 @@ std::string sys_error(const std::string& what) { return what + ": " + std::strer
 
 void save_checkpoint(const std::string& path, const checkpoint& c) {
   capnp::MallocMessageBuilder msg;
-  auto root = msg.initRoot<wire::Checkpoint>();
-  root.setFormatVersion(format_version);
-  root.setArchitecture(c.architecture);
-  root.setEpoch(c.epoch);
-  root.setStep(c.step);
-  root.setOptimizerKind(c.optimizer_kind);
-  encode(c.params, root.initParams(static_cast<unsigned>(c.params.size())));
-  encode(c.optimizer, root.initOptimizer(static_cast<unsigned>(c.optimizer.size())));
+  try {
+    auto root = msg.initRoot<wire::Checkpoint>();
+    root.setFormatVersion(format_version);
+    root.setArchitecture(c.architecture);
+    root.setEpoch(c.epoch);
+    root.setStep(c.step);
+    root.setOptimizerKind(c.optimizer_kind);
+    encode(c.params, root.initParams(static_cast<unsigned>(c.params.size())));
+    encode(c.optimizer, root.initOptimizer(static_cast<unsigned>(c.optimizer.size())));
+  } catch (const kj::Exception& e) {
+    throw error("building checkpoint " + path + " failed: " + e.getDescription().cStr());
+  }
 
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

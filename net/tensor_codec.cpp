@@ -7,6 +7,11 @@ namespace troupe::net {
 
 void encode(const tensor& t, wire::Tensor::Builder b) {
   if (t.dev().kind != device_kind::cpu) throw error("encode: only cpu tensors can be encoded, got " + to_string(t.dev()));
+  // Cap'n Proto lists and blobs hold fewer than 2^29 elements.
+  constexpr uint64_t max_blob = (uint64_t(1) << 29) - 1;
+  if (uint64_t(t.numel()) * sizeof(float) > max_blob)
+    throw error("encode: tensor " + t.shape().to_string() + " is " + std::to_string(t.numel() * sizeof(float)) +
+                " bytes; one Cap'n Proto blob holds at most " + std::to_string(max_blob) + " bytes");
   auto dims = b.initShape(static_cast<unsigned>(t.rank()));
   for (std::size_t i = 0; i < t.rank(); ++i) dims.set(static_cast<unsigned>(i), t.dim(i));
   b.setDtype(wire::DType::F32);
@@ -37,7 +42,11 @@ tensor decode(wire::Tensor::Reader r, const std::string& what) {
 void encode(const std::vector<named_tensor>& ts, capnp::List<wire::NamedTensor>::Builder b) {
   for (std::size_t i = 0; i < ts.size(); ++i) {
     b[static_cast<unsigned>(i)].setName(ts[i].name);
-    encode(ts[i].value, b[static_cast<unsigned>(i)].initTensor());
+    try {
+      encode(ts[i].value, b[static_cast<unsigned>(i)].initTensor());
+    } catch (const error& e) {
+      throw error(ts[i].name + ": " + e.what());
+    }
   }
 }
 

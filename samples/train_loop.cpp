@@ -126,7 +126,9 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
   // Open the metrics file first: a bad path fails before minutes of training.
   std::ofstream metrics;
   if (!o.metrics_out.empty()) {
-    metrics.open(o.metrics_out, std::ios::trunc);
+    // A resumed run appends to the records of the epochs it continues.
+    bool resuming = !o.checkpoint.empty() && file_exists(o.checkpoint);
+    metrics.open(o.metrics_out, resuming ? std::ios::app : std::ios::trunc);
     if (!metrics) throw error("--metrics-out: cannot write " + o.metrics_out);
   }
 
@@ -197,7 +199,8 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     if (!o.checkpoint.empty()) {
       net::checkpoint c;
       c.architecture = net.architecture();
-      c.epoch = static_cast<uint32_t>(epoch + 1);
+      // Only a finished epoch counts: a run stopped by --max-steps redoes that epoch on resume.
+      c.epoch = static_cast<uint32_t>(batches == per_epoch ? epoch + 1 : epoch);
       c.step = static_cast<uint64_t>(steps);
       c.params = net.state();
       c.optimizer = opt->state();

@@ -28,6 +28,24 @@ void max_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y,
 #pragma omp parallel for schedule(static) if (x.numel() > detail::parallel_grain)
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* in = xp + pl * h * w;
+    if (k == 2 && s == 2) {
+      // The common 2x2 window, unrolled.
+      for (int64_t r = 0; r < oh; ++r) {
+        const float* r0 = in + 2 * r * w;
+        const float* r1 = r0 + w;
+        for (int64_t c = 0; c < ow; ++c) {
+          int64_t at = 2 * r * w + 2 * c;
+          float best = r0[2 * c];
+          if (r0[2 * c + 1] > best) { best = r0[2 * c + 1]; at = 2 * r * w + 2 * c + 1; }
+          if (r1[2 * c] > best) { best = r1[2 * c]; at = (2 * r + 1) * w + 2 * c; }
+          if (r1[2 * c + 1] > best) { best = r1[2 * c + 1]; at = (2 * r + 1) * w + 2 * c + 1; }
+          int64_t o = pl * oh * ow + r * ow + c;
+          yp[o] = best;
+          ap[o] = static_cast<int32_t>(pl * h * w + at);
+        }
+      }
+      continue;
+    }
     for (int64_t r = 0; r < oh; ++r)
       for (int64_t c = 0; c < ow; ++c) {
         float best = -std::numeric_limits<float>::infinity();
@@ -56,11 +74,16 @@ void max_pool2d_backward(const tensor& dy, const std::vector<int32_t>& argmax,
                   "max_pool2d_backward",
                   "dy " + dy.shape().to_string() + " does not match input " + x_shape.to_string());
   ensure_shape(dx, x_shape);
-  dx.fill(0.0f);
   float* d = dx.data();
   const float* g = dy.data();
-  const int64_t n = dy.numel();
-  for (int64_t i = 0; i < n; ++i) d[argmax[i]] += g[i];
+  // Each plane's maxima lie in the same plane of the input: planes split over threads.
+  const int64_t planes = x_shape[0] * x_shape[1], in_plane = x_shape[2] * x_shape[3];
+  const int64_t out_plane = planes ? dy.numel() / planes : 0;
+#pragma omp parallel for schedule(static) if (dx.numel() > detail::parallel_grain)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    std::fill_n(d + pl * in_plane, in_plane, 0.0f);
+    for (int64_t i = pl * out_plane; i < (pl + 1) * out_plane; ++i) d[argmax[i]] += g[i];
+  }
 }
 
 void avg_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y) {

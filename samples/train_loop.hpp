@@ -18,7 +18,7 @@ struct options {
   float lr = 0.05f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
-  std::string lr_schedule = "constant"; ///< constant | cosine (per step, to 0 at the end)
+  std::string lr_schedule = "cosine";   ///< cosine (per step, to 0 at the end) | constant
   uint64_t seed = 1;
   int threads = 0;                      ///< 0: all cores
   std::string data_dir;                 ///< empty: Debian's Fashion-MNIST directory

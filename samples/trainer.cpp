@@ -48,7 +48,7 @@ std::vector<flag> flags(troupe::train::options& o) {
        [&](auto& v) { o.momentum = parse_float("momentum", v); }},
       {"weight-decay", "F", "L2 weight decay (default 0)",
        [&](auto& v) { o.weight_decay = parse_float("weight-decay", v); }},
-      {"lr-schedule", "NAME", "constant or cosine (default constant)", [&](auto& v) { o.lr_schedule = v; }},
+      {"lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)", [&](auto& v) { o.lr_schedule = v; }},
       {"seed", "N", "seed for initialisation and shuffling (default 1)",
        [&](auto& v) { o.seed = static_cast<uint64_t>(parse_int("seed", v)); }},
       {"threads", "N", "CPU threads, 0 = all cores (default 0)",

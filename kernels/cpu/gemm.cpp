@@ -21,14 +21,19 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
   cmap A(a, ta ? k : m, ta ? m : k, stride_t(lda));
   cmap B(b, tb ? n : k, tb ? k : n, stride_t(ldb));
   mmap C(c, m, n, stride_t(ldc));
-  if (beta == 0.0f)
-    C.setZero();
-  else if (beta != 1.0f)
-    C *= beta;
-  if (!ta && !tb) C.noalias() += alpha * A * B;
-  else if (ta && !tb) C.noalias() += alpha * A.transpose() * B;
-  else if (!ta && tb) C.noalias() += alpha * A * B.transpose();
-  else C.noalias() += alpha * A.transpose() * B.transpose();
+  // beta == 0 assigns (no pass over C first); otherwise scale and accumulate.
+  auto run = [&](const auto& product) {
+    if (beta == 0.0f) {
+      C.noalias() = alpha * product;
+    } else {
+      if (beta != 1.0f) C *= beta;
+      C.noalias() += alpha * product;
+    }
+  };
+  if (!ta && !tb) run(A * B);
+  else if (ta && !tb) run(A.transpose() * B);
+  else if (!ta && tb) run(A * B.transpose());
+  else run(A.transpose() * B.transpose());
 }
 } // namespace
 

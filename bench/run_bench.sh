@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# troupe against libtorch on this machine, in one invocation:
+#   * GEMM 1024^3 GFLOP/s: troupe's gemm vs OpenBLAS (and Eigen's product)
+#   * training samples/s, MLP and CNN, Fashion-MNIST, batch 64, SGD lr 0.05
+#     momentum 0.9, 2 threads, one epoch; runs interleaved, medians compared
+#   * peak RSS of each run
+# Usage: bench/run_bench.sh [BUILD_DIR] (default build/). Env: REPS_MLP (5), REPS_CNN (3), THREADS (2).
+# Needs the libtorch baseline: scripts/setup.sh --bench, then rebuild.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+reps_mlp=${REPS_MLP:-5}
+reps_cnn=${REPS_CNN:-3}
+threads=${THREADS:-2}
+trainer=$build/troupe_trainer
+torch=$build/bench/troupe_torch_baseline
+gemm=$build/bench/troupe_gemm_bench
+for b in "$trainer" "$gemm"; do
+  [ -x "$b" ] || { echo "run_bench: $b not built (cmake --build $build)" >&2; exit 1; }
+done
+if [ ! -x "$torch" ]; then
+  echo "run_bench: $torch not built: install libtorch with scripts/setup.sh --bench, then rebuild" >&2
+  exit 1
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2" | tail -n 1; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)"
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo
+"$gemm" --size 1024 --threads "$threads" --reps 10 | tee "$tmp/gemm.json"
+echo
+
+for model in mlp cnn; do
+  reps=$reps_mlp
+  [ "$model" = cnn ] && reps=$reps_cnn
+  : > "$tmp/$model.troupe"; : > "$tmp/$model.torch"; : > "$tmp/$model.rss_troupe"; : > "$tmp/$model.rss_torch"
+  for r in $(seq "$reps"); do
+    "$trainer" --model "$model" --epochs 1 --batch-size 64 --lr 0.05 --momentum 0.9 --threads "$threads" \
+      --progress none --metrics-out "$tmp/t.jsonl" 2>/dev/null
+    field samples_per_s "$tmp/t.jsonl" >> "$tmp/$model.troupe"
+    field peak_rss_mb "$tmp/t.jsonl" >> "$tmp/$model.rss_troupe"
+    "$torch" --model "$model" --epochs 1 --batch-size 64 --lr 0.05 --momentum 0.9 --threads "$threads" \
+      2>/dev/null > "$tmp/b.json"
+    field samples_per_s "$tmp/b.json" >> "$tmp/$model.torch"
+    field peak_rss_mb "$tmp/b.json" >> "$tmp/$model.rss_torch"
+    echo "$model run $r: troupe $(tail -n 1 "$tmp/$model.troupe") samples/s, libtorch $(tail -n 1 "$tmp/$model.torch") samples/s"
+  done
+done
+
+echo
+printf '| model | troupe samples/s (median) | libtorch samples/s (median) | ratio | troupe peak RSS MB | libtorch peak RSS MB |\n'
+printf '|---|---|---|---|---|---|\n'
+for model in mlp cnn; do
+  t=$(median < "$tmp/$model.troupe"); b=$(median < "$tmp/$model.torch")
+  rt=$(sort -g "$tmp/$model.rss_troupe" | tail -n 1); rb=$(sort -g "$tmp/$model.rss_torch" | tail -n 1)
+  printf '| %s | %.0f | %.0f | %.2fx | %.0f | %.0f |\n' "$model" "$t" "$b" "$(awk -v a="$t" -v b="$b" 'BEGIN{print a/b}')" "$rt" "$rb"
+done
+printf '\nGEMM 1024^3, %s threads: troupe %s GFLOP/s, OpenBLAS %s GFLOP/s (troupe/OpenBLAS %s), Eigen %s GFLOP/s\n' \
+  "$threads" "$(field troupe_gflops "$tmp/gemm.json")" "$(field openblas_gflops "$tmp/gemm.json")" \
+  "$(field troupe_vs_openblas "$tmp/gemm.json")" "$(field eigen_gflops "$tmp/gemm.json")"

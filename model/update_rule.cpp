@@ -1,0 +1,199 @@
+#include "model/update_rule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tensor/error.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+/// Per-worker copies of the parameters each worker last received (w_bak) and,
+/// for the adaptive rules, each worker's mean square of gradients (MS).
+class worker_state {
+public:
+  worker_state(int workers, int64_t n, bool with_ms) : n_(n) {
+    bak_.resize(workers);
+    if (with_ms) ms_.assign(workers, std::vector<float>(n, 0.0f));
+  }
+  /// w_bak(m); before the worker's first pull it is the current w.
+  const float* bak(int m, const float* w) {
+    auto& b = bak_.at(m);
+    if (b.empty()) b.assign(w, w + n_);
+    return b.data();
+  }
+  void set_bak(int m, const float* w) { bak_.at(m).assign(w, w + n_); }
+  float* ms(int m) { return ms_.at(m).data(); }
+
+private:
+  int64_t n_;
+  std::vector<std::vector<float>> bak_, ms_;
+};
+
+void check_worker(int worker, int workers) {
+  if (worker < 0 || worker >= workers)
+    throw error("update rule: worker id " + std::to_string(worker) + " outside [0, " + std::to_string(workers) + ")");
+}
+
+class ssgd final : public update_rule {
+public:
+  ssgd(const update_config& c, int64_t n) : c_(c), sum_(n, 0.0f), seen_(c.workers, false) {}
+  bool apply(float* w, const float* g, int64_t n, int worker, int64_t) override {
+    check_worker(worker, c_.workers);
+    if (seen_[worker])
+      throw error("ssgd: worker " + std::to_string(worker) + " sent two gradients in one round");
+    seen_[worker] = true;
+    for (int64_t i = 0; i < n; ++i) sum_[i] += g[i];
+    if (++arrived_ < c_.workers) return false;
+    const float scale = c_.lr / static_cast<float>(c_.workers);
+    for (int64_t i = 0; i < n; ++i) w[i] -= scale * sum_[i];
+    std::fill(sum_.begin(), sum_.end(), 0.0f);
+    std::fill(seen_.begin(), seen_.end(), false);
+    arrived_ = 0;
+    return true;
+  }
+  std::string name() const override { return "ssgd"; }
+
+private:
+  update_config c_;
+  std::vector<float> sum_;
+  std::vector<bool> seen_;
+  int arrived_ = 0;
+};
+
+class asgd final : public update_rule {
+public:
+  asgd(const update_config& c, bool staleness_aware) : c_(c), aware_(staleness_aware) {}
+  bool apply(float* w, const float* g, int64_t n, int worker, int64_t tau) override {
+    check_worker(worker, c_.workers);
+    // Zhang et al. 2016: eta / max(1, tau).
+    const float lr = aware_ ? c_.lr / static_cast<float>(std::max<int64_t>(1, tau)) : c_.lr;
+    for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+    return true;
+  }
+  std::string name() const override { return aware_ ? "sa-asgd" : "asgd"; }
+
+private:
+  update_config c_;
+  bool aware_;
+};
+
+/// DC-ASGD-c, DC-ASGD-a and DDC-ASGD: one loop, three settings.
+class delay_compensated final : public update_rule {
+public:
+  enum class kind { constant, adaptive, dynamic };
+  delay_compensated(const update_config& c, int64_t n, kind k)
+      : c_(c), k_(k), state_(c.workers, n, k != kind::constant) {
+    if (k == kind::dynamic) v_.assign(n, 0.0f);
+  }
+  bool apply(float* w, const float* g, int64_t n, int worker, int64_t tau) override {
+    check_worker(worker, c_.workers);
+    const float* bak = state_.bak(worker, w);
+    const float rho = k_ == kind::dynamic ? ddc_rho(c_.alpha, tau) : 1.0f;
+    const float mu = k_ == kind::dynamic ? ddc_mu(c_.mu0, tau) : 0.0f;
+    float* ms = k_ == kind::constant ? nullptr : state_.ms(worker);
+    for (int64_t i = 0; i < n; ++i) {
+      const float gg = g[i] * g[i];
+      float lambda = c_.lambda;
+      if (ms) {
+        ms[i] = c_.rho_ms * ms[i] + (1.0f - c_.rho_ms) * gg;
+        lambda = c_.lambda0 / std::sqrt(ms[i] + c_.eps);
+      }
+      const float g_hat = g[i] + lambda * gg * (w[i] - bak[i]);
+      if (k_ == kind::dynamic) {
+        v_[i] = mu * v_[i] + rho * g_hat;
+        w[i] -= c_.lr * v_[i];
+      } else {
+        w[i] -= c_.lr * g_hat;
+      }
+    }
+    state_.set_bak(worker, w);
+    return true;
+  }
+  void on_send(const float* w, int64_t, int worker) override {
+    check_worker(worker, c_.workers);
+    state_.set_bak(worker, w);
+  }
+  std::string name() const override {
+    return k_ == kind::constant ? "dc-asgd-c" : k_ == kind::adaptive ? "dc-asgd-a" : "ddc-asgd";
+  }
+
+private:
+  update_config c_;
+  kind k_;
+  worker_state state_;
+  std::vector<float> v_;
+};
+
+} // namespace
+
+float ddc_rho(float alpha, int64_t tau) { return 1.0f / (1.0f + alpha * static_cast<float>(tau)); }
+
+float ddc_mu(float mu0, int64_t tau) {
+  return std::max(0.0f, 1.0f - (1.0f - mu0) * (1.0f + static_cast<float>(tau)));
+}
+
+void validate(const update_config& c) {
+  auto bad = [](const std::string& m) { throw error("update rule: " + m); };
+  if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) bad("learning rate must be positive");
+  if (c.workers < 1) bad("workers must be at least 1, got " + std::to_string(c.workers));
+  if (!(c.lambda >= 0.0f)) bad("lambda must be >= 0");
+  if (!(c.lambda0 >= 0.0f)) bad("lambda0 must be >= 0");
+  if (!(c.rho_ms >= 0.0f && c.rho_ms < 1.0f)) bad("rho_ms must be in [0, 1)");
+  if (!(c.eps > 0.0f)) bad("eps must be positive");
+  if (!(c.alpha >= 0.0f)) bad("alpha must be >= 0");
+  if (!(c.mu0 >= 0.0f && c.mu0 < 1.0f)) bad("mu0 must be in [0, 1)");
+}
+
+std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n) {
+  validate(c);
+  using dc = delay_compensated;
+  if (c.rule == "ssgd") return std::make_unique<ssgd>(c, n);
+  if (c.rule == "asgd") return std::make_unique<asgd>(c, false);
+  if (c.rule == "sa-asgd") return std::make_unique<asgd>(c, true);
+  if (c.rule == "dc-asgd-c") return std::make_unique<dc>(c, n, dc::kind::constant);
+  if (c.rule == "dc-asgd-a") return std::make_unique<dc>(c, n, dc::kind::adaptive);
+  if (c.rule == "ddc-asgd") return std::make_unique<dc>(c, n, dc::kind::dynamic);
+  throw error("unknown update rule '" + c.rule + "' (choose ssgd, asgd, sa-asgd, dc-asgd-c, dc-asgd-a or ddc-asgd)");
+}
+
+staleness_stats::staleness_stats(int workers)
+    : hist_(buckets, 0), worker_sum_(std::max(0, workers), 0), worker_count_(std::max(0, workers), 0) {}
+
+void staleness_stats::record(int worker, int64_t tau) {
+  if (tau < 0) throw error("staleness " + std::to_string(tau) + " is negative: base version ahead of the shard");
+  ++count_;
+  sum_ += tau;
+  max_ = std::max(max_, tau);
+  ++hist_[std::min<int64_t>(tau, buckets - 1)];
+  if (worker >= static_cast<int>(worker_sum_.size())) {
+    worker_sum_.resize(worker + 1, 0);
+    worker_count_.resize(worker + 1, 0);
+  }
+  worker_sum_[worker] += tau;
+  ++worker_count_[worker];
+}
+
+double staleness_stats::worker_mean(int worker) const {
+  if (worker < 0 || worker >= static_cast<int>(worker_count_.size()) || worker_count_[worker] == 0) return 0.0;
+  return static_cast<double>(worker_sum_[worker]) / worker_count_[worker];
+}
+
+void staleness_stats::merge(const staleness_stats& o) {
+  count_ += o.count_;
+  sum_ += o.sum_;
+  max_ = std::max(max_, o.max_);
+  for (int64_t i = 0; i < buckets; ++i) hist_[i] += o.hist_[i];
+  if (o.worker_sum_.size() > worker_sum_.size()) {
+    worker_sum_.resize(o.worker_sum_.size(), 0);
+    worker_count_.resize(o.worker_count_.size(), 0);
+  }
+  for (std::size_t i = 0; i < o.worker_sum_.size(); ++i) {
+    worker_sum_[i] += o.worker_sum_[i];
+    worker_count_[i] += o.worker_count_[i];
+  }
+}
+
+} // namespace troupe::model

@@ -1,0 +1,72 @@
+#pragma once
+
+// Server-side update rules of the parameter server (docs/algorithms.md), as
+// pure objects over one shard's flat parameter vector. The parameter-shard
+// actor calls apply() once per PushGradient message; nothing here knows about
+// actors or messages.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace troupe::model {
+
+/// Every constant of every rule; unused ones are ignored by the other rules.
+struct update_config {
+  std::string rule = "asgd";  ///< ssgd | asgd | sa-asgd | dc-asgd-c | dc-asgd-a | ddc-asgd
+  float lr = 0.05f;           ///< eta
+  int workers = 1;            ///< N: SSGD averages this many gradients per step
+  float lambda = 0.04f;       ///< DC-ASGD-c: constant lambda
+  float lambda0 = 2.0f;       ///< DC-ASGD-a / DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)
+  float rho_ms = 0.95f;       ///< DC-ASGD-a / DDC-ASGD: decay of the mean square MS
+  float eps = 1e-7f;
+  float alpha = 0.5f;         ///< DDC-ASGD: rho(tau) = 1 / (1 + alpha * tau)
+  float mu0 = 0.9f;           ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0) * (1 + tau))
+};
+
+/// Throws troupe::error naming the first invalid value.
+void validate(const update_config& c);
+
+/// One update rule with its per-worker state (w_bak, MS) and its own (v).
+class update_rule {
+public:
+  virtual ~update_rule() = default;
+  /// Applies worker `worker`'s gradient `g`, computed `staleness` versions ago,
+  /// to `w` (n elements). Returns true when w changed (SSGD changes w only when
+  /// the N-th gradient of a round arrives).
+  virtual bool apply(float* w, const float* g, int64_t n, int worker, int64_t staleness) = 0;
+  /// Records that `worker` now holds parameters `w` (DC rules: w_bak(m) <- w).
+  virtual void on_send(const float* w, int64_t n, int worker) {}
+  virtual std::string name() const = 0;
+};
+
+/// The rule `c.rule` for a shard of `n` parameters. Throws on an unknown name.
+std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n);
+
+/// DDC-ASGD's trust in a gradient of staleness tau.
+float ddc_rho(float alpha, int64_t tau);
+/// DDC-ASGD's explicit momentum for staleness tau.
+float ddc_mu(float mu0, int64_t tau);
+
+/// Staleness of every applied message: mean, max, histogram, per worker.
+class staleness_stats {
+public:
+  explicit staleness_stats(int workers = 0);
+  void record(int worker, int64_t tau);
+  int64_t count() const { return count_; }
+  double mean() const { return count_ ? static_cast<double>(sum_) / count_ : 0.0; }
+  int64_t max() const { return max_; }
+  double worker_mean(int worker) const;
+  /// histogram()[t] = messages with staleness t; the last bucket holds >= its index.
+  const std::vector<int64_t>& histogram() const { return hist_; }
+  void merge(const staleness_stats& o);
+
+private:
+  static constexpr int64_t buckets = 64;
+  int64_t count_ = 0, sum_ = 0, max_ = 0;
+  std::vector<int64_t> hist_;
+  std::vector<int64_t> worker_sum_, worker_count_;
+};
+
+} // namespace troupe::model

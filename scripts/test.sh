@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs troupe's whole test suite: installs missing packages (scripts/setup.sh),
+# configures and builds build/, then runs every test with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --no-build
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j2
+cd build
+ctest --output-on-failure -j2

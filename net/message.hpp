@@ -1,0 +1,112 @@
+#pragma once
+
+// Messages between actors: immutable, ref-counted Cap'n Proto buffers. Built
+// once; every receiver reads the same segments in place (no re-serialization,
+// tensor payloads are not copied). Readers enforce limits and validate before
+// an actor touches the contents.
+
+#include <capnp/message.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "net/messages.capnp.h"
+#include "tensor/tensor.hpp"
+
+namespace troupe::net {
+
+/// Why a message was rejected.
+enum class reject_reason : uint8_t {
+  malformed,        ///< not a valid Cap'n Proto message (truncated, bad pointers, cycles)
+  too_large,        ///< over the reader's size or traversal limit
+  unknown_version,  ///< schemaVersion this build does not know
+  unknown_kind,     ///< a union member this build does not know
+  bad_tensor,       ///< unknown dtype, or payload size that does not match the shape
+  non_finite,       ///< NaN or Inf in a tensor payload
+  wrong_shape,      ///< tensors that do not match what the receiver expects
+};
+constexpr int reject_reasons = 7;
+const char* to_string(reject_reason r);
+
+/// A rejected message: the reason (to count) and a message for the log.
+class message_error : public error {
+public:
+  message_error(reject_reason r, const std::string& what) : error(what), reason_(r) {}
+  reject_reason reason() const { return reason_; }
+
+private:
+  reject_reason reason_;
+};
+
+/// An immutable message shared by reference.
+class message {
+public:
+  message() = default;
+  /// Takes a finished builder; its segments become the message.
+  static message from_builder(std::unique_ptr<capnp::MallocMessageBuilder> b);
+  /// Bytes from outside (the network, a file): copied once into word-aligned memory.
+  static message from_bytes(const void* data, std::size_t bytes);
+
+  bool empty() const { return !state_; }
+  /// Total size of the segments in bytes.
+  std::size_t bytes() const;
+  kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments() const;
+  /// True for from_bytes(): one buffer in Cap'n Proto's stream framing.
+  bool framed() const;
+
+private:
+  struct state;
+  std::shared_ptr<const state> state_;
+};
+
+struct reader_limits {
+  uint64_t max_bytes = uint64_t(512) << 20;  ///< larger messages are rejected unread
+  int nesting_limit = 16;
+  bool check_finite = true;                  ///< scan tensor payloads for NaN/Inf
+};
+
+/// Opens `m` and validates all of it: size and traversal limits, schema
+/// version, message kind, every tensor's dtype and payload size, finite values.
+/// Throws message_error.
+class envelope_reader {
+public:
+  explicit envelope_reader(const message& m, const reader_limits& limits = {});
+  ~envelope_reader();
+  wire::Envelope::Reader root() const { return root_; }
+
+private:
+  message m_;
+  std::unique_ptr<capnp::MessageReader> reader_;
+  wire::Envelope::Reader root_;
+};
+
+/// A tensor payload read in place: valid while its message lives.
+struct tensor_view {
+  shape dims;
+  const float* data = nullptr;
+  int64_t numel() const { return dims.numel(); }
+};
+
+/// Views `r` without copying; throws message_error (bad_tensor) when the
+/// payload does not match the shape.
+tensor_view view(wire::Tensor::Reader r, const std::string& what);
+
+/// Throws message_error (wrong_shape) unless `list` holds tensors of exactly `expected` shapes.
+void require_shapes(capnp::List<wire::Tensor>::Reader list, const std::vector<shape>& expected,
+                    const std::string& what);
+
+/// Counts rejected messages by reason (thread-safe).
+class reject_counter {
+public:
+  void count(reject_reason r) { counts_[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t get(reject_reason r) const { return counts_[static_cast<int>(r)].load(std::memory_order_relaxed); }
+  uint64_t total() const;
+
+private:
+  std::array<std::atomic<uint64_t>, reject_reasons> counts_{};
+};
+
+} // namespace troupe::net

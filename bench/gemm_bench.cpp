@@ -8,21 +8,27 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <vector>
 #include <string>
 
 #include "kernels/kernels.hpp"
 
 namespace {
 
-template <class F>
-double best_seconds(F f, int reps) {
-  f();  // warm-up: page faults, thread start
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+double seconds(const std::function<void()>& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Best time of each candidate over `reps` rounds; the candidates take turns
+/// within a round so that a slow phase of a shared machine hits all of them.
+std::vector<double> best_interleaved(const std::vector<std::function<void()>>& fs, int reps) {
+  std::vector<double> best(fs.size(), 1e30);
+  for (auto& f : fs) f();  // warm-up: page faults, thread start
+  for (int r = 0; r < reps; ++r)
+    for (std::size_t i = 0; i < fs.size(); ++i) best[i] = std::min(best[i], seconds(fs[i]));
   return best;
 }
 
@@ -42,28 +48,30 @@ int main(int argc, char** argv) {
   }
   troupe::kernels::set_num_threads(threads);
   using mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  mat a = mat::Random(n, n), b = mat::Random(n, n), c = mat::Zero(n, n);
+  mat a = mat::Random(n, n), b_ = mat::Random(n, n), c = mat::Zero(n, n);
   const double flop = 2.0 * n * n * n;
 
-  double t_troupe = best_seconds([&] {
-    troupe::kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  }, reps);
-  double t_blas = best_seconds([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                c.data(), n);
-  }, reps);
-  double t_eigen = best_seconds([&] { c.noalias() = a * b; }, reps);
-  // troupe's gemm with its other backend, for the record.
-  auto saved = troupe::kernels::get_gemm_backend();
-  troupe::kernels::set_gemm_backend(saved == troupe::kernels::gemm_backend::openblas
-                                        ? troupe::kernels::gemm_backend::eigen
-                                        : troupe::kernels::gemm_backend::openblas);
-  double t_other = best_seconds([&] {
-    troupe::kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  }, reps);
-  troupe::kernels::set_gemm_backend(saved);
+  namespace k = troupe::kernels;
+  const k::gemm_backend mine = k::get_gemm_backend();
+  const k::gemm_backend other = mine == k::gemm_backend::openblas ? k::gemm_backend::eigen : k::gemm_backend::openblas;
+  auto troupe_gemm = [&](k::gemm_backend b) {
+    k::set_gemm_backend(b);
+    k::gemm(false, false, n, n, n, 1.0f, a.data(), n, b_.data(), n, 0.0f, c.data(), n);
+    k::set_gemm_backend(mine);
+  };
+  std::vector<double> t = best_interleaved(
+      {[&] { troupe_gemm(mine); },
+       [&] {
+         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b_.data(), n, 0.0f,
+                     c.data(), n);
+       },
+       [&] { c.noalias() = a * b_; },
+       // troupe's gemm with its other backend, for the record.
+       [&] { troupe_gemm(other); }},
+      reps);
+  const double t_troupe = t[0], t_blas = t[1], t_eigen = t[2], t_other = t[3];
 
-  const char* backend = troupe::kernels::get_gemm_backend() == troupe::kernels::gemm_backend::openblas ? "openblas" : "eigen";
+  const char* backend = mine == k::gemm_backend::openblas ? "openblas" : "eigen";
   std::printf("{\"bench\":\"gemm\",\"size\":%d,\"threads\":%d,\"troupe_backend\":\"%s\",\"troupe_gflops\":%.1f,"
               "\"troupe_other_backend_gflops\":%.1f,\"openblas_gflops\":%.1f,\"eigen_gflops\":%.1f,"
               "\"troupe_vs_openblas\":%.3f}\n",

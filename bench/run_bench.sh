@@ -28,6 +28,8 @@ trap 'rm -rf "$tmp"' EXIT
 field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2" | tail -n 1; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
+cpu_steal() { awk '/^cpu /{print $9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+read -r steal0 total0 < <(cpu_steal)
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
@@ -62,3 +64,6 @@ done
 printf '\nGEMM 1024^3, %s threads: troupe %s GFLOP/s, OpenBLAS %s GFLOP/s (troupe/OpenBLAS %s), Eigen %s GFLOP/s\n' \
   "$threads" "$(field troupe_gflops "$tmp/gemm.json")" "$(field openblas_gflops "$tmp/gemm.json")" \
   "$(field troupe_vs_openblas "$tmp/gemm.json")" "$(field eigen_gflops "$tmp/gemm.json")"
+read -r steal1 total1 < <(cpu_steal)
+# On a shared VM the hypervisor may take cores away ("steal"); runs are interleaved so both sides see it.
+printf 'CPU steal during the run: %s%%\n' "$(awk -v s=$((steal1 - steal0)) -v t=$((total1 - total0)) 'BEGIN{printf "%.1f", t ? 100*s/t : 0}')"

@@ -15,7 +15,7 @@ struct options {
   std::string model = "cnn";            ///< zoo model: mlp | cnn
   int epochs = 5;
   int64_t batch_size = 64;
-  float lr = 0.05f;
+  float lr = 0.02f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
   std::string lr_schedule = "cosine";   ///< cosine (per step, to 0 at the end) | constant

@@ -43,7 +43,7 @@ std::vector<flag> flags(troupe::train::options& o) {
        [&](auto& v) { o.epochs = static_cast<int>(parse_int("epochs", v)); }},
       {"batch-size", "N", "samples per step (default 64)",
        [&](auto& v) { o.batch_size = parse_int("batch-size", v); }},
-      {"lr", "F", "learning rate (default 0.05)", [&](auto& v) { o.lr = parse_float("lr", v); }},
+      {"lr", "F", "learning rate (default 0.02)", [&](auto& v) { o.lr = parse_float("lr", v); }},
       {"momentum", "F", "SGD momentum in [0, 1) (default 0.9)",
        [&](auto& v) { o.momentum = parse_float("momentum", v); }},
       {"weight-decay", "F", "L2 weight decay (default 0)",

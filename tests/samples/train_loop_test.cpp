@@ -112,6 +112,9 @@ train::options small_options(const std::string& data_dir) {
   o.batch_size = 32;
   o.lr = 0.05f;
   o.momentum = 0.9f;
+  // Constant: a resumed run must match an uninterrupted one step for step, and a
+  // cosine schedule depends on the run's total length.
+  o.lr_schedule = "constant";
   o.seed = 7;
   o.threads = 1;
   o.data_dir = data_dir;

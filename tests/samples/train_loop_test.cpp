@@ -14,50 +14,16 @@
 #include "net/checkpoint.hpp"
 #include "samples/train_loop.hpp"
 #include "tensor/error.hpp"
+#include "tests/test_util.hpp"
 
 using namespace troupe;
 using Catch::Matchers::Contains;
 
 namespace {
 
-/// Matches a troupe::error whose message matches a string matcher.
-template <typename M>
-class message_matcher : public Catch::MatcherBase<troupe::error> {
-public:
-  explicit message_matcher(M m) : m_(std::move(m)) {}
-  bool match(const troupe::error& e) const override { return m_.match(std::string(e.what())); }
-  std::string describe() const override { return "has a message that " + m_.toString(); }
+using testing::message;
+using testing::temp_dir;
 
-private:
-  M m_;
-};
-template <typename M>
-message_matcher<M> message(M m) {
-  return message_matcher<M>(std::move(m));
-}
-
-class temp_dir {
-public:
-  temp_dir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/troupe_train_test.XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = buf.data();
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
-private:
-  std::string path_;
-};
 
 void put_be32(std::vector<uint8_t>& b, uint32_t v) {
   b.push_back(uint8_t(v >> 24));

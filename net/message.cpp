@@ -86,7 +86,8 @@ tensor_view view(wire::Tensor::Reader r, const std::string& what) {
   auto data = r.getData();
   if (data.size() != static_cast<std::size_t>(numel) * sizeof(float))
     throw message_error(reject_reason::bad_tensor, what + ": payload of " + std::to_string(data.size()) +
-                                                       " bytes for shape " + shape(dims).to_string());
+                                                       " bytes does not match shape " + shape(dims).to_string() +
+                                                       " (" + std::to_string(numel * sizeof(float)) + " bytes)");
   return {shape(dims), reinterpret_cast<const float*>(data.begin())};
 }
 

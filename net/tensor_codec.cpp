@@ -1,7 +1,8 @@
 #include "net/tensor_codec.hpp"
 
+#include "net/message.hpp"
+
 #include <cstring>
-#include <limits>
 
 namespace troupe::net {
 
@@ -20,22 +21,11 @@ void encode(const tensor& t, wire::Tensor::Builder b) {
 }
 
 tensor decode(wire::Tensor::Reader r, const std::string& what) {
-  if (r.getDtype() != wire::DType::F32)
-    throw error(what + ": unsupported dtype " + std::to_string(static_cast<int>(r.getDtype())));
-  std::vector<int64_t> dims;
-  int64_t numel = 1;
-  for (int64_t d : r.getShape()) {
-    if (d < 0 || (d > 0 && numel > std::numeric_limits<int32_t>::max() / d))
-      throw error(what + ": invalid dimension " + std::to_string(d));
-    dims.push_back(d);
-    numel *= d;
-  }
-  auto data = r.getData();
-  if (data.size() != static_cast<std::size_t>(numel) * sizeof(float))
-    throw error(what + ": payload of " + std::to_string(data.size()) + " bytes does not match shape " +
-                shape(dims).to_string() + " (" + std::to_string(numel * sizeof(float)) + " bytes)");
-  tensor t = tensor::empty(shape(dims));
-  if (numel > 0) std::memcpy(t.data(), data.begin(), data.size());
+  // view() validates dtype, dimensions and payload size; the payload, at most
+  // 2^29 bytes, bounds the element count.
+  tensor_view v = view(r, what);
+  tensor t = tensor::empty(v.dims);
+  if (v.numel() > 0) std::memcpy(t.data(), v.data, static_cast<std::size_t>(v.numel()) * sizeof(float));
   return t;
 }
 

@@ -124,10 +124,10 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
   kernels::set_num_threads(o.threads);
 
   // Open the metrics file first: a bad path fails before minutes of training.
+  const bool resuming = !o.checkpoint.empty() && file_exists(o.checkpoint);
   std::ofstream metrics;
   if (!o.metrics_out.empty()) {
     // A resumed run appends to the records of the epochs it continues.
-    bool resuming = !o.checkpoint.empty() && file_exists(o.checkpoint);
     metrics.open(o.metrics_out, resuming ? std::ios::app : std::ios::trunc);
     if (!metrics) throw error("--metrics-out: cannot write " + o.metrics_out);
   }
@@ -145,7 +145,7 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
 
   int first_epoch = 0;
   int64_t steps = 0;
-  if (!o.checkpoint.empty() && file_exists(o.checkpoint)) {
+  if (resuming) {
     net::checkpoint c = net::load_checkpoint(o.checkpoint);
     net.load_state(c.architecture, c.params);
     opt->load_state(params, c.optimizer);

@@ -1,5 +1,6 @@
 #include "model/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -132,3 +133,12 @@ std::unique_ptr<model::optimizer> adam::make() const {
 }
 
 } // namespace troupe::optim
+
+namespace troupe::model {
+
+float scheduled_lr(float base, const std::string& schedule, int64_t step, int64_t total) {
+  if (schedule != "cosine" || total <= 0) return base;
+  return static_cast<float>(0.5 * base * (1 + std::cos(M_PI * std::min<double>(1.0, step / double(total)))));
+}
+
+} // namespace troupe::model

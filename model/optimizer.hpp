@@ -28,6 +28,10 @@ protected:
   float lr_;
 };
 
+/// Learning rate after `step` of `total` steps: `base` for "constant", for
+/// "cosine" a decay from base to 0 at step total.
+float scheduled_lr(float base, const std::string& schedule, int64_t step, int64_t total);
+
 } // namespace troupe::model
 
 namespace troupe::optim {

@@ -55,6 +55,7 @@ public:
     return true;
   }
   std::string name() const override { return "ssgd"; }
+  void set_lr(float lr) override { c_.lr = lr; }
 
 private:
   update_config c_;
@@ -74,6 +75,7 @@ public:
     return true;
   }
   std::string name() const override { return aware_ ? "sa-asgd" : "asgd"; }
+  void set_lr(float lr) override { c_.lr = lr; }
 
 private:
   update_config c_;
@@ -119,6 +121,7 @@ public:
   std::string name() const override {
     return k_ == kind::constant ? "dc-asgd-c" : k_ == kind::adaptive ? "dc-asgd-a" : "ddc-asgd";
   }
+  void set_lr(float lr) override { c_.lr = lr; }
 
 private:
   update_config c_;

@@ -39,6 +39,8 @@ public:
   /// Records that `worker` now holds parameters `w` (DC rules: w_bak(m) <- w).
   virtual void on_send(const float* w, int64_t n, int worker) {}
   virtual std::string name() const = 0;
+  /// Changes eta for the following updates (a learning-rate schedule).
+  virtual void set_lr(float lr) = 0;
 };
 
 /// The rule `c.rule` for a shard of `n` parameters. Throws on an unknown name.

@@ -115,9 +115,13 @@ namespace {
 void check_tensor(wire::Tensor::Reader r, const std::string& what, bool finite) {
   tensor_view v = view(r, what);
   if (!finite) return;
-  bool ok = true;
-  for (int64_t i = 0; i < v.numel(); ++i) ok &= std::isfinite(v.data[i]);
-  if (!ok) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
+  // NaN and Inf are the floats whose exponent bits are all ones; an integer
+  // reduction over the bits vectorizes where std::isfinite does not.
+  const int64_t n = v.numel();
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(v.data);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  if (bad) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
 }
 
 void check_list(capnp::List<wire::Tensor>::Reader l, const std::string& what, bool finite) {
@@ -132,8 +136,9 @@ envelope_reader::envelope_reader(const message& m, const reader_limits& limits) 
     throw message_error(reject_reason::too_large, "message of " + std::to_string(m.bytes()) + " bytes exceeds the " +
                                                       std::to_string(limits.max_bytes) + "-byte limit");
   capnp::ReaderOptions opts;
-  // Each word may be read about once: the message's own size bounds traversal.
-  opts.traversalLimitInWords = m.bytes() / sizeof(capnp::word) + 64;
+  // The message's own size bounds traversal: validation reads each word once
+  // or twice, the receiver once more; a cyclic or amplified message stops here.
+  opts.traversalLimitInWords = 4 * (m.bytes() / sizeof(capnp::word)) + 256;
   opts.nestingLimit = limits.nesting_limit;
   try {
     if (m.framed()) {

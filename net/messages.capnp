@@ -24,6 +24,9 @@ struct Envelope {
   }
 }
 
+# Sender id of the coordinator (workers are 0..N-1).
+const coordinatorId :UInt32 = 0xffffffff;
+
 # A data loader's batch for a worker.
 struct Batch {
   epoch @0 :UInt32;
@@ -43,6 +46,8 @@ struct Params {
   shard @0 :UInt32;
   version @1 :UInt64;
   tensors @2 :List(Tensor);
+  appliedStaleness @3 :UInt64;       # staleness of the push this Params answers (0 for a pull)
+  rejected @4 :Bool;                 # the push it answers was rejected and not applied
 }
 
 # A worker's gradient (or accumulated change, with push-every > 1) for one shard.
@@ -76,7 +81,10 @@ struct Control {
     join @0;
     stop @1;
     heartbeat @2;
+    credit @3;                       # a worker may receive `amount` more batches
+    error @4;                        # an actor failed; detail says why
   }
+  amount @3 :UInt32;
 }
 
 struct Metrics {
@@ -86,4 +94,5 @@ struct Metrics {
   samples @3 :UInt64;
   meanStaleness @4 :Float32;
   maxStaleness @5 :UInt32;
+  rejected @6 :UInt32;               # pushes of this step the shards rejected
 }

@@ -8,16 +8,20 @@ namespace troupe::net {
 
 void encode(const tensor& t, wire::Tensor::Builder b) {
   if (t.dev().kind != device_kind::cpu) throw error("encode: only cpu tensors can be encoded, got " + to_string(t.dev()));
+  encode(t.shape(), t.data(), b);
+}
+
+void encode(const shape& s, const float* src, wire::Tensor::Builder b) {
   // Cap'n Proto lists and blobs hold fewer than 2^29 elements.
   constexpr uint64_t max_blob = (uint64_t(1) << 29) - 1;
-  if (uint64_t(t.numel()) * sizeof(float) > max_blob)
-    throw error("encode: tensor " + t.shape().to_string() + " is " + std::to_string(t.numel() * sizeof(float)) +
+  if (uint64_t(s.numel()) * sizeof(float) > max_blob)
+    throw error("encode: tensor " + s.to_string() + " is " + std::to_string(s.numel() * sizeof(float)) +
                 " bytes; one Cap'n Proto blob holds at most " + std::to_string(max_blob) + " bytes");
-  auto dims = b.initShape(static_cast<unsigned>(t.rank()));
-  for (std::size_t i = 0; i < t.rank(); ++i) dims.set(static_cast<unsigned>(i), t.dim(i));
+  auto dims = b.initShape(static_cast<unsigned>(s.rank()));
+  for (std::size_t i = 0; i < s.rank(); ++i) dims.set(static_cast<unsigned>(i), s[i]);
   b.setDtype(wire::DType::F32);
-  auto data = b.initData(static_cast<unsigned>(t.numel() * sizeof(float)));
-  if (t.numel() > 0) std::memcpy(data.begin(), t.data(), data.size());
+  auto data = b.initData(static_cast<unsigned>(s.numel() * sizeof(float)));
+  if (s.numel() > 0) std::memcpy(data.begin(), src, data.size());
 }
 
 tensor decode(wire::Tensor::Reader r, const std::string& what) {

@@ -13,6 +13,8 @@ namespace troupe::net {
 
 /// Writes `t` (a CPU tensor) into `b`; the payload is built in place.
 void encode(const tensor& t, wire::Tensor::Builder b);
+/// Writes `s.numel()` floats from `data` as a tensor of shape `s`.
+void encode(const shape& s, const float* data, wire::Tensor::Builder b);
 /// A CPU tensor holding a copy of `r`. Throws troupe::error when the dtype is
 /// unknown or the payload size does not match the shape; `what` names the
 /// tensor in the message.

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -33,49 +34,6 @@ bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-/// Progress on a terminal: one bar rewritten in place; elsewhere a plain
-/// line every 10 seconds.
-class progress_reporter {
-public:
-  progress_reporter(std::ostream& log, const std::string& mode) : log_(log) {
-    bar_ = mode == "bar" || (mode == "auto" && ::isatty(STDERR_FILENO));
-    quiet_ = mode == "none";
-  }
-  void update(int epoch, int epochs, int64_t done, int64_t total, double loss, double samples_per_s) {
-    if (quiet_) return;
-    double now = seconds_since(start_);
-    if (bar_) {
-      if (now - last_ < 0.2 && done < total) return;
-      last_ = now;
-      const int width = 30;
-      int filled = total ? static_cast<int>(width * done / total) : width;
-      std::ostringstream os;
-      os << "\repoch " << epoch << "/" << epochs << " [" << std::string(filled, '#')
-         << std::string(width - filled, '.') << "] " << std::setw(3) << (total ? 100 * done / total : 100)
-         << "%  loss " << std::fixed << std::setprecision(4) << loss << "  " << std::setprecision(0)
-         << samples_per_s << " samples/s ";
-      log_ << os.str() << std::flush;
-      drawn_ = true;
-    } else if (now - last_ >= 10.0) {
-      last_ = now;
-      log_ << "epoch " << epoch << "/" << epochs << ": " << done << "/" << total << " batches, loss "
-           << std::fixed << std::setprecision(4) << loss << ", " << std::setprecision(0) << samples_per_s
-           << " samples/s" << std::endl;
-    }
-  }
-  /// Ends the bar's line before a regular log line.
-  void finish_line() {
-    if (drawn_) log_ << "\n";
-    drawn_ = false;
-  }
-
-private:
-  std::ostream& log_;
-  bool bar_ = false, quiet_ = false, drawn_ = false;
-  clock_type::time_point start_ = clock_type::now();
-  double last_ = 0;
-};
-
 std::string json_number(double v, int precision) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream os;
@@ -84,6 +42,90 @@ std::string json_number(double v, int precision) {
 }
 
 } // namespace
+
+progress_reporter::progress_reporter(std::ostream& log, const std::string& mode) : log_(log) {
+  bar_ = mode == "bar" || (mode == "auto" && ::isatty(STDERR_FILENO));
+  quiet_ = mode == "none";
+}
+
+void progress_reporter::update(int epoch, int epochs, int64_t done, int64_t total, double loss, double samples_per_s) {
+  if (quiet_) return;
+  double now = seconds_since(start_);
+  if (bar_) {
+    if (now - last_ < 0.2 && done < total) return;
+    last_ = now;
+    const int width = 30;
+    int filled = total ? static_cast<int>(width * std::min(done, total) / total) : width;
+    std::ostringstream os;
+    os << "\repoch " << epoch << "/" << epochs << " [" << std::string(filled, '#')
+       << std::string(width - filled, '.') << "] " << std::setw(3) << (total ? 100 * std::min(done, total) / total : 100)
+       << "%  loss " << std::fixed << std::setprecision(4) << loss << "  " << std::setprecision(0)
+       << samples_per_s << " samples/s ";
+    log_ << os.str() << std::flush;
+    drawn_ = true;
+  } else if (now - last_ >= 10.0) {
+    last_ = now;
+    log_ << "epoch " << epoch << "/" << epochs << ": " << done << "/" << total << " batches, loss "
+         << std::fixed << std::setprecision(4) << loss << ", " << std::setprecision(0) << samples_per_s
+         << " samples/s" << std::endl;
+  }
+}
+
+void progress_reporter::finish_line() {
+  if (drawn_) log_ << "\n";
+  drawn_ = false;
+}
+
+const std::vector<std::string>& algorithms() {
+  static const std::vector<std::string> a{"sequential", "ssgd",      "asgd",      "sa-asgd",
+                                          "hogwild",    "dc-asgd-c", "dc-asgd-a", "ddc-asgd"};
+  return a;
+}
+
+run_data load_data(const options& o, std::ostream& log) {
+  const std::string dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
+  run_data d{data::load_mnist_dir(dir), {}};
+  d.norm = data::compute_normalization(d.sets.train);
+  log << "data: " << d.sets.train.count << " train / " << d.sets.test.count << " test images from " << dir << "\n";
+  return d;
+}
+
+double evaluate(model::model& net, const data::image_dataset& test, const data::normalization& norm,
+                int64_t batch_size) {
+  // The training batch size: evaluation reuses the layers' buffers instead
+  // of growing them (with batches of 1000 the CNN peaked at 726 MB RSS).
+  data::batcher batches(test, batch_size, norm, 0, false);
+  data::batch b;
+  int64_t correct = 0;
+  while (batches.next(b)) correct += kernels::count_correct(net.forward(b.images, false), b.labels);
+  return test.count ? static_cast<double>(correct) / test.count : 0.0;
+}
+
+std::string describe(const epoch_metrics& m, const options& o) {
+  std::ostringstream line;
+  line << "epoch " << m.epoch << "/" << o.epochs << ": train loss " << std::fixed << std::setprecision(4)
+       << m.train_loss;
+  if (m.test_accuracy >= 0) line << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%";
+  line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s";
+  if (m.mean_staleness >= 0)
+    line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
+  if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";
+  line << ", " << std::setprecision(1) << m.wall_s << " s";
+  return line.str();
+}
+
+void open_metrics(const options& o, bool resuming, std::ofstream& out) {
+  if (o.metrics_out.empty()) return;
+  // A resumed run appends to the records of the epochs it continues.
+  out.open(o.metrics_out, resuming ? std::ios::app : std::ios::trunc);
+  if (!out) throw error("--metrics-out: cannot write " + o.metrics_out);
+}
+
+void write_metrics(std::ofstream& out, const epoch_metrics& m, const options& o) {
+  if (!out.is_open()) return;
+  out << to_json(m, o) << "\n" << std::flush;
+  if (!out) throw error("--metrics-out: writing " + o.metrics_out + " failed");
+}
 
 double peak_rss_mb() {
   struct rusage ru {};
@@ -105,6 +147,35 @@ void validate(const options& o) {
   if (o.max_steps < 0) bad("--max-steps must be >= 0");
   if (o.progress != "auto" && o.progress != "bar" && o.progress != "lines" && o.progress != "none")
     bad("--progress: choose auto, bar, lines or none, not '" + o.progress + "'");
+  const auto& algos = algorithms();
+  if (std::find(algos.begin(), algos.end(), o.algorithm) == algos.end()) {
+    std::string list;
+    for (auto& a : algos) list += (list.empty() ? "" : ", ") + a;
+    bad("--algorithm: unknown algorithm '" + o.algorithm + "' (choose " + list + ")");
+  }
+  if (o.workers < 1 || o.workers > 1024) bad("--workers must be in [1, 1024], got " + std::to_string(o.workers));
+  if (o.shards < 1) bad("--shards must be at least 1, got " + std::to_string(o.shards));
+  if (o.push_every < 1) bad("--push-every must be at least 1, got " + std::to_string(o.push_every));
+  if (o.prefetch < 1) bad("--prefetch must be at least 1, got " + std::to_string(o.prefetch));
+  if (!(o.worker_lr >= 0.0f) || !std::isfinite(o.worker_lr)) bad("--worker-lr must be >= 0 (0: use --lr)");
+  if (!(o.worker_momentum >= 0.0f && o.worker_momentum < 1.0f)) bad("--worker-momentum must be in [0, 1)");
+  if (!o.speeds.empty() && static_cast<int>(o.speeds.size()) != o.workers)
+    bad("--speeds: " + std::to_string(o.speeds.size()) + " factors for " + std::to_string(o.workers) +
+        " workers (give one per worker, e.g. 1,1,2,4)");
+  for (float f : o.speeds)
+    if (!(f >= 1.0f) || !std::isfinite(f)) bad("--speeds: every factor must be >= 1 (a slowdown), got " + std::to_string(f));
+  if (o.algorithm == "sequential" && (o.workers != 1 || o.shards != 1 || o.push_every != 1 || !o.speeds.empty()))
+    bad("--workers, --shards, --push-every and --speeds need an asynchronous --algorithm (e.g. --algorithm asgd)");
+  if (o.algorithm == "hogwild" && (o.shards != 1 || o.push_every != 1))
+    bad("--algorithm hogwild shares one buffer in this process: --shards and --push-every do not apply");
+  if (o.algorithm == "ssgd" && o.push_every != 1) bad("--algorithm ssgd takes --push-every 1");
+  if (o.algorithm != "sequential" && o.algorithm != "hogwild") {
+    model::update_config c = o.rule;
+    c.rule = o.algorithm;
+    c.lr = o.lr;
+    c.workers = o.workers;
+    model::validate(c);
+  }
 }
 
 std::string to_json(const epoch_metrics& m, const options& o) {
@@ -114,7 +185,11 @@ std::string to_json(const epoch_metrics& m, const options& o) {
      << ",\"samples_per_s\":" << json_number(m.samples_per_s, 6) << ",\"train_s\":" << json_number(m.train_s, 6)
      << ",\"wall_s\":" << json_number(m.wall_s, 6) << ",\"steps\":" << m.steps
      << ",\"lr\":" << json_number(m.lr, 6) << ",\"batch_size\":" << o.batch_size
-     << ",\"threads\":" << kernels::num_threads() << ",\"peak_rss_mb\":" << json_number(m.peak_rss_mb, 5) << "}";
+     << ",\"threads\":" << kernels::num_threads() << ",\"peak_rss_mb\":" << json_number(m.peak_rss_mb, 5)
+     << ",\"algorithm\":\"" << o.algorithm << "\",\"workers\":" << o.workers
+     << ",\"mean_staleness\":" << (m.mean_staleness < 0 ? "null" : json_number(m.mean_staleness, 6))
+     << ",\"max_staleness\":" << (m.max_staleness < 0 ? std::string("null") : std::to_string(m.max_staleness))
+     << ",\"rejected\":" << m.rejected << "}";
   return os.str();
 }
 
@@ -126,16 +201,11 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
   // Open the metrics file first: a bad path fails before minutes of training.
   const bool resuming = !o.checkpoint.empty() && file_exists(o.checkpoint);
   std::ofstream metrics;
-  if (!o.metrics_out.empty()) {
-    // A resumed run appends to the records of the epochs it continues.
-    metrics.open(o.metrics_out, resuming ? std::ios::app : std::ios::trunc);
-    if (!metrics) throw error("--metrics-out: cannot write " + o.metrics_out);
-  }
+  open_metrics(o, resuming, metrics);
 
-  const std::string dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
-  data::train_test ds = data::load_mnist_dir(dir);
-  data::normalization norm = data::compute_normalization(ds.train);
-  log << "data: " << ds.train.count << " train / " << ds.test.count << " test images from " << dir << "\n";
+  run_data d = load_data(o, log);
+  const data::train_test& ds = d.sets;
+  const data::normalization& norm = d.norm;
 
   model::model net = zoo::by_name(o.model);
   net.build({ds.train.channels, ds.train.height, ds.train.width}, o.seed);
@@ -171,14 +241,15 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     double loss_sum = 0;
     int64_t batches = 0, samples = 0;
     while (train_batches.next(b)) {
-      if (o.lr_schedule == "cosine")
-        opt->set_learning_rate(static_cast<float>(0.5 * o.lr * (1 + std::cos(M_PI * steps / double(total_steps)))));
+      opt->set_learning_rate(model::scheduled_lr(o.lr, o.lr_schedule, steps, total_steps));
       const tensor& logits = net.forward(b.images, true);
-      loss_sum += kernels::softmax_cross_entropy(logits, b.labels, &dlogits);
+      const double loss = kernels::softmax_cross_entropy(logits, b.labels, &dlogits);
+      loss_sum += loss;
       net.backward(dlogits);
       opt->step(params);
       ++steps;
       ++batches;
+      if (o.on_step) o.on_step(steps, loss);
       samples += b.size();
       progress.update(epoch + 1, o.epochs, batches, per_epoch, loss_sum / batches, samples / seconds_since(t0));
       if (o.max_steps && steps >= o.max_steps) break;
@@ -190,14 +261,7 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     m.samples_per_s = m.train_s > 0 ? samples / m.train_s : 0;
     m.steps = steps;
     m.lr = opt->learning_rate();
-    if (o.evaluate) {
-      // The training batch size: evaluation reuses the layers' buffers instead
-      // of growing them (with batches of 1000 the CNN peaked at 726 MB RSS).
-      data::batcher test_batches(ds.test, o.batch_size, norm, 0, false);
-      int64_t correct = 0;
-      while (test_batches.next(b)) correct += kernels::count_correct(net.forward(b.images, false), b.labels);
-      m.test_accuracy = static_cast<double>(correct) / ds.test.count;
-    }
+    if (o.evaluate) m.test_accuracy = evaluate(net, ds.test, norm, o.batch_size);
     if (!o.checkpoint.empty()) {
       net::checkpoint c;
       c.architecture = net.architecture();
@@ -212,17 +276,8 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     m.wall_s = seconds_since(start);
     m.peak_rss_mb = peak_rss_mb();
     progress.finish_line();
-    std::ostringstream line;
-    line << "epoch " << m.epoch << "/" << o.epochs << ": train loss " << std::fixed << std::setprecision(4)
-         << m.train_loss;
-    if (m.test_accuracy >= 0) line << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%";
-    line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.wall_s
-         << " s";
-    log << line.str() << std::endl;
-    if (metrics.is_open()) {
-      metrics << to_json(m, o) << "\n" << std::flush;
-      if (!metrics) throw error("--metrics-out: writing " + o.metrics_out + " failed");
-    }
+    log << describe(m, o) << std::endl;
+    write_metrics(metrics, m, o);
     out.push_back(m);
   }
   return out;

@@ -3,11 +3,16 @@
 // The single-process training loop behind the trainer binary and the
 // benchmarks: data, model, optimizer, evaluation, checkpoints, metrics.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
+
+#include "data/dataset.hpp"
+#include "model/model.hpp"
+#include "model/update_rule.hpp"
 
 namespace troupe::train {
 
@@ -27,7 +32,26 @@ struct options {
   int64_t max_steps = 0;                ///< stop after this many steps (0: no limit)
   bool evaluate = true;                 ///< test accuracy after each epoch
   std::string progress = "auto";        ///< auto (bar on a terminal) | bar | lines | none
+
+  // Asynchronous training (actors/): everything below is ignored by "sequential".
+  /// sequential | ssgd | asgd | sa-asgd | hogwild | dc-asgd-c | dc-asgd-a | ddc-asgd
+  std::string algorithm = "sequential";
+  int workers = 1;
+  int shards = 1;                       ///< parameter shards (balanced by size)
+  int push_every = 1;                   ///< k local steps per push
+  float worker_lr = 0;                  ///< local optimizer with push_every > 1 (0: --lr)
+  float worker_momentum = 0;            ///< local optimizer with push_every > 1
+  std::vector<float> speeds;            ///< per-worker slowdown factors >= 1 (empty: all 1)
+  int prefetch = 2;                     ///< batches a loader may have in flight per worker
+  /// Constants of the server update rules (rule, lr and workers are set from the fields above).
+  model::update_config rule;
+
+  /// Called after every optimizer step (sequential) or every report of a worker (async), with the loss.
+  std::function<void(int64_t step, double loss)> on_step;
 };
+
+/// The algorithms --algorithm accepts.
+const std::vector<std::string>& algorithms();
 
 /// Throws troupe::error describing the first invalid value.
 void validate(const options& o);
@@ -42,6 +66,9 @@ struct epoch_metrics {
   int64_t steps = 0;           ///< optimizer steps so far
   double lr = 0;               ///< learning rate at the end of the epoch
   double peak_rss_mb = 0;      ///< peak resident memory of the process so far
+  double mean_staleness = -1;  ///< async: mean staleness of this epoch's updates; -1: sequential
+  int64_t max_staleness = -1;
+  int64_t rejected = 0;        ///< async: pushes the shards rejected this epoch
 };
 
 /// Trains as `o` says, logging to `log`; returns one record per epoch run.
@@ -52,5 +79,43 @@ std::string to_json(const epoch_metrics& m, const options& o);
 
 /// Peak resident set size of this process, MiB.
 double peak_rss_mb();
+
+// --- pieces shared by the sequential loop and the actors' coordinator ---
+
+/// The training and test sets of `o` (Debian's Fashion-MNIST by default) and
+/// the training set's normalization; logs what it loaded.
+struct run_data {
+  data::train_test sets;
+  data::normalization norm;
+};
+run_data load_data(const options& o, std::ostream& log);
+
+/// Test accuracy of `net` over `test`, in batches of `batch_size`.
+double evaluate(model::model& net, const data::image_dataset& test, const data::normalization& norm,
+                int64_t batch_size);
+
+/// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"
+std::string describe(const epoch_metrics& m, const options& o);
+
+/// Progress on a terminal: one bar rewritten in place; elsewhere a plain line
+/// every 10 seconds; nothing with --progress none.
+class progress_reporter {
+public:
+  progress_reporter(std::ostream& log, const std::string& mode);
+  void update(int epoch, int epochs, int64_t done, int64_t total, double loss, double samples_per_s);
+  /// Ends the bar's line before a regular log line.
+  void finish_line();
+
+private:
+  std::ostream& log_;
+  bool bar_ = false, quiet_ = false, drawn_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double last_ = 0;
+};
+
+/// Opens --metrics-out (appending when resuming); closed stream when not asked for.
+void open_metrics(const options& o, bool resuming, std::ofstream& out);
+/// Writes one record and flushes; throws when the write fails.
+void write_metrics(std::ofstream& out, const epoch_metrics& m, const options& o);
 
 } // namespace troupe::train

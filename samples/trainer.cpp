@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/dataset.hpp"
+#include "actors/async_train.hpp"
 #include "samples/train_loop.hpp"
 #include "tensor/error.hpp"
 
@@ -36,6 +37,18 @@ float parse_float(const std::string& name, const std::string& v) {
   return x;
 }
 
+std::vector<float> parse_floats(const std::string& name, const std::string& v) {
+  std::vector<float> out;
+  std::size_t pos = 0;
+  while (pos <= v.size()) {
+    std::size_t comma = v.find(',', pos);
+    if (comma == std::string::npos) comma = v.size();
+    out.push_back(parse_float(name, v.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 std::vector<flag> flags(troupe::train::options& o) {
   return {
       {"model", "NAME", "mlp or cnn (default cnn)", [&](auto& v) { o.model = v; }},
@@ -62,12 +75,40 @@ std::vector<flag> flags(troupe::train::options& o) {
       {"max-steps", "N", "stop after N optimizer steps (default 0 = no limit)",
        [&](auto& v) { o.max_steps = parse_int("max-steps", v); }},
       {"progress", "MODE", "auto (a bar on a terminal), bar, lines or none", [&](auto& v) { o.progress = v; }},
+      {"algorithm", "NAME",
+       "sequential (default, one process, no actors), ssgd, asgd, sa-asgd, hogwild, dc-asgd-c, dc-asgd-a, ddc-asgd",
+       [&](auto& v) { o.algorithm = v; }},
+      {"workers", "N", "worker actors, each with its own shard of the data (default 1)",
+       [&](auto& v) { o.workers = static_cast<int>(parse_int("workers", v)); }},
+      {"shards", "S", "parameter shards, balanced by size (default 1)",
+       [&](auto& v) { o.shards = static_cast<int>(parse_int("shards", v)); }},
+      {"push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default 1)",
+       [&](auto& v) { o.push_every = static_cast<int>(parse_int("push-every", v)); }},
+      {"worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default: --lr)",
+       [&](auto& v) { o.worker_lr = parse_float("worker-lr", v); }},
+      {"worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default 0)",
+       [&](auto& v) { o.worker_momentum = parse_float("worker-momentum", v); }},
+      {"speeds", "LIST", "per-worker slowdown factors, e.g. 1,1,2,4 (default all 1)",
+       [&](auto& v) { o.speeds = parse_floats("speeds", v); }},
+      {"prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
+       [&](auto& v) { o.prefetch = static_cast<int>(parse_int("prefetch", v)); }},
+      {"dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
+       [&](auto& v) { o.rule.lambda = parse_float("dc-lambda", v); }},
+      {"dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",
+       [&](auto& v) { o.rule.lambda0 = parse_float("dc-lambda0", v); }},
+      {"dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default 0.95)",
+       [&](auto& v) { o.rule.rho_ms = parse_float("dc-rho-ms", v); }},
+      {"ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau)",
+       [&](auto& v) { o.rule.alpha = parse_float("ddc-alpha", v); }},
+      {"ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau))",
+       [&](auto& v) { o.rule.mu0 = parse_float("ddc-mu0", v); }},
   };
 }
 
 void usage(std::ostream& os, const std::vector<flag>& fs) {
   os << "usage: troupe_trainer [--name=value | --name value]...\n"
-        "Trains a reference model on Fashion-MNIST in one process.\n\noptions:\n";
+        "Trains a reference model on Fashion-MNIST: in one plain loop (--algorithm sequential),\n"
+        "or on actors: data loaders, workers and parameter shards exchanging Cap'n Proto messages.\n\noptions:\n";
   for (auto& f : fs) {
     std::string left = "  --" + f.name + " " + f.value_name;
     os << left << std::string(left.size() < 26 ? 26 - left.size() : 1, ' ') << f.help << "\n";
@@ -111,7 +152,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    troupe::train::run(o, std::cerr);
+    troupe::actors::run_any(o, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << "\ntroupe_trainer: error: " << e.what() << "\n";
     return 1;

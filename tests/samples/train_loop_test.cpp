@@ -25,51 +25,8 @@ using testing::message;
 using testing::temp_dir;
 
 
-void put_be32(std::vector<uint8_t>& b, uint32_t v) {
-  b.push_back(uint8_t(v >> 24));
-  b.push_back(uint8_t(v >> 16));
-  b.push_back(uint8_t(v >> 8));
-  b.push_back(uint8_t(v));
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
-/// Writes `prefix`-images-idx3-ubyte and -labels-idx1-ubyte with `count` 28x28
-/// images: image i has label i % 10, and class k lights up the k-th 7x7 block of
-/// a 4x4 grid over noise, so the task is easy to learn.
-void write_split(const std::string& dir, const std::string& prefix, uint32_t count, uint32_t seed,
-                 int label_shift = 0) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> img, lab;
-  put_be32(img, 0x00000803);
-  put_be32(img, count);
-  put_be32(img, 28);
-  put_be32(img, 28);
-  put_be32(lab, 0x00000801);
-  put_be32(lab, count);
-  for (uint32_t i = 0; i < count; ++i) {
-    int k = static_cast<int>(i % 10);
-    int br = k / 4, bc = k % 4;
-    for (int r = 0; r < 28; ++r)
-      for (int c = 0; c < 28; ++c) {
-        bool on = r / 7 == br && c / 7 == bc;
-        img.push_back(static_cast<uint8_t>(on ? 170 + rng() % 86 : rng() % 90));
-      }
-    lab.push_back(static_cast<uint8_t>((k + label_shift) % 10));
-  }
-  write_bytes(dir + "/" + prefix + "-images-idx3-ubyte", img);
-  write_bytes(dir + "/" + prefix + "-labels-idx1-ubyte", lab);
-}
-
-/// A directory holding a Fashion-MNIST-shaped dataset: 256 train, 64 test images.
-void write_dataset(const std::string& dir) {
-  write_split(dir, "train", 256, 1);
-  write_split(dir, "t10k", 64, 2);
-}
+using testing::write_dataset;
+using testing::write_split;
 
 train::options small_options(const std::string& data_dir) {
   train::options o;

@@ -1,0 +1,427 @@
+#include "actors/ps_core.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/kernels.hpp"
+#include "model/optimizer.hpp"
+#include "net/tensor_codec.hpp"
+#include "tensor/error.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+std::unique_ptr<capnp::MallocMessageBuilder> builder(std::size_t payload_bytes = 0) {
+  // One first segment large enough for the payload: no segment chains to walk.
+  const unsigned words = static_cast<unsigned>(std::min<std::size_t>(payload_bytes / 8 + 64, 1u << 28));
+  return std::make_unique<capnp::MallocMessageBuilder>(std::max(words, 1024u));
+}
+
+wire::Envelope::Builder envelope(capnp::MallocMessageBuilder& b, uint32_t sender) {
+  auto env = b.initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  env.setSender(sender);
+  return env;
+}
+
+/// Readers of our own peers' messages: parameters and batches can be large.
+net::reader_limits peer_limits() {
+  net::reader_limits l;
+  l.max_bytes = uint64_t(1) << 30;
+  return l;
+}
+
+[[noreturn]] void reject(net::reject_reason r, const std::string& what) { throw net::message_error(r, what); }
+
+} // namespace
+
+shard_plan plan_shards(const std::vector<int64_t>& sizes, int shards) {
+  const int n = static_cast<int>(sizes.size());
+  if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
+  if (shards > n)
+    throw error("--shards " + std::to_string(shards) + " exceeds the model's " + std::to_string(n) +
+                " parameter tensors (a shard holds whole tensors)");
+  shard_plan p;
+  p.shards = shards;
+  p.owner.assign(n, -1);
+  p.members.resize(shards);
+  p.elements.assign(shards, 0);
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b]; });
+  for (int i : order) {
+    // Least loaded shard; among equals the one with fewest tensors, so that no shard stays empty.
+    int best = 0;
+    for (int s = 1; s < shards; ++s) {
+      bool fewer = p.elements[s] < p.elements[best] ||
+                   (p.elements[s] == p.elements[best] && p.members[s].size() < p.members[best].size());
+      if (fewer) best = s;
+    }
+    p.owner[i] = best;
+    p.elements[best] += sizes[i];
+    p.members[best].push_back(i);
+  }
+  for (auto& m : p.members) std::sort(m.begin(), m.end());
+  return p;
+}
+
+net::message make_pull(uint32_t sender, uint32_t shard) {
+  auto b = builder();
+  auto p = envelope(*b, sender).initPullParams();
+  p.setWorker(sender);
+  p.setShard(shard);
+  return net::message::from_builder(std::move(b));
+}
+
+net::message make_control(uint32_t sender, wire::Control::Kind kind, uint32_t amount, const std::string& detail) {
+  auto b = builder(detail.size());
+  auto c = envelope(*b, sender).initControl();
+  c.setKind(kind);
+  c.setAmount(amount);
+  c.setDetail(detail);
+  return net::message::from_builder(std::move(b));
+}
+
+net::message make_metrics(const step_report& r) {
+  auto b = builder();
+  auto m = envelope(*b, r.worker).initMetrics();
+  m.setWorker(r.worker);
+  m.setStep(r.step);
+  m.setLoss(r.loss);
+  m.setSamples(r.samples);
+  m.setMeanStaleness(r.mean_staleness);
+  m.setMaxStaleness(r.max_staleness);
+  m.setRejected(r.rejected);
+  return net::message::from_builder(std::move(b));
+}
+
+step_report read_metrics(wire::Metrics::Reader m, uint32_t sender) {
+  step_report r;
+  r.worker = m.getWorker();
+  if (r.worker != sender) reject(net::reject_reason::malformed, "metrics: worker id differs from the sender's");
+  r.step = m.getStep();
+  r.loss = m.getLoss();
+  r.samples = m.getSamples();
+  r.mean_staleness = m.getMeanStaleness();
+  r.max_staleness = m.getMaxStaleness();
+  r.rejected = m.getRejected();
+  if (!std::isfinite(r.loss) || !std::isfinite(r.mean_staleness))
+    reject(net::reject_reason::non_finite, "metrics: non-finite loss or staleness");
+  return r;
+}
+
+// --- loader ---
+
+loader_core::loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
+                         uint64_t seed, int64_t begin, int64_t end, uint32_t id)
+    : batches_(ds, batch_size, norm, seed, true, begin, end), id_(id) {
+  batches_.start_epoch(0);
+}
+
+net::message loader_core::next() {
+  if (!batches_.next(tmp_)) {
+    batches_.start_epoch(++epoch_);
+    if (!batches_.next(tmp_)) throw error("data loader " + std::to_string(id_) + ": its shard is empty");
+  }
+  auto b = builder(tmp_.images.numel() * sizeof(float) + tmp_.labels.size() * 4);
+  auto batch = envelope(*b, id_).initBatch();
+  batch.setEpoch(static_cast<uint32_t>(epoch_));
+  batch.setIndex(index_++);
+  net::encode(tmp_.images, batch.initImages());
+  auto labels = batch.initLabels(static_cast<unsigned>(tmp_.labels.size()));
+  for (unsigned i = 0; i < labels.size(); ++i) labels.set(i, tmp_.labels[i]);
+  return net::message::from_builder(std::move(b));
+}
+
+// --- worker ---
+
+worker_core::worker_core(model::model replica, shard_plan plan, worker_config c)
+    : net_(std::move(replica)), plan_(std::move(plan)), c_(std::move(c)) {
+  if (!net_.built()) throw error("worker " + std::to_string(c_.id) + ": the replica must be built");
+  params_ = net_.parameters();
+  hogwild_ = c_.hogwild != nullptr;
+  if (hogwild_) {
+    if (c_.hogwild->params.size() != params_.size()) throw error("hogwild: the shared store does not fit the model");
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (static_cast<int64_t>(c_.hogwild->params[i].size()) != params_[i]->value.numel())
+        throw error("hogwild: shared tensor " + params_[i]->name + " has the wrong size");
+  } else {
+    if (plan_.owner.size() != params_.size()) throw error("worker: the shard plan does not fit the model");
+    version_.assign(plan_.shards, 0);
+    waiting_ = plan_.shards;  // nothing to train on before the first pull is answered
+  }
+  if (c_.push_every < 1) throw error("--push-every must be at least 1, got " + std::to_string(c_.push_every));
+  if (c_.push_every > 1 && !hogwild_) {
+    local_opt_ = optim::sgd(c_.worker_lr).momentum(c_.worker_momentum).make();
+    start_.resize(params_.size());
+  }
+}
+
+worker_core::~worker_core() = default;
+
+std::vector<net::message> worker_core::pull() const {
+  std::vector<net::message> out;
+  for (int s = 0; s < plan_.shards; ++s) out.push_back(make_pull(c_.id, static_cast<uint32_t>(s)));
+  return out;
+}
+
+bool worker_core::on_params(const net::message& m) {
+  net::envelope_reader r(m, peer_limits());
+  if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
+  auto p = r.root().getParams();
+  const uint32_t s = p.getShard();
+  if (s >= static_cast<uint32_t>(plan_.shards)) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
+  const auto& members = plan_.members[s];
+  std::vector<shape> expected;
+  for (int i : members) expected.push_back(params_[i]->value.shape());
+  auto list = p.getTensors();
+  net::require_shapes(list, expected, "params of shard " + std::to_string(s));
+  for (std::size_t j = 0; j < members.size(); ++j) {
+    net::tensor_view v = net::view(list[static_cast<unsigned>(j)], "params");
+    std::memcpy(params_[members[j]]->value.data(), v.data, v.numel() * sizeof(float));
+  }
+  version_[s] = p.getVersion();
+  if (waiting_ > 0) {
+    --waiting_;
+    if (steps_ > 0) accumulate_staleness(p.getAppliedStaleness(), p.getRejected());
+    if (waiting_ == 0) {
+      if (steps_ > 0) report_due_ = true;
+      if (local_opt_)
+        for (std::size_t i = 0; i < params_.size(); ++i)
+          start_[i].assign(params_[i]->value.data(), params_[i]->value.data() + params_[i]->value.numel());
+    }
+  }
+  return waiting_ == 0;
+}
+
+void worker_core::accumulate_staleness(uint64_t tau, bool rejected) {
+  tau_sum_ += tau;
+  ++tau_n_;
+  tau_max_ = std::max(tau_max_, tau);
+  if (rejected) ++rejected_;
+}
+
+worker_core::step_out worker_core::step(const net::message& m) {
+  if (!ready()) throw error("worker " + std::to_string(c_.id) + ": step() before its parameters arrived");
+  net::envelope_reader r(m, peer_limits());
+  if (r.root().which() != wire::Envelope::BATCH) reject(net::reject_reason::unknown_kind, "worker: expected Batch");
+  auto b = r.root().getBatch();
+  net::tensor_view img = net::view(b.getImages(), "batch images");
+  if (img.dims.rank() < 1 || img.dims[0] < 1) reject(net::reject_reason::wrong_shape, "batch: no images");
+  {
+    shape per_sample(std::vector<int64_t>(img.dims.dims().begin() + 1, img.dims.dims().end()));
+    if (!(per_sample == net_.input_shape()))
+      reject(net::reject_reason::wrong_shape,
+             "batch images " + img.dims.to_string() + " do not fit the model input " + net_.input_shape().to_string());
+  }
+  kernels::ensure_shape(x_, img.dims);
+  std::memcpy(x_.data(), img.data, img.numel() * sizeof(float));
+  auto labels = b.getLabels();
+  labels_.resize(labels.size());
+  for (unsigned i = 0; i < labels.size(); ++i) labels_[i] = labels[i];
+
+  kernels::set_num_threads(c_.threads);
+  uint64_t seen = 0;
+  if (hogwild_) {
+    seen = c_.hogwild->updates.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      std::memcpy(params_[i]->value.data(), c_.hogwild->params[i].data(), c_.hogwild->params[i].size() * sizeof(float));
+  }
+  step_out out;
+  const tensor& logits = net_.forward(x_, true);
+  out.loss = kernels::softmax_cross_entropy(logits, labels_, &dlogits_);
+  net_.backward(dlogits_);
+  ++steps_;
+  loss_sum_ += out.loss;
+  ++loss_n_;
+  samples_ += labels_.size();
+
+  if (hogwild_) {
+    const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, static_cast<int64_t>(seen), c_.total_updates);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      float* w = c_.hogwild->params[i].data();
+      const float* g = params_[i]->grad.data();
+      const int64_t n = params_[i]->grad.numel();
+      for (int64_t j = 0; j < n; ++j) w[j] -= lr * g[j];  // no lock: Hogwild!
+    }
+    const uint64_t before = c_.hogwild->updates.fetch_add(1, std::memory_order_relaxed);
+    accumulate_staleness(before - seen, false);
+    report_due_ = true;
+    return out;
+  }
+  if (local_opt_) {
+    local_opt_->step(params_);
+    if (++local_steps_ < c_.push_every) return out;
+    local_steps_ = 0;
+    // The accumulated change, as a gradient at the worker's learning rate:
+    // the server applies w <- w - eta * g, so eta = worker lr replays it.
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      float* g = params_[i]->grad.data();
+      const float* w = params_[i]->value.data();
+      const float* w0 = start_[i].data();
+      const int64_t n = params_[i]->grad.numel();
+      for (int64_t j = 0; j < n; ++j) g[j] = (w0[j] - w[j]) / c_.worker_lr;
+    }
+  }
+  push(out);
+  return out;
+}
+
+void worker_core::push(step_out& out) {
+  for (int s = 0; s < plan_.shards; ++s) {
+    std::size_t bytes = 0;
+    for (int i : plan_.members[s]) bytes += params_[i]->grad.numel() * sizeof(float) + 64;
+    auto b = builder(bytes);
+    auto p = envelope(*b, c_.id).initPushGradient();
+    p.setWorker(c_.id);
+    p.setShard(static_cast<uint32_t>(s));
+    p.setBaseVersion(version_[s]);
+    p.setStep(steps_);
+    auto list = p.initTensors(static_cast<unsigned>(plan_.members[s].size()));
+    for (std::size_t j = 0; j < plan_.members[s].size(); ++j) {
+      const auto& g = params_[plan_.members[s][j]]->grad;
+      net::encode(g.shape(), g.data(), list[static_cast<unsigned>(j)]);
+    }
+    out.pushes.emplace_back(static_cast<uint32_t>(s), net::message::from_builder(std::move(b)));
+  }
+  waiting_ = plan_.shards;
+}
+
+step_report worker_core::report() {
+  step_report r;
+  r.worker = c_.id;
+  r.step = steps_;
+  r.loss = loss_n_ ? static_cast<float>(loss_sum_ / loss_n_) : 0.0f;
+  r.samples = samples_;
+  r.mean_staleness = tau_n_ ? static_cast<float>(double(tau_sum_) / tau_n_) : 0.0f;
+  r.max_staleness = static_cast<uint32_t>(std::min<uint64_t>(tau_max_, UINT32_MAX));
+  r.rejected = static_cast<uint32_t>(rejected_);
+  loss_sum_ = 0;
+  loss_n_ = samples_ = tau_sum_ = tau_n_ = tau_max_ = rejected_ = 0;
+  report_due_ = false;
+  return r;
+}
+
+// --- shard ---
+
+shard_core::shard_core(uint32_t id, std::vector<named_tensor> tensors, const model::update_config& rule,
+                       std::string lr_schedule, int64_t total_updates, net::reader_limits limits)
+    : id_(id), cfg_(rule), schedule_(std::move(lr_schedule)), total_updates_(total_updates), limits_(limits),
+      stats_(rule.workers) {
+  if (tensors.empty()) throw error("shard " + std::to_string(id) + " holds no tensors");
+  for (auto& t : tensors) {
+    names_.push_back(t.name);
+    shapes_.push_back(t.value.shape());
+    flat_.insert(flat_.end(), t.value.data(), t.value.data() + t.value.numel());
+  }
+  grad_.resize(flat_.size());
+  rule_ = model::make_update_rule(cfg_, static_cast<int64_t>(flat_.size()));
+}
+
+std::vector<named_tensor> shard_core::snapshot() const {
+  std::vector<named_tensor> out;
+  const float* src = flat_.data();
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    tensor t = tensor::empty(shapes_[i]);
+    std::memcpy(t.data(), src, t.numel() * sizeof(float));
+    src += t.numel();
+    out.push_back({names_[i], std::move(t)});
+  }
+  return out;
+}
+
+net::message shard_core::params_message(uint64_t tau, bool rejected) const {
+  auto b = builder(flat_.size() * sizeof(float) + 64 * shapes_.size());
+  auto p = envelope(*b, id_).initParams();
+  p.setShard(id_);
+  p.setVersion(version_);
+  p.setAppliedStaleness(tau);
+  p.setRejected(rejected);
+  auto list = p.initTensors(static_cast<unsigned>(shapes_.size()));
+  const float* src = flat_.data();
+  for (std::size_t i = 0; i < shapes_.size(); ++i) {
+    net::encode(shapes_[i], src, list[static_cast<unsigned>(i)]);
+    src += shapes_[i].numel();
+  }
+  return net::message::from_builder(std::move(b));
+}
+
+std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::message& m, int64_t sender_hint) {
+  std::vector<std::pair<uint32_t, net::message>> out;
+  const int64_t n = static_cast<int64_t>(flat_.size());
+  auto check_worker = [&](uint32_t w, const char* what) {
+    if (w >= static_cast<uint32_t>(cfg_.workers))
+      reject(net::reject_reason::malformed, std::string(what) + ": worker id " + std::to_string(w) + " outside [0, " +
+                                                std::to_string(cfg_.workers) + ")");
+  };
+  try {
+    net::envelope_reader r(m, limits_);
+    switch (r.root().which()) {
+      case wire::Envelope::PULL_PARAMS: {
+        auto p = r.root().getPullParams();
+        if (p.getShard() != id_) reject(net::reject_reason::wrong_shape, "pull for shard " + std::to_string(p.getShard()));
+        const uint32_t w = p.getWorker();
+        if (w != coordinator_id) {
+          check_worker(w, "pull");
+          rule_->on_send(flat_.data(), n, static_cast<int>(w));
+        }
+        out.emplace_back(w, params_message(0, false));
+        return out;
+      }
+      case wire::Envelope::PUSH_GRADIENT: {
+        auto p = r.root().getPushGradient();
+        const uint32_t w = p.getWorker();
+        check_worker(w, "push");
+        sender_hint = w;
+        if (p.getShard() != id_) reject(net::reject_reason::wrong_shape, "push for shard " + std::to_string(p.getShard()));
+        if (p.getBaseVersion() > version_)
+          reject(net::reject_reason::malformed, "push: base version " + std::to_string(p.getBaseVersion()) +
+                                                    " is ahead of the shard's " + std::to_string(version_));
+        auto list = p.getTensors();
+        net::require_shapes(list, shapes_, "push to shard " + std::to_string(id_));
+        float* dst = grad_.data();
+        for (unsigned i = 0; i < list.size(); ++i) {
+          net::tensor_view v = net::view(list[i], "push");
+          std::memcpy(dst, v.data, v.numel() * sizeof(float));
+          dst += v.numel();
+        }
+        const uint64_t tau = version_ - p.getBaseVersion();
+        rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version_), total_updates_));
+        const bool updated = rule_->apply(flat_.data(), grad_.data(), n, static_cast<int>(w), static_cast<int64_t>(tau));
+        stats_.record(static_cast<int>(w), static_cast<int64_t>(tau));
+        if (updated) ++version_;
+        if (cfg_.rule == "ssgd") {
+          // Every worker of the round gets the same, once-built message.
+          waiting_.emplace_back(w, tau);
+          if (updated) {
+            net::message reply = params_message(0, false);
+            for (auto& [worker, t] : waiting_) out.emplace_back(worker, reply);
+            waiting_.clear();
+          }
+        } else {
+          out.emplace_back(w, params_message(tau, false));
+        }
+        return out;
+      }
+      default:
+        reject(net::reject_reason::unknown_kind, "shard " + std::to_string(id_) + ": unexpected message kind " +
+                                                     std::to_string(static_cast<int>(r.root().which())));
+    }
+  } catch (const net::message_error& e) {
+    rejects_.count(e.reason());
+    last_error_ = e.what();
+  } catch (const error& e) {  // e.g. SSGD: two gradients of one worker in a round
+    rejects_.count(net::reject_reason::malformed);
+    last_error_ = e.what();
+  }
+  out.clear();
+  // The sender still waits for an answer: the current parameters, flagged.
+  if (sender_hint >= 0 && sender_hint < cfg_.workers)
+    out.emplace_back(static_cast<uint32_t>(sender_hint), params_message(0, true));
+  return out;
+}
+
+} // namespace troupe::actors

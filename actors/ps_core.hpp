@@ -1,0 +1,191 @@
+#pragma once
+
+// The parameter-server roles (data loader, worker, parameter shard) as plain
+// objects that take and return net::message values. The CAF actors in
+// actors/ps_actors.cpp only move these messages between mailboxes and call
+// these objects, so every decision here is tested without an actor runtime,
+// and nothing here assumes that the peers share a process.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "model/update_rule.hpp"
+#include "net/message.hpp"
+
+namespace troupe::actors {
+
+/// Sender id the coordinator uses in PullParams (workers are 0..N-1).
+constexpr uint32_t coordinator_id = 0xffffffffu;
+
+/// Which shard owns each parameter tensor, balanced by size: largest tensor
+/// first, each to the shard holding the fewest elements so far.
+struct shard_plan {
+  int shards = 0;
+  std::vector<int> owner;                 ///< per parameter index
+  std::vector<std::vector<int>> members;  ///< per shard, its parameter indices in model order
+  std::vector<int64_t> elements;          ///< per shard, total elements
+};
+/// Throws troupe::error when `shards` < 1 or exceeds the number of tensors.
+shard_plan plan_shards(const std::vector<int64_t>& tensor_sizes, int shards);
+
+// --- message builders (every message starts with the schema version) ---
+net::message make_pull(uint32_t sender, uint32_t shard);
+net::message make_control(uint32_t sender, wire::Control::Kind kind, uint32_t amount = 0,
+                          const std::string& detail = {});
+struct step_report {
+  uint32_t worker = 0;
+  uint64_t step = 0;        ///< pushes (or local steps) so far
+  float loss = 0;           ///< mean training loss of the batches in this report
+  uint64_t samples = 0;     ///< samples trained in this report
+  float mean_staleness = 0; ///< over the shards that applied this push
+  uint32_t max_staleness = 0;
+  uint32_t rejected = 0;
+};
+net::message make_metrics(const step_report& r);
+step_report read_metrics(wire::Metrics::Reader m, uint32_t sender);
+
+/// A data loader: one shard [begin, end) of the training set, reshuffled every
+/// epoch from (seed, epoch); hands out Batch messages without end (the epochs
+/// roll over), so the coordinator alone decides when training stops.
+class loader_core {
+public:
+  loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
+              uint64_t seed, int64_t begin, int64_t end, uint32_t id);
+  net::message next();
+  int epoch() const { return epoch_; }
+  int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
+
+private:
+  data::batcher batches_;
+  data::batch tmp_;
+  uint32_t id_;
+  int epoch_ = 0;
+  uint64_t index_ = 0;
+};
+
+/// Parameters shared by Hogwild! workers of one process: one buffer, updated
+/// without locks (the races are the algorithm), and an update counter that
+/// gives each update its staleness.
+struct hogwild_store {
+  std::vector<std::vector<float>> params;  ///< per parameter tensor
+  std::atomic<uint64_t> updates{0};
+};
+
+struct worker_config {
+  uint32_t id = 0;
+  int push_every = 1;         ///< k local steps per push (multi-granular updates)
+  float worker_lr = 0.05f;    ///< local optimizer when push_every > 1
+  float worker_momentum = 0;  ///< local optimizer when push_every > 1
+  int threads = 1;            ///< kernel threads of this worker
+  // Hogwild! only: the shared store and the server's learning-rate schedule.
+  hogwild_store* hogwild = nullptr;
+  float lr = 0.05f;
+  std::string lr_schedule = "constant";
+  int64_t total_updates = 1;
+};
+
+/// A model replica. Parameter-server mode: pull() → on_params() for every
+/// shard → step() on batches; after every push_every-th step it returns one
+/// PushGradient per shard and waits for their Params replies. Hogwild! mode:
+/// step() reads and updates the shared store directly.
+class worker_core {
+public:
+  worker_core(model::model replica, shard_plan plan, worker_config c);
+  ~worker_core();
+
+  /// PullParams for every shard (the first parameters).
+  std::vector<net::message> pull() const;
+  /// Takes one shard's Params. Throws net::message_error for a message that
+  /// does not fit (it is not applied). True when every shard has answered.
+  bool on_params(const net::message& m);
+  /// True when the replica holds parameters from every shard and no push is unanswered.
+  bool ready() const { return hogwild_ || waiting_ == 0; }
+
+  struct step_out {
+    double loss = 0;
+    std::vector<std::pair<uint32_t, net::message>> pushes;  ///< (shard, PushGradient); empty between pushes
+  };
+  /// Trains on one Batch message. Requires ready().
+  step_out step(const net::message& batch);
+  /// True when a push has been answered by every shard (or, with Hogwild!,
+  /// applied): report() then describes the steps since the last report.
+  bool report_due() const { return report_due_; }
+  step_report report();
+
+  uint32_t id() const { return c_.id; }
+  model::model& replica() { return net_; }
+
+private:
+  void push(step_out& out);
+  void accumulate_staleness(uint64_t tau, bool rejected);
+
+  model::model net_;
+  std::vector<model::parameter*> params_;
+  shard_plan plan_;
+  worker_config c_;
+  bool hogwild_ = false;
+  std::vector<uint64_t> version_;      // per shard: version of the params held
+  int waiting_ = 0;                    // shards whose Params have not arrived
+  int local_steps_ = 0;                // since the last push
+  std::vector<std::vector<float>> start_;  // w at the last pull (push_every > 1)
+  std::unique_ptr<model::optimizer> local_opt_;
+  uint64_t steps_ = 0;
+  tensor x_, dlogits_;
+  std::vector<int32_t> labels_;
+  bool report_due_ = false;
+  // Pending report.
+  double loss_sum_ = 0;
+  uint64_t samples_ = 0, loss_n_ = 0;
+  uint64_t tau_sum_ = 0, tau_n_ = 0, tau_max_ = 0, rejected_ = 0;
+};
+
+/// One parameter shard: its tensors, the update rule and its per-worker
+/// state, the version, staleness statistics and rejected-message counts.
+class shard_core {
+public:
+  shard_core(uint32_t id, std::vector<named_tensor> tensors, const model::update_config& rule,
+             std::string lr_schedule, int64_t total_updates, net::reader_limits limits = {});
+
+  /// Handles a PullParams or PushGradient from `sender_hint` (the worker id the
+  /// transport knows, or -1). Returns the replies as (worker id, message).
+  /// A message that is rejected is counted and answered, when its sender is
+  /// known, with the current parameters flagged `rejected`, so the worker
+  /// keeps training.
+  std::vector<std::pair<uint32_t, net::message>> handle(const net::message& m, int64_t sender_hint = -1);
+
+  uint64_t version() const { return version_; }
+  const model::staleness_stats& staleness() const { return stats_; }
+  const net::reject_counter& rejects() const { return rejects_; }
+  const std::string& last_error() const { return last_error_; }
+  /// The shard's tensors now (copies), e.g. for a checkpoint.
+  std::vector<named_tensor> snapshot() const;
+
+private:
+  net::message params_message(uint64_t tau, bool rejected) const;
+  void record_send(uint32_t worker);
+
+  uint32_t id_;
+  std::vector<std::string> names_;
+  std::vector<shape> shapes_;
+  std::vector<float> flat_;    // all tensors of the shard, concatenated
+  std::vector<float> grad_;    // the pushed gradient, concatenated
+  model::update_config cfg_;
+  std::unique_ptr<model::update_rule> rule_;
+  std::string schedule_;
+  int64_t total_updates_;
+  net::reader_limits limits_;
+  uint64_t version_ = 0;
+  model::staleness_stats stats_;
+  net::reject_counter rejects_;
+  std::string last_error_;
+  std::vector<std::pair<uint32_t, uint64_t>> waiting_;  // SSGD: (worker, staleness) until the round completes
+};
+
+} // namespace troupe::actors

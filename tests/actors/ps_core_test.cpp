@@ -1,0 +1,265 @@
+// The parameter-server roles without actors: shard planning, the shard's
+// handling of pulls, pushes and bad messages, and the worker's pushes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "actors/ps_core.hpp"
+#include "kernels/kernels.hpp"
+#include "model/nn.hpp"
+#include "net/tensor_codec.hpp"
+#include "tests/test_util.hpp"
+
+using namespace troupe;
+using namespace troupe::actors;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// A PushGradient from `worker` for shard 0 carrying `tensors`.
+net::message push_message(uint32_t worker, uint64_t base, const std::vector<std::pair<shape, std::vector<float>>>& tensors) {
+  auto b = std::make_unique<capnp::MallocMessageBuilder>();
+  auto env = b->initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  env.setSender(worker);
+  auto p = env.initPushGradient();
+  p.setWorker(worker);
+  p.setShard(0);
+  p.setBaseVersion(base);
+  auto list = p.initTensors(static_cast<unsigned>(tensors.size()));
+  for (unsigned i = 0; i < tensors.size(); ++i) {
+    auto t = list[i];
+    auto dims = t.initShape(static_cast<unsigned>(tensors[i].first.rank()));
+    for (unsigned j = 0; j < dims.size(); ++j) dims.set(j, tensors[i].first[j]);
+    t.setDtype(wire::DType::F32);
+    auto data = t.initData(static_cast<unsigned>(tensors[i].second.size() * sizeof(float)));
+    std::memcpy(data.begin(), tensors[i].second.data(), data.size());
+  }
+  return net::message::from_builder(std::move(b));
+}
+
+/// The tensors of a Params reply, flattened, and its header fields.
+struct params_view {
+  uint64_t version = 0, tau = 0;
+  bool rejected = false;
+  std::vector<float> values;
+};
+params_view read_params(const net::message& m) {
+  net::envelope_reader r(m);
+  REQUIRE(r.root().which() == wire::Envelope::PARAMS);
+  auto p = r.root().getParams();
+  params_view v{p.getVersion(), p.getAppliedStaleness(), p.getRejected(), {}};
+  for (auto t : p.getTensors()) {
+    auto tv = net::view(t, "test");
+    v.values.insert(v.values.end(), tv.data, tv.data + tv.numel());
+  }
+  return v;
+}
+
+/// A shard of two tensors: a [2] = {1, 2} and b [1] = {3}.
+shard_core small_shard(const std::string& rule, int workers, float lr = 0.5f) {
+  model::update_config c;
+  c.rule = rule;
+  c.lr = lr;
+  c.workers = workers;
+  std::vector<named_tensor> t{{"a", tensor::from({2}, {1, 2})}, {"b", tensor::from({1}, {3})}};
+  return shard_core(0, std::move(t), c, "constant", 100);
+}
+
+std::vector<std::pair<shape, std::vector<float>>> grad(float a0, float a1, float b0) {
+  return {{shape{2}, {a0, a1}}, {shape{1}, {b0}}};
+}
+
+} // namespace
+
+TEST_CASE("plan_shards balances tensors by size, largest first", "[actors]") {
+  shard_plan p = plan_shards({10, 3, 7, 5}, 2);
+  // 10 -> s0; 7 -> s1; 5 -> s1 (7 < 10); 3 -> s0 (10 < 12).
+  CHECK(p.owner == std::vector<int>{0, 0, 1, 1});
+  CHECK(p.elements == std::vector<int64_t>{13, 12});
+  CHECK(p.members[0] == std::vector<int>{0, 1});
+  CHECK(p.members[1] == std::vector<int>{2, 3});
+  // Every shard gets a tensor even when sizes are equal.
+  shard_plan q = plan_shards({4, 4, 4}, 3);
+  for (auto& m : q.members) CHECK(m.size() == 1);
+  CHECK_THROWS_MATCHES(plan_shards({1, 2}, 3), troupe::error, testing::message(Contains("exceeds the model's 2")));
+  CHECK_THROWS_MATCHES(plan_shards({1, 2}, 0), troupe::error, testing::message(Contains("--shards")));
+}
+
+TEST_CASE("shard: pull, ASGD pushes, versions and staleness", "[actors]") {
+  shard_core s = small_shard("asgd", 2);
+  auto r = s.handle(make_pull(0, 0));
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].first == 0u);
+  CHECK(read_params(r[0].second).values == std::vector<float>{1, 2, 3});
+
+  // Worker 0 pushes on version 0: w - 0.5 g.
+  r = s.handle(push_message(0, 0, grad(2, 4, 6)));
+  REQUIRE(r.size() == 1);
+  params_view v = read_params(r[0].second);
+  CHECK(v.values == std::vector<float>{0, 0, 0});
+  CHECK(v.version == 1u);
+  CHECK(v.tau == 0u);
+  // Worker 1 also computed on version 0: staleness 1.
+  r = s.handle(push_message(1, 0, grad(1, 1, 1)));
+  v = read_params(r.at(0).second);
+  CHECK(r[0].first == 1u);
+  CHECK(v.tau == 1u);
+  CHECK(v.values == std::vector<float>{-0.5f, -0.5f, -0.5f});
+  CHECK(s.staleness().count() == 2);
+  CHECK(s.staleness().mean() == Approx(0.5));
+  CHECK(s.staleness().max() == 1);
+  // The coordinator's pull is answered to the coordinator and changes nothing.
+  r = s.handle(make_pull(coordinator_id, 0));
+  CHECK(r.at(0).first == coordinator_id);
+  CHECK(read_params(r[0].second).version == 2u);
+}
+
+TEST_CASE("shard: SSGD answers every worker of a round with one message", "[actors]") {
+  shard_core s = small_shard("ssgd", 2, 1.0f);
+  CHECK(s.handle(push_message(0, 0, grad(2, 0, 0))).empty());  // waits for the round
+  CHECK(s.version() == 0u);
+  auto r = s.handle(push_message(1, 0, grad(0, 2, 4)));
+  REQUIRE(r.size() == 2);
+  CHECK(s.version() == 1u);
+  // The same immutable buffer goes to both workers.
+  CHECK(r[0].second.segments().begin() == r[1].second.segments().begin());
+  CHECK(read_params(r[0].second).values == std::vector<float>{0, 1, 1});  // w - mean(g)
+}
+
+TEST_CASE("shard: bad messages are rejected, counted and answered; training goes on", "[actors]") {
+  shard_core s = small_shard("dc-asgd-a", 2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+
+  struct bad_case {
+    const char* what;
+    net::message m;
+    net::reject_reason reason;
+  };
+  std::vector<uint8_t> junk(200);
+  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<uint8_t>(i * 37 + 11);
+  std::vector<bad_case> cases{
+      {"random bytes", net::message::from_bytes(junk.data(), junk.size()), net::reject_reason::malformed},
+      {"NaN gradient", push_message(0, 0, grad(nan, 1, 1)), net::reject_reason::non_finite},
+      {"Inf gradient", push_message(0, 0, grad(1, INFINITY, 1)), net::reject_reason::non_finite},
+      {"wrong shape", push_message(0, 0, {{shape{3}, {1, 2, 3}}, {shape{1}, {1}}}), net::reject_reason::wrong_shape},
+      {"missing tensor", push_message(0, 0, {{shape{2}, {1, 2}}}), net::reject_reason::wrong_shape},
+      {"unknown worker", push_message(7, 0, grad(1, 1, 1)), net::reject_reason::malformed},
+      {"version from the future", push_message(0, 5, grad(1, 1, 1)), net::reject_reason::malformed},
+      {"unexpected kind", make_metrics(step_report{}), net::reject_reason::unknown_kind},
+  };
+  uint64_t total = 0;
+  for (auto& c : cases) {
+    INFO(c.what);
+    auto r = s.handle(c.m, /*sender_hint=*/0);
+    ++total;
+    CHECK(s.rejects().get(c.reason) >= 1);
+    CHECK(s.rejects().total() == total);
+    // The sender is answered with the unchanged parameters, flagged.
+    REQUIRE(r.size() == 1);
+    params_view v = read_params(r[0].second);
+    CHECK(v.rejected);
+    CHECK(v.values == std::vector<float>{1, 2, 3});
+    CHECK(s.version() == 0u);
+  }
+  CHECK_THAT(s.last_error(), Contains("unexpected message kind"));
+  // Without a known sender nobody is answered.
+  CHECK(s.handle(net::message::from_bytes(junk.data(), 64)).empty());
+
+  // Oversized: a shard reading untrusted input with a small limit.
+  net::reader_limits small;
+  small.max_bytes = 64;
+  model::update_config c;
+  c.workers = 1;
+  shard_core tight(0, {{"a", tensor::from({2}, {1, 2})}, {"b", tensor::from({1}, {3})}}, c, "constant", 1, small);
+  tight.handle(push_message(0, 0, grad(1, 1, 1)), 0);
+  CHECK(tight.rejects().get(net::reject_reason::too_large) == 1);
+
+  // A valid push afterwards is applied as usual.
+  auto r = s.handle(push_message(0, 0, grad(1, 1, 1)));
+  REQUIRE(r.size() == 1);
+  params_view v = read_params(r[0].second);
+  CHECK_FALSE(v.rejected);
+  CHECK(v.version == 1u);
+  CHECK(v.values[0] < 1.0f);
+}
+
+TEST_CASE("worker: pushes gradients per shard, or the accumulated change with push-every", "[actors]") {
+  auto build = [] {
+    model::model m = nn::sequential(nn::dense(3, 2));
+    m.build({3}, 1);
+    return m;
+  };
+  model::model ref = build();
+  auto params = ref.parameters();  // weight [2, 3], bias [2]
+  shard_plan plan = plan_shards({6, 2}, 2);
+
+  // Shards answer the pulls with the reference values.
+  auto params_msg = [&](uint32_t shard, uint64_t version, const std::vector<float>& w, const shape& sh) {
+    model::update_config c;
+    c.workers = 1;
+    shard_core sc(shard, {{"x", tensor::from(sh, w)}}, c, "constant", 1);
+    (void)version;
+    return sc.handle(make_pull(0, shard)).at(0).second;
+  };
+  auto w0 = params[0]->value.to_vector();
+  auto b0 = params[1]->value.to_vector();
+
+  // A batch of 2 samples of 3 features.
+  auto b = std::make_unique<capnp::MallocMessageBuilder>();
+  auto env = b->initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  auto batch = env.initBatch();
+  net::encode(tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1}), batch.initImages());
+  auto labels = batch.initLabels(2);
+  labels.set(0, 1);
+  labels.set(1, 0);
+  net::message batch_msg = net::message::from_builder(std::move(b));
+
+  for (int k : {1, 2}) {
+    INFO("push every " << k);
+    worker_config wc;
+    wc.push_every = k;
+    wc.worker_lr = 0.1f;
+    worker_core w(build(), plan, wc);
+    CHECK_FALSE(w.ready());
+    CHECK(w.pull().size() == 2);
+    CHECK_FALSE(w.on_params(params_msg(0, 0, w0, params[0]->value.shape())));
+    // A Params message of the wrong shape is refused.
+    CHECK_THROWS_AS(w.on_params(params_msg(1, 0, {1, 2, 3}, {3})), net::message_error);
+    CHECK(w.on_params(params_msg(1, 0, b0, params[1]->value.shape())));
+    REQUIRE(w.ready());
+
+    worker_core::step_out out;
+    for (int i = 0; i < k; ++i) {
+      out = w.step(batch_msg);
+      CHECK(out.pushes.empty() == (i + 1 < k));
+    }
+    REQUIRE(out.pushes.size() == 2);
+    CHECK_FALSE(w.ready());  // waits for both shards' answers
+
+    // Expected: the gradient (k = 1) or (w_start - w_after_k_steps) / lr (k = 2),
+    // computed with a plain replica and SGD.
+    model::model m = build();
+    auto mp = m.parameters();
+    tensor x = tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1}), dl;
+    std::vector<float> expect_w(6, 0.0f);
+    for (int i = 0; i < k; ++i) {
+      kernels::softmax_cross_entropy(m.forward(x, true), {1, 0}, &dl);
+      m.backward(dl);
+      for (int j = 0; j < 6; ++j) expect_w[j] += mp[0]->grad.at(j);
+      if (k > 1) {
+        for (int j = 0; j < 6; ++j) mp[0]->value.at(j) -= 0.1f * mp[0]->grad.at(j);
+        for (int j = 0; j < 2; ++j) mp[1]->value.at(j) -= 0.1f * mp[1]->grad.at(j);
+      }
+    }
+    net::envelope_reader r(out.pushes[0].second);
+    auto p = r.root().getPushGradient();
+    CHECK(p.getShard() == 0u);
+    auto g = net::view(p.getTensors()[0], "test");
+    REQUIRE(g.numel() == 6);
+    for (int j = 0; j < 6; ++j) CHECK(g.data[j] == Approx(expect_w[j]).margin(1e-5));
+  }
+}

@@ -107,7 +107,7 @@ std::string describe(const epoch_metrics& m, const options& o) {
        << m.train_loss;
   if (m.test_accuracy >= 0) line << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%";
   line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s";
-  if (m.mean_staleness >= 0)
+  if (o.algorithm != "sequential")
     line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
   if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";
   line << ", " << std::setprecision(1) << m.wall_s << " s";
@@ -187,8 +187,7 @@ std::string to_json(const epoch_metrics& m, const options& o) {
      << ",\"lr\":" << json_number(m.lr, 6) << ",\"batch_size\":" << o.batch_size
      << ",\"threads\":" << kernels::num_threads() << ",\"peak_rss_mb\":" << json_number(m.peak_rss_mb, 5)
      << ",\"algorithm\":\"" << o.algorithm << "\",\"workers\":" << o.workers
-     << ",\"mean_staleness\":" << (m.mean_staleness < 0 ? "null" : json_number(m.mean_staleness, 6))
-     << ",\"max_staleness\":" << (m.max_staleness < 0 ? std::string("null") : std::to_string(m.max_staleness))
+     << ",\"mean_staleness\":" << json_number(m.mean_staleness, 6) << ",\"max_staleness\":" << m.max_staleness
      << ",\"rejected\":" << m.rejected << "}";
   return os.str();
 }

@@ -66,8 +66,8 @@ struct epoch_metrics {
   int64_t steps = 0;           ///< optimizer steps so far
   double lr = 0;               ///< learning rate at the end of the epoch
   double peak_rss_mb = 0;      ///< peak resident memory of the process so far
-  double mean_staleness = -1;  ///< async: mean staleness of this epoch's updates; -1: sequential
-  int64_t max_staleness = -1;
+  double mean_staleness = 0;   ///< mean staleness of this epoch's updates (0 when sequential)
+  int64_t max_staleness = 0;
   int64_t rejected = 0;        ///< async: pushes the shards rejected this epoch
 };
 

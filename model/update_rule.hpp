@@ -21,8 +21,8 @@ struct update_config {
   float lambda0 = 2.0f;       ///< DC-ASGD-a / DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)
   float rho_ms = 0.95f;       ///< DC-ASGD-a / DDC-ASGD: decay of the mean square MS
   float eps = 1e-7f;
-  float alpha = 0.5f;         ///< DDC-ASGD: rho(tau) = 1 / (1 + alpha * tau)
-  float mu0 = 0.9f;           ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0) * (1 + tau))
+  float alpha = 0.2f;         ///< DDC-ASGD: rho(tau) = 1 / (1 + alpha * tau); chosen in docs/algorithms.md
+  float mu0 = 0.9f;           ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0) * (1 + tau)); chosen in docs/algorithms.md
 };
 
 /// Throws troupe::error naming the first invalid value.

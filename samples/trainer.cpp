@@ -98,9 +98,9 @@ std::vector<flag> flags(troupe::train::options& o) {
        [&](auto& v) { o.rule.lambda0 = parse_float("dc-lambda0", v); }},
       {"dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default 0.95)",
        [&](auto& v) { o.rule.rho_ms = parse_float("dc-rho-ms", v); }},
-      {"ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau)",
+      {"ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default 0.2)",
        [&](auto& v) { o.rule.alpha = parse_float("ddc-alpha", v); }},
-      {"ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau))",
+      {"ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
        [&](auto& v) { o.rule.mu0 = parse_float("ddc-mu0", v); }},
   };
 }

@@ -1,0 +1,153 @@
+// Actor overhead and the cost of one message, measured in one invocation.
+//
+//  1. Overhead: the sequential loop against 1 worker + 1 shard + 1 loader on
+//     actors (ASGD), same model, data, seed, plain SGD (momentum 0, constant
+//     lr), so both compute the same thing; interleaved repetitions, medians.
+//  2. Per message: building a Params message of the model's size, validating
+//     it (limits, NaN scan) and reading it in place; and a CAF round trip of a
+//     ref-counted message between two actors (nothing copied).
+//
+//   build/bench/troupe_actor_bench [--model mlp|cnn|both] [--steps N] [--reps R] [--threads T]
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/async_train.hpp"
+#include "actors/ps_core.hpp"
+#include "model/zoo.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::message)
+
+using namespace troupe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+void overhead(const std::string& model, int64_t steps, int reps, int threads) {
+  train::options o;
+  o.model = model;
+  o.epochs = 1;
+  o.lr = 0.05f;
+  o.momentum = 0;
+  o.lr_schedule = "constant";
+  o.max_steps = steps;
+  o.threads = threads;
+  o.progress = "none";
+  o.evaluate = false;
+  std::vector<double> seq, act;
+  std::ostringstream log;
+  for (int r = 0; r < reps; ++r) {
+    o.algorithm = "sequential";
+    seq.push_back(train::run(o, log).at(0).samples_per_s);
+    o.algorithm = "asgd";
+    act.push_back(actors::run_async(o, log).at(0).samples_per_s);
+  }
+  const double s = median(seq), a = median(act);
+  std::cout << std::fixed << std::setprecision(0) << model << ": sequential " << s << " samples/s, actors (1 worker, 1 shard, 1 loader) "
+            << a << " samples/s, ratio " << std::setprecision(3) << a / s << "  (" << steps << " steps, " << reps
+            << " interleaved reps, medians, " << threads << " threads)\n";
+}
+
+void message_cost(const std::string& model_name, int reps) {
+  model::model m = zoo::by_name(model_name);
+  m.build({1, 28, 28}, 1);
+  std::vector<named_tensor> ts;
+  for (auto* p : m.parameters()) ts.push_back({p->name, p->value.clone()});
+  const int64_t n = m.num_parameters();
+  model::update_config c;
+  c.workers = 1;
+  actors::shard_core shard(0, ts, c, "constant", 1);
+  net::message pull = actors::make_pull(0, 0);
+  // Build: a pull answered with a fresh Params message (encode of every tensor).
+  std::vector<double> build_us, read_us;
+  net::message params;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    for (int i = 0; i < 20; ++i) params = shard.handle(pull).at(0).second;
+    build_us.push_back(seconds_since(t0) / 20 * 1e6);
+    t0 = clock_type::now();
+    float sink = 0;
+    for (int i = 0; i < 20; ++i) {
+      net::envelope_reader rd(params);
+      for (auto t : rd.root().getParams().getTensors()) sink += net::view(t, "p").data[0];
+    }
+    read_us.push_back(seconds_since(t0) / 20 * 1e6);
+    if (sink == 12345.f) std::cout << "";
+  }
+  const double mb = n * 4.0 / 1e6;
+  std::cout << std::fixed << std::setprecision(1) << model_name << " Params message (" << n << " floats, "
+            << std::setprecision(2) << mb << " MB): build " << std::setprecision(1) << median(build_us)
+            << " us (" << std::setprecision(2) << mb / median(build_us) * 1e3 << " GB/s), validate + read in place "
+            << std::setprecision(1) << median(read_us) << " us (" << std::setprecision(2)
+            << mb / median(read_us) * 1e3 << " GB/s)\n";
+}
+
+/// Round trips of one message between two actors: the cost of CAF's mailbox
+/// for a ref-counted Cap'n Proto message (its size does not matter).
+void caf_round_trip(int reps) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", size_t(2));
+  caf::actor_system sys{cfg};
+  auto echo = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[self](const net::message& m) { return m; }};
+  });
+  net::message m = actors::make_pull(0, 0);
+  std::vector<double> us;
+  caf::scoped_actor self{sys};
+  const int per_rep = 20000;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    for (int i = 0; i < per_rep; ++i) self->request(echo, caf::infinite, m).receive([](const net::message&) {}, [](caf::error&) {});
+    us.push_back(seconds_since(t0) / per_rep * 1e6);
+  }
+  std::cout << std::fixed << std::setprecision(2) << "CAF round trip of a net::message between two actors: "
+            << median(us) << " us (request + reply, " << per_rep << " per rep, median of " << reps << ")\n";
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "both";
+  int64_t steps = 400;
+  int reps = 3, threads = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    if (a == "--model") model = v;
+    else if (a == "--steps") steps = std::stoll(v);
+    else if (a == "--reps") reps = std::stoi(v);
+    else if (a == "--threads") threads = std::stoi(v);
+    else {
+      std::cerr << "unknown option " << a << "\n";
+      return 2;
+    }
+  }
+  try {
+    for (std::string mm : {"mlp", "cnn"}) {
+      if (model != "both" && model != mm) continue;
+      message_cost(mm, 5);
+      overhead(mm, mm == "cnn" ? steps / 4 : steps, reps, threads);
+    }
+    caf_round_trip(5);
+  } catch (const std::exception& e) {
+    std::cerr << "troupe_actor_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

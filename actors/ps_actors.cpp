@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -268,6 +269,7 @@ struct coordinator_state {
   int64_t tau_n = 0, tau_max = 0, epoch_rejected = 0;
   bool evaluating = false, finishing = false, partial = false, done = false;
   int pending = 0;  // shards whose parameters the evaluation still waits for
+  std::vector<uint64_t> worker_samples;  // over the run: how evenly the workers progressed
 };
 
 void coordinator_broadcast_stop(caf::stateful_actor<coordinator_state>* self, bool shards_too) {
@@ -335,6 +337,11 @@ void coordinator_finish_epoch(caf::stateful_actor<coordinator_state>* self) {
   st.evaluating = false;
   ++st.epoch;
   if (st.finishing) {
+    if (!st.worker_samples.empty()) {
+      auto [lo, hi] = std::minmax_element(st.worker_samples.begin(), st.worker_samples.end());
+      *st.s.log << "samples trained per worker: min " << *lo << " (worker " << lo - st.worker_samples.begin()
+                << "), max " << *hi << " (worker " << hi - st.worker_samples.begin() << ")" << std::endl;
+    }
     st.done = true;
     coordinator_broadcast_stop(self, true);
     self->quit();
@@ -374,6 +381,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
         st.workers = std::move(workers);
         st.loaders = std::move(loaders);
         st.shards = std::move(shards);
+        st.worker_samples.assign(st.workers.size(), 0);
         try {
           train::open_metrics(*st.s.o, resuming, st.metrics);
         } catch (const std::exception& e) {
@@ -396,6 +404,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
               if (st.finishing) return;  // steps finished after the stop do not count
               step_report rep = read_metrics(r.root().getMetrics(), r.root().getSender());
               st.samples += rep.samples;
+              if (rep.worker < st.worker_samples.size()) st.worker_samples[rep.worker] += rep.samples;
               st.epoch_samples += rep.samples;
               ++st.epoch_reports;
               ++st.steps;

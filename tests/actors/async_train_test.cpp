@@ -124,3 +124,25 @@ TEST_CASE("run_async rejects bad configurations with a clear error", "[actors][a
   o.epochs = 3;
   CHECK_THROWS_MATCHES(actors::run_async(o, log), troupe::error, testing::message(Contains("worker")));
 }
+
+TEST_CASE("an asynchronous run checkpoints the shards' parameters and resumes", "[actors][async]") {
+  dataset_dir d;
+  std::ostringstream log;
+  train::options o = small(d.dir.path(), "asgd", 2);
+  o.epochs = 1;
+  o.checkpoint = d.dir.path() + "/run.ckpt";
+  o.metrics_out = d.dir.path() + "/run.jsonl";
+  auto first = actors::run_async(o, log);
+  REQUIRE(first.size() == 1);
+  o.epochs = 2;
+  auto second = actors::run_async(o, log);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].epoch == 2);
+  CHECK_THAT(log.str(), Contains("resumed from"));
+  // The resumed run starts from the trained parameters, not from scratch.
+  CHECK(second[0].train_loss < first[0].train_loss);
+  std::ifstream f(o.metrics_out);
+  int lines = 0;
+  for (std::string line; std::getline(f, line);) ++lines;
+  CHECK(lines == 2);
+}

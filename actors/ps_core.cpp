@@ -138,25 +138,70 @@ net::message loader_core::next() {
 
 // --- worker ---
 
-worker_core::worker_core(model::model replica, shard_plan plan, worker_config c)
-    : net_(std::move(replica)), plan_(std::move(plan)), c_(std::move(c)) {
-  if (!net_.built()) throw error("worker " + std::to_string(c_.id) + ": the replica must be built");
-  params_ = net_.parameters();
+model::model* replica_pool::acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) {
+    all_.push_back(std::make_unique<model::model>(make_()));
+    if (!all_.back()->built()) throw error("replica_pool: the factory must return a built model");
+    return all_.back().get();
+  }
+  model::model* m = free_.back();
+  free_.pop_back();
+  return m;
+}
+
+void replica_pool::release(model::model* m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(m);
+}
+
+std::size_t replica_pool::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return all_.size();
+}
+
+namespace {
+
+/// A replica borrowed for one scope.
+class borrowed {
+public:
+  explicit borrowed(replica_pool& p) : pool_(p), m_(p.acquire()) {}
+  ~borrowed() { pool_.release(m_); }
+  borrowed(const borrowed&) = delete;
+  borrowed& operator=(const borrowed&) = delete;
+  model::model& operator*() { return *m_; }
+
+private:
+  replica_pool& pool_;
+  model::model* m_;
+};
+
+} // namespace
+
+worker_core::worker_core(std::shared_ptr<replica_pool> replicas, shard_plan plan, worker_config c)
+    : pool_(std::move(replicas)), plan_(std::move(plan)), c_(std::move(c)) {
+  std::vector<model::parameter*> params;
+  {
+    borrowed r(*pool_);
+    input_ = (*r).input_shape();
+    for (auto* p : (*r).parameters()) w_.push_back(p->value.clone());
+    params = (*r).parameters();
+  }
   hogwild_ = c_.hogwild != nullptr;
   if (hogwild_) {
-    if (c_.hogwild->params.size() != params_.size()) throw error("hogwild: the shared store does not fit the model");
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (static_cast<int64_t>(c_.hogwild->params[i].size()) != params_[i]->value.numel())
-        throw error("hogwild: shared tensor " + params_[i]->name + " has the wrong size");
+    if (c_.hogwild->params.size() != params.size()) throw error("hogwild: the shared store does not fit the model");
+    for (std::size_t i = 0; i < w_.size(); ++i)
+      if (static_cast<int64_t>(c_.hogwild->params[i].size()) != w_[i].numel())
+        throw error("hogwild: shared tensor " + std::to_string(i) + " has the wrong size");
   } else {
-    if (plan_.owner.size() != params_.size()) throw error("worker: the shard plan does not fit the model");
+    if (plan_.owner.size() != params.size()) throw error("worker: the shard plan does not fit the model");
     version_.assign(plan_.shards, 0);
     waiting_ = plan_.shards;  // nothing to train on before the first pull is answered
   }
   if (c_.push_every < 1) throw error("--push-every must be at least 1, got " + std::to_string(c_.push_every));
   if (c_.push_every > 1 && !hogwild_) {
     local_opt_ = optim::sgd(c_.worker_lr).momentum(c_.worker_momentum).make();
-    start_.resize(params_.size());
+    start_.resize(w_.size());
   }
 }
 
@@ -176,12 +221,12 @@ bool worker_core::on_params(const net::message& m) {
   if (s >= static_cast<uint32_t>(plan_.shards)) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
   const auto& members = plan_.members[s];
   std::vector<shape> expected;
-  for (int i : members) expected.push_back(params_[i]->value.shape());
+  for (int i : members) expected.push_back(w_[i].shape());
   auto list = p.getTensors();
   net::require_shapes(list, expected, "params of shard " + std::to_string(s));
   for (std::size_t j = 0; j < members.size(); ++j) {
     net::tensor_view v = net::view(list[static_cast<unsigned>(j)], "params");
-    std::memcpy(params_[members[j]]->value.data(), v.data, v.numel() * sizeof(float));
+    std::memcpy(w_[members[j]].data(), v.data, v.numel() * sizeof(float));
   }
   version_[s] = p.getVersion();
   if (waiting_ > 0) {
@@ -190,8 +235,7 @@ bool worker_core::on_params(const net::message& m) {
     if (waiting_ == 0) {
       if (steps_ > 0) report_due_ = true;
       if (local_opt_)
-        for (std::size_t i = 0; i < params_.size(); ++i)
-          start_[i].assign(params_[i]->value.data(), params_[i]->value.data() + params_[i]->value.numel());
+        for (std::size_t i = 0; i < w_.size(); ++i) start_[i].assign(w_[i].data(), w_[i].data() + w_[i].numel());
     }
   }
   return waiting_ == 0;
@@ -213,9 +257,9 @@ worker_core::step_out worker_core::step(const net::message& m) {
   if (img.dims.rank() < 1 || img.dims[0] < 1) reject(net::reject_reason::wrong_shape, "batch: no images");
   {
     shape per_sample(std::vector<int64_t>(img.dims.dims().begin() + 1, img.dims.dims().end()));
-    if (!(per_sample == net_.input_shape()))
+    if (!(per_sample == input_))
       reject(net::reject_reason::wrong_shape,
-             "batch images " + img.dims.to_string() + " do not fit the model input " + net_.input_shape().to_string());
+             "batch images " + img.dims.to_string() + " do not fit the model input " + input_.to_string());
   }
   kernels::ensure_shape(x_, img.dims);
   std::memcpy(x_.data(), img.data, img.numel() * sizeof(float));
@@ -224,16 +268,21 @@ worker_core::step_out worker_core::step(const net::message& m) {
   for (unsigned i = 0; i < labels.size(); ++i) labels_[i] = labels[i];
 
   kernels::set_num_threads(c_.threads);
+  borrowed replica(*pool_);
+  const std::vector<model::parameter*> params = (*replica).parameters();
   uint64_t seen = 0;
   if (hogwild_) {
     seen = c_.hogwild->updates.load(std::memory_order_relaxed);
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      std::memcpy(params_[i]->value.data(), c_.hogwild->params[i].data(), c_.hogwild->params[i].size() * sizeof(float));
+    for (std::size_t i = 0; i < params.size(); ++i)
+      std::memcpy(params[i]->value.data(), c_.hogwild->params[i].data(), c_.hogwild->params[i].size() * sizeof(float));
+  } else {
+    for (std::size_t i = 0; i < params.size(); ++i)
+      std::memcpy(params[i]->value.data(), w_[i].data(), w_[i].numel() * sizeof(float));
   }
   step_out out;
-  const tensor& logits = net_.forward(x_, true);
+  const tensor& logits = (*replica).forward(x_, true);
   out.loss = kernels::softmax_cross_entropy(logits, labels_, &dlogits_);
-  net_.backward(dlogits_);
+  (*replica).backward(dlogits_);
   ++steps_;
   loss_sum_ += out.loss;
   ++loss_n_;
@@ -241,10 +290,10 @@ worker_core::step_out worker_core::step(const net::message& m) {
 
   if (hogwild_) {
     const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, static_cast<int64_t>(seen), c_.total_updates);
-    for (std::size_t i = 0; i < params_.size(); ++i) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
       float* w = c_.hogwild->params[i].data();
-      const float* g = params_[i]->grad.data();
-      const int64_t n = params_[i]->grad.numel();
+      const float* g = params[i]->grad.data();
+      const int64_t n = params[i]->grad.numel();
       for (int64_t j = 0; j < n; ++j) w[j] -= lr * g[j];  // no lock: Hogwild!
     }
     const uint64_t before = c_.hogwild->updates.fetch_add(1, std::memory_order_relaxed);
@@ -253,27 +302,29 @@ worker_core::step_out worker_core::step(const net::message& m) {
     return out;
   }
   if (local_opt_) {
-    local_opt_->step(params_);
+    local_opt_->step(params);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      std::memcpy(w_[i].data(), params[i]->value.data(), w_[i].numel() * sizeof(float));
     if (++local_steps_ < c_.push_every) return out;
     local_steps_ = 0;
     // The accumulated change, as a gradient at the worker's learning rate:
     // the server applies w <- w - eta * g, so eta = worker lr replays it.
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      float* g = params_[i]->grad.data();
-      const float* w = params_[i]->value.data();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      float* g = params[i]->grad.data();
+      const float* w = params[i]->value.data();
       const float* w0 = start_[i].data();
-      const int64_t n = params_[i]->grad.numel();
+      const int64_t n = params[i]->grad.numel();
       for (int64_t j = 0; j < n; ++j) g[j] = (w0[j] - w[j]) / c_.worker_lr;
     }
   }
-  push(out);
+  push(out, params);
   return out;
 }
 
-void worker_core::push(step_out& out) {
+void worker_core::push(step_out& out, const std::vector<model::parameter*>& params) {
   for (int s = 0; s < plan_.shards; ++s) {
     std::size_t bytes = 0;
-    for (int i : plan_.members[s]) bytes += params_[i]->grad.numel() * sizeof(float) + 64;
+    for (int i : plan_.members[s]) bytes += params[i]->grad.numel() * sizeof(float) + 64;
     auto b = builder(bytes);
     auto p = envelope(*b, c_.id).initPushGradient();
     p.setWorker(c_.id);
@@ -282,7 +333,7 @@ void worker_core::push(step_out& out) {
     p.setStep(steps_);
     auto list = p.initTensors(static_cast<unsigned>(plan_.members[s].size()));
     for (std::size_t j = 0; j < plan_.members[s].size(); ++j) {
-      const auto& g = params_[plan_.members[s][j]]->grad;
+      const auto& g = params[plan_.members[s][j]]->grad;
       net::encode(g.shape(), g.data(), list[static_cast<unsigned>(j)]);
     }
     out.pushes.emplace_back(static_cast<uint32_t>(s), net::message::from_builder(std::move(b)));

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +80,26 @@ struct hogwild_store {
   std::atomic<uint64_t> updates{0};
 };
 
+/// Model replicas shared by the workers of one process. A worker keeps only its
+/// parameters and borrows a replica (the activation and gradient buffers) for
+/// one step, so memory grows with the steps that run at once (the scheduler's
+/// threads), not with the number of workers. Thread-safe.
+class replica_pool {
+public:
+  /// `make` returns a built model; every replica must have the same parameters.
+  explicit replica_pool(std::function<model::model()> make) : make_(std::move(make)) {}
+  model::model* acquire();
+  void release(model::model* m);
+  /// Replicas created so far.
+  std::size_t size() const;
+
+private:
+  std::function<model::model()> make_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<model::model>> all_;
+  std::vector<model::model*> free_;
+};
+
 struct worker_config {
   uint32_t id = 0;
   int push_every = 1;         ///< k local steps per push (multi-granular updates)
@@ -97,7 +119,7 @@ struct worker_config {
 /// step() reads and updates the shared store directly.
 class worker_core {
 public:
-  worker_core(model::model replica, shard_plan plan, worker_config c);
+  worker_core(std::shared_ptr<replica_pool> replicas, shard_plan plan, worker_config c);
   ~worker_core();
 
   /// PullParams for every shard (the first parameters).
@@ -120,14 +142,14 @@ public:
   step_report report();
 
   uint32_t id() const { return c_.id; }
-  model::model& replica() { return net_; }
 
 private:
-  void push(step_out& out);
+  void push(step_out& out, const std::vector<model::parameter*>& params);
   void accumulate_staleness(uint64_t tau, bool rejected);
 
-  model::model net_;
-  std::vector<model::parameter*> params_;
+  std::shared_ptr<replica_pool> pool_;
+  std::vector<tensor> w_;              // this worker's parameters (the replica's are borrowed)
+  shape input_;
   shard_plan plan_;
   worker_config c_;
   bool hogwild_ = false;
@@ -137,7 +159,7 @@ private:
   std::vector<std::vector<float>> start_;  // w at the last pull (push_every > 1)
   std::unique_ptr<model::optimizer> local_opt_;
   uint64_t steps_ = 0;
-  tensor x_, dlogits_;
+  tensor x_, dlogits_;  // per worker: small, and a step may not finish on the replica's thread
   std::vector<int32_t> labels_;
   bool report_due_ = false;
   // Pending report.

@@ -223,7 +223,7 @@ TEST_CASE("worker: pushes gradients per shard, or the accumulated change with pu
     worker_config wc;
     wc.push_every = k;
     wc.worker_lr = 0.1f;
-    worker_core w(build(), plan, wc);
+    worker_core w(std::make_shared<replica_pool>(build), plan, wc);
     CHECK_FALSE(w.ready());
     CHECK(w.pull().size() == 2);
     CHECK_FALSE(w.on_params(params_msg(0, 0, w0, params[0]->value.shape())));

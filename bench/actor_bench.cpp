@@ -9,6 +9,8 @@
 //
 //   build/bench/troupe_actor_bench [--model mlp|cnn|both] [--steps N] [--reps R] [--threads T]
 #include <caf/all.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +41,35 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
+/// samples/s of one run in a forked child: each run starts, like the trainer
+/// binary, without OpenMP teams or scheduler threads left by an earlier run
+/// (run back to back in one process, the actor run measured 0.31 instead of ~0.5).
+double in_fresh_process(const train::options& o) {
+  int fd[2];
+  if (::pipe(fd) != 0) throw std::runtime_error("pipe failed");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fd[0]);
+    double v = -1;
+    try {
+      std::ostringstream log;
+      v = (o.algorithm == "sequential" ? train::run(o, log) : actors::run_async(o, log)).at(0).samples_per_s;
+    } catch (const std::exception& e) {
+      std::cerr << "run failed: " << e.what() << "\n";
+    }
+    if (::write(fd[1], &v, sizeof v) != sizeof v) ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(fd[1]);
+  double v = -1;
+  if (::read(fd[0], &v, sizeof v) != sizeof v) v = -1;
+  ::close(fd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (v < 0) throw std::runtime_error("a measured run failed");
+  return v;
+}
+
 void overhead(const std::string& model, int64_t steps, int reps, int threads) {
   train::options o;
   o.model = model;
@@ -51,12 +82,11 @@ void overhead(const std::string& model, int64_t steps, int reps, int threads) {
   o.progress = "none";
   o.evaluate = false;
   std::vector<double> seq, act;
-  std::ostringstream log;
   for (int r = 0; r < reps; ++r) {
     o.algorithm = "sequential";
-    seq.push_back(train::run(o, log).at(0).samples_per_s);
+    seq.push_back(in_fresh_process(o));
     o.algorithm = "asgd";
-    act.push_back(actors::run_async(o, log).at(0).samples_per_s);
+    act.push_back(in_fresh_process(o));
   }
   const double s = median(seq), a = median(act);
   std::cout << std::fixed << std::setprecision(0) << model << ": sequential " << s << " samples/s, actors (1 worker, 1 shard, 1 loader) "

@@ -12,8 +12,13 @@ for setting in n4 n8 n16 hetero8; do
   echo "|---|---|---|---|---|---|"
   plot=()
   for f in "$dir/${setting}"_*.jsonl; do
-    [ -s "$f" ] || continue
     name=$(basename "$f" .jsonl); name=${name#${setting}_}
+    if [ ! -s "$f" ]; then
+      # A run that stopped: say why (e.g. "the model diverged") instead of dropping it.
+      why=$(grep -o "loss is not finite\|NaN or Inf" "${f%.jsonl}.log" | head -1 || true)
+      echo "| $name | diverged in epoch 1 (${why:-failed}) | — | — | — | — |"
+      continue
+    fi
     acc=$(field test_accuracy < "$f" | tail -1)
     reach=$(field test_accuracy < "$f" | awk '$1 >= 0.88 { print NR; exit }')
     tau=$(field mean_staleness < "$f" | awk '{ s += $1; n++ } END { if (n) printf "%.2f", s / n }')

@@ -113,7 +113,7 @@ struct worker_config {
   int64_t total_updates = 1;
 };
 
-/// A model replica. Parameter-server mode: pull() → on_params() for every
+/// A worker: its own parameters, a replica borrowed per step. Parameter-server mode: pull() → on_params() for every
 /// shard → step() on batches; after every push_every-th step it returns one
 /// PushGradient per shard and waits for their Params replies. Hogwild! mode:
 /// step() reads and updates the shared store directly.
@@ -159,7 +159,7 @@ private:
   std::vector<std::vector<float>> start_;  // w at the last pull (push_every > 1)
   std::unique_ptr<model::optimizer> local_opt_;
   uint64_t steps_ = 0;
-  tensor x_, dlogits_;  // per worker: small, and a step may not finish on the replica's thread
+  tensor x_, dlogits_;  // the input batch and the loss gradient: small, kept per worker
   std::vector<int32_t> labels_;
   bool report_due_ = false;
   // Pending report.

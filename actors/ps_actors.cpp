@@ -4,8 +4,6 @@
 
 #include <caf/all.hpp>
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -35,9 +33,7 @@ using clock_type = std::chrono::steady_clock;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
+using train::seconds_since;
 
 /// The kind of `m`, validated but without scanning payloads (the receiving
 /// core validates fully). Throws net::message_error.
@@ -94,7 +90,6 @@ struct worker_state {
   float speed = 1;
   int prefetch = 2;
   bool busy = false;
-  uint64_t rejected_params = 0;
 };
 
 void fail(caf::event_based_actor* self, const caf::actor& coordinator, uint32_t id, const std::string& why) {
@@ -261,7 +256,6 @@ struct coordinator_state {
   std::ofstream metrics;
   clock_type::time_point start, epoch_start;
   int epoch = 0;                 // 0-based, the epoch in progress
-  uint64_t samples = 0;          // since the start of the run
   uint64_t epoch_samples = 0, epoch_reports = 0;
   int64_t steps = 0;             // worker reports (pushes) so far
   double epoch_loss = 0;
@@ -403,7 +397,6 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
             case wire::Envelope::METRICS: {
               if (st.finishing) return;  // steps finished after the stop do not count
               step_report rep = read_metrics(r.root().getMetrics(), r.root().getSender());
-              st.samples += rep.samples;
               if (rep.worker < st.worker_samples.size()) st.worker_samples[rep.worker] += rep.samples;
               st.epoch_samples += rep.samples;
               ++st.epoch_reports;
@@ -430,18 +423,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
               if (!st.evaluating || st.pending == 0) return;
               // The evaluation model takes the shard's tensors in the plan's order.
               auto p = r.root().getParams();
-              const uint32_t s = p.getShard();
-              const shard_plan& plan = *st.s.plan;
-              if (s >= static_cast<uint32_t>(plan.shards)) return;
-              auto params = st.s.eval_net->parameters();
-              std::vector<shape> expected;
-              for (int i : plan.members[s]) expected.push_back(params[i]->value.shape());
-              auto list = p.getTensors();
-              net::require_shapes(list, expected, "params of shard " + std::to_string(s));
-              for (std::size_t j = 0; j < expected.size(); ++j) {
-                net::tensor_view v = net::view(list[static_cast<unsigned>(j)], "params");
-                std::copy(v.data, v.data + v.numel(), params[plan.members[s][j]]->value.data());
-              }
+              if (p.getShard() >= static_cast<uint32_t>(st.s.plan->shards)) return;
+              std::vector<tensor*> into;
+              for (auto* q : st.s.eval_net->parameters()) into.push_back(&q->value);
+              copy_shard_params(p, *st.s.plan, into);
               if (--st.pending == 0) coordinator_finish_epoch(self);
               break;
             }
@@ -460,11 +445,6 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
   };
 }
 
-bool file_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-
 } // namespace
 
 std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostream& log) {
@@ -477,7 +457,7 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
   // them (idle CAF threads poll): one worker with 2 kernel threads gets 1 scheduler thread.
   const int caf_threads = std::max(1, std::min(threads, o.workers));
   const bool hogwild = o.algorithm == "hogwild";
-  const bool resuming = !o.checkpoint.empty() && file_exists(o.checkpoint);
+  const bool resuming = train::resumes(o);
 
   train::run_data data = train::load_data(o, log);
   const data::image_dataset& train_set = data.sets.train;

@@ -113,6 +113,21 @@ step_report read_metrics(wire::Metrics::Reader m, uint32_t sender) {
   return r;
 }
 
+uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& into) {
+  const uint32_t s = p.getShard();
+  if (s >= static_cast<uint32_t>(plan.shards)) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
+  const auto& members = plan.members[s];
+  std::vector<shape> expected;
+  for (int i : members) expected.push_back(into.at(i)->shape());
+  auto list = p.getTensors();
+  net::require_shapes(list, expected, "params of shard " + std::to_string(s));
+  for (std::size_t j = 0; j < members.size(); ++j) {
+    net::tensor_view v = net::view(list[static_cast<unsigned>(j)], "params");
+    std::memcpy(into[members[j]]->data(), v.data, v.numel() * sizeof(float));
+  }
+  return s;
+}
+
 // --- loader ---
 
 loader_core::loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
@@ -217,17 +232,9 @@ bool worker_core::on_params(const net::message& m) {
   net::envelope_reader r(m, peer_limits());
   if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
   auto p = r.root().getParams();
-  const uint32_t s = p.getShard();
-  if (s >= static_cast<uint32_t>(plan_.shards)) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
-  const auto& members = plan_.members[s];
-  std::vector<shape> expected;
-  for (int i : members) expected.push_back(w_[i].shape());
-  auto list = p.getTensors();
-  net::require_shapes(list, expected, "params of shard " + std::to_string(s));
-  for (std::size_t j = 0; j < members.size(); ++j) {
-    net::tensor_view v = net::view(list[static_cast<unsigned>(j)], "params");
-    std::memcpy(w_[members[j]].data(), v.data, v.numel() * sizeof(float));
-  }
+  std::vector<tensor*> into;
+  for (auto& t : w_) into.push_back(&t);
+  const uint32_t s = copy_shard_params(p, plan_, into);
   version_[s] = p.getVersion();
   if (waiting_ > 0) {
     --waiting_;

@@ -51,6 +51,10 @@ struct step_report {
   uint32_t rejected = 0;
 };
 net::message make_metrics(const step_report& r);
+/// Copies the tensors of shard p.getShard() into `into` (all of the model's
+/// tensors, in model order) at the places `plan` gives them. Throws
+/// net::message_error for an unknown shard or tensors of the wrong shapes.
+uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& into);
 step_report read_metrics(wire::Metrics::Reader m, uint32_t sender);
 
 /// A data loader: one shard [begin, end) of the training set, reshuffled every

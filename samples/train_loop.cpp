@@ -25,14 +25,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-bool file_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
 
 std::string json_number(double v, int precision) {
   if (!std::isfinite(v)) return "null";
@@ -127,6 +119,15 @@ void write_metrics(std::ofstream& out, const epoch_metrics& m, const options& o)
   if (!out) throw error("--metrics-out: writing " + o.metrics_out + " failed");
 }
 
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+bool resumes(const options& o) {
+  struct stat st {};
+  return !o.checkpoint.empty() && ::stat(o.checkpoint.c_str(), &st) == 0;
+}
+
 double peak_rss_mb() {
   struct rusage ru {};
   ::getrusage(RUSAGE_SELF, &ru);
@@ -198,7 +199,7 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
   kernels::set_num_threads(o.threads);
 
   // Open the metrics file first: a bad path fails before minutes of training.
-  const bool resuming = !o.checkpoint.empty() && file_exists(o.checkpoint);
+  const bool resuming = resumes(o);
   std::ofstream metrics;
   open_metrics(o, resuming, metrics);
 

@@ -113,6 +113,11 @@ private:
   double last_ = 0;
 };
 
+/// Seconds since `t` on the steady clock.
+double seconds_since(std::chrono::steady_clock::time_point t);
+/// True when --checkpoint names a file that exists: the run resumes from it.
+bool resumes(const options& o);
+
 /// Opens --metrics-out (appending when resuming); closed stream when not asked for.
 void open_metrics(const options& o, bool resuming, std::ofstream& out);
 /// Writes one record and flushes; throws when the write fails.

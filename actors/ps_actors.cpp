@@ -14,11 +14,12 @@
 #include <thread>
 
 #include "actors/async_train.hpp"
-#include "actors/ps_core.hpp"
+#include "actors/ps_actors.hpp"
 #include "kernels/kernels.hpp"
 #include "model/optimizer.hpp"
 #include "model/zoo.hpp"
 #include "net/checkpoint.hpp"
+#include "net/tensor_codec.hpp"
 #include "tensor/error.hpp"
 
 // A net::message is immutable and shared by reference: safe to pass between
@@ -263,6 +264,8 @@ struct coordinator_state {
   int64_t tau_n = 0, tau_max = 0, epoch_rejected = 0;
   bool evaluating = false, finishing = false, partial = false, done = false;
   int pending = 0;  // shards whose parameters the evaluation still waits for
+  std::vector<named_tensor> rule_state;  // gathered for the checkpoint, "shard<s>/<name>"
+  std::vector<uint64_t> shard_versions;
   std::vector<uint64_t> worker_samples;  // over the run: how evenly the workers progressed
 };
 
@@ -313,7 +316,11 @@ void coordinator_finish_epoch(caf::stateful_actor<coordinator_state>* self) {
     c.epoch = static_cast<uint32_t>(st.partial ? st.epoch : m.epoch);
     c.step = static_cast<uint64_t>(m.steps);
     c.params = net.state();
-    c.optimizer_kind = o.algorithm + " (server rule state is not saved; it restarts on resume)";
+    c.optimizer_kind = o.algorithm;
+    c.optimizer = std::move(st.rule_state);
+    // The shards answer in any order; the file does not depend on it.
+    std::sort(c.optimizer.begin(), c.optimizer.end(), [](const named_tensor& a, const named_tensor& b) { return a.name < b.name; });
+    c.shard_versions = st.shard_versions;
     net::save_checkpoint(o.checkpoint, c);
   }
   m.wall_s = seconds_since(st.start);
@@ -353,8 +360,11 @@ void coordinator_end_epoch(caf::stateful_actor<coordinator_state>* self, bool fi
     return;
   }
   st.pending = static_cast<int>(st.shards.size());
+  st.rule_state.clear();
+  st.shard_versions.assign(st.shards.size(), 0);
+  const bool with_state = !st.s.o->checkpoint.empty();
   for (std::size_t s = 0; s < st.shards.size(); ++s)
-    self->send(st.shards[s], make_pull(coordinator_id, static_cast<uint32_t>(s)));
+    self->send(st.shards[s], make_pull(coordinator_id, static_cast<uint32_t>(s), with_state));
 }
 
 caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, coordinator_setup setup) {
@@ -426,7 +436,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
               if (p.getShard() >= static_cast<uint32_t>(st.s.plan->shards)) return;
               std::vector<tensor*> into;
               for (auto* q : st.s.eval_net->parameters()) into.push_back(&q->value);
-              copy_shard_params(p, *st.s.plan, into);
+              const uint32_t s = copy_shard_params(p, *st.s.plan, into);
+              st.shard_versions.at(s) = p.getVersion();
+              for (auto& t : net::decode(p.getRuleState(), "shard state"))
+                st.rule_state.push_back({"shard" + std::to_string(s) + "/" + t.name, std::move(t.value)});
               if (--st.pending == 0) coordinator_finish_epoch(self);
               break;
             }
@@ -446,6 +459,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self, co
 }
 
 } // namespace
+
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<shard_core> core, int workers, std::ostream* log) {
+  return sys.spawn(shard_actor, std::move(core), workers, log);
+}
 
 std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostream& log) {
   train::validate(o);
@@ -473,8 +490,9 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
   model::model eval_net = fresh_model();
   int first_epoch = 0;
   int64_t first_steps = 0;
+  net::checkpoint c;
   if (resuming) {
-    net::checkpoint c = net::load_checkpoint(o.checkpoint);
+    c = net::load_checkpoint(o.checkpoint);
     eval_net.load_state(c.architecture, c.params);
     first_epoch = static_cast<int>(c.epoch);
     first_steps = static_cast<int64_t>(c.step);
@@ -492,7 +510,7 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
   for (int i = 0; i < o.workers; ++i) {
     const int64_t begin = train_set.count * i / o.workers, end = train_set.count * (i + 1) / o.workers;
     loader_cores.push_back(std::make_shared<loader_core>(train_set, data.norm, o.batch_size,
-                                                         o.seed + 1000003ull * i, begin, end, i));
+                                                         o.seed + 1000003ull * i, begin, end, i, first_epoch));
     batches_per_epoch += loader_cores.back()->batches_per_epoch();
   }
   int64_t total_updates = batches_per_epoch * o.epochs / o.push_every;
@@ -542,7 +560,8 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
         for (int i : plan.members[s]) mine.push_back({params[i]->name, params[i]->value.clone()});
         auto core = std::make_shared<shard_core>(static_cast<uint32_t>(s), std::move(mine), rc, o.lr_schedule,
                                                  total_updates);
-        shards.push_back(sys.spawn(shard_actor, core, o.workers, &log));
+        if (resuming) resume_shard(*core, c, o.algorithm, plan.shards, log);
+        shards.push_back(spawn_shard(sys, core, o.workers, &log));
       }
     }
     // Workers borrow replicas for their steps: as many exist as steps run at once.

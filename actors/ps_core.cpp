@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 
 #include "kernels/kernels.hpp"
 #include "model/optimizer.hpp"
@@ -68,11 +69,12 @@ shard_plan plan_shards(const std::vector<int64_t>& sizes, int shards) {
   return p;
 }
 
-net::message make_pull(uint32_t sender, uint32_t shard) {
+net::message make_pull(uint32_t sender, uint32_t shard, bool with_state) {
   auto b = builder();
   auto p = envelope(*b, sender).initPullParams();
   p.setWorker(sender);
   p.setShard(shard);
+  p.setWithState(with_state);
   return net::message::from_builder(std::move(b));
 }
 
@@ -131,9 +133,9 @@ uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const
 // --- loader ---
 
 loader_core::loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
-                         uint64_t seed, int64_t begin, int64_t end, uint32_t id)
-    : batches_(ds, batch_size, norm, seed, true, begin, end), id_(id) {
-  batches_.start_epoch(0);
+                         uint64_t seed, int64_t begin, int64_t end, uint32_t id, int first_epoch)
+    : batches_(ds, batch_size, norm, seed, true, begin, end), id_(id), epoch_(first_epoch) {
+  batches_.start_epoch(epoch_);
 }
 
 net::message loader_core::next() {
@@ -391,8 +393,16 @@ std::vector<named_tensor> shard_core::snapshot() const {
   return out;
 }
 
-net::message shard_core::params_message(uint64_t tau, bool rejected) const {
-  auto b = builder(flat_.size() * sizeof(float) + 64 * shapes_.size());
+void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule_state) {
+  rule_->load_state(rule_state);
+  version_ = version;
+}
+
+net::message shard_core::params_message(uint64_t tau, bool rejected, bool with_state) const {
+  const std::vector<named_tensor> state = with_state ? rule_->state() : std::vector<named_tensor>{};
+  std::size_t state_bytes = 0;
+  for (const auto& t : state) state_bytes += t.value.numel() * sizeof(float) + 64 + t.name.size();
+  auto b = builder(flat_.size() * sizeof(float) + 64 * shapes_.size() + state_bytes);
   auto p = envelope(*b, id_).initParams();
   p.setShard(id_);
   p.setVersion(version_);
@@ -404,6 +414,7 @@ net::message shard_core::params_message(uint64_t tau, bool rejected) const {
     net::encode(shapes_[i], src, list[static_cast<unsigned>(i)]);
     src += shapes_[i].numel();
   }
+  if (with_state) net::encode(state, p.initRuleState(static_cast<unsigned>(state.size())));
   return net::message::from_builder(std::move(b));
 }
 
@@ -426,7 +437,7 @@ std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::mes
           check_worker(w, "pull");
           rule_->on_send(flat_.data(), n, static_cast<int>(w));
         }
-        out.emplace_back(w, params_message(0, false));
+        out.emplace_back(w, params_message(0, false, p.getWithState()));
         return out;
       }
       case wire::Envelope::PUSH_GRADIENT: {
@@ -480,6 +491,28 @@ std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::mes
   if (sender_hint >= 0 && sender_hint < cfg_.workers)
     out.emplace_back(static_cast<uint32_t>(sender_hint), params_message(0, true));
   return out;
+}
+
+void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,
+                  std::ostream& log) {
+  const std::string fresh = "shard " + std::to_string(shard.id()) + ": the update rule's state starts fresh: ";
+  if (c.optimizer_kind != algorithm) {
+    log << fresh << "the checkpoint was written by '" << c.optimizer_kind << "', not " << algorithm << "\n";
+    return;
+  }
+  if (c.shard_versions.size() != static_cast<std::size_t>(shards)) {
+    log << fresh << "the checkpoint has " << c.shard_versions.size() << " shard(s), this run " << shards << "\n";
+    return;
+  }
+  const std::string prefix = "shard" + std::to_string(shard.id()) + "/";
+  std::vector<named_tensor> mine;
+  for (const auto& t : c.optimizer)
+    if (t.name.rfind(prefix, 0) == 0) mine.push_back({t.name.substr(prefix.size()), t.value});
+  try {
+    shard.restore(c.shard_versions[shard.id()], mine);
+  } catch (const error& e) {
+    log << fresh << e.what() << "\n";
+  }
 }
 
 } // namespace troupe::actors

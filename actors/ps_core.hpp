@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/update_rule.hpp"
+#include "net/checkpoint.hpp"
 #include "net/message.hpp"
 
 namespace troupe::actors {
@@ -38,7 +40,8 @@ struct shard_plan {
 shard_plan plan_shards(const std::vector<int64_t>& tensor_sizes, int shards);
 
 // --- message builders (every message starts with the schema version) ---
-net::message make_pull(uint32_t sender, uint32_t shard);
+/// `with_state`: the reply carries the update rule's state too (checkpoints).
+net::message make_pull(uint32_t sender, uint32_t shard, bool with_state = false);
 net::message make_control(uint32_t sender, wire::Control::Kind kind, uint32_t amount = 0,
                           const std::string& detail = {});
 struct step_report {
@@ -63,7 +66,7 @@ step_report read_metrics(wire::Metrics::Reader m, uint32_t sender);
 class loader_core {
 public:
   loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
-              uint64_t seed, int64_t begin, int64_t end, uint32_t id);
+              uint64_t seed, int64_t begin, int64_t end, uint32_t id, int first_epoch = 0);
   net::message next();
   int epoch() const { return epoch_; }
   int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
@@ -186,16 +189,21 @@ public:
   /// keeps training.
   std::vector<std::pair<uint32_t, net::message>> handle(const net::message& m, int64_t sender_hint = -1);
 
+  uint32_t id() const { return id_; }
   uint64_t version() const { return version_; }
   const model::staleness_stats& staleness() const { return stats_; }
   const net::reject_counter& rejects() const { return rejects_; }
   const std::string& last_error() const { return last_error_; }
   /// The shard's tensors now (copies), e.g. for a checkpoint.
   std::vector<named_tensor> snapshot() const;
+  /// The update rule's state (model::update_rule::state()), for a checkpoint.
+  std::vector<named_tensor> rule_state() const { return rule_->state(); }
+  /// Continues from a checkpoint: the version (the learning-rate schedule
+  /// goes on from it) and the rule's state. Throws troupe::error if it does not fit.
+  void restore(uint64_t version, const std::vector<named_tensor>& rule_state);
 
 private:
-  net::message params_message(uint64_t tau, bool rejected) const;
-  void record_send(uint32_t worker);
+  net::message params_message(uint64_t tau, bool rejected, bool with_state = false) const;
 
   uint32_t id_;
   std::vector<std::string> names_;
@@ -213,5 +221,12 @@ private:
   std::string last_error_;
   std::vector<std::pair<uint32_t, uint64_t>> waiting_;  // SSGD: (worker, staleness) until the round completes
 };
+
+/// Continues shard `shard` of `shards` from checkpoint `c` of an `algorithm`
+/// run: its version and its rule's state (entries "shard<s>/<name>"). A
+/// checkpoint of another algorithm or shard count, or a state that does not fit
+/// (other --workers), leaves the shard fresh and says so in `log`.
+void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,
+                  std::ostream& log);
 
 } // namespace troupe::actors

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -44,7 +45,7 @@ double seconds_since(clock_type::time_point t) {
 /// samples/s of one run in a forked child: each run starts, like the trainer
 /// binary, without OpenMP teams or scheduler threads left by an earlier run
 /// (run back to back in one process, the actor run measured 0.31 instead of ~0.5).
-double in_fresh_process(const train::options& o) {
+double in_fresh_process(const std::function<double()>& run) {
   int fd[2];
   if (::pipe(fd) != 0) throw std::runtime_error("pipe failed");
   pid_t pid = ::fork();
@@ -52,8 +53,7 @@ double in_fresh_process(const train::options& o) {
     ::close(fd[0]);
     double v = -1;
     try {
-      std::ostringstream log;
-      v = (o.algorithm == "sequential" ? train::run(o, log) : actors::run_async(o, log)).at(0).samples_per_s;
+      v = run();
     } catch (const std::exception& e) {
       std::cerr << "run failed: " << e.what() << "\n";
     }
@@ -70,6 +70,54 @@ double in_fresh_process(const train::options& o) {
   return v;
 }
 
+double trained(const train::options& o) {
+  std::ostringstream log;
+  return (o.algorithm == "sequential" ? train::run(o, log) : actors::run_async(o, log)).at(0).samples_per_s;
+}
+
+/// samples/s of the actor path's cores called in turn on one thread, without
+/// CAF: loader, worker, shard and back, as the actors would. The gap to the
+/// sequential loop is the cost of the messages; the gap to the actors is CAF's.
+double cores_only(const train::options& o) {
+  std::ostringstream log;
+  train::run_data data = train::load_data(o, log);
+  const auto& ds = data.sets.train;
+  const shape input{ds.channels, ds.height, ds.width};
+  auto fresh = [&] {
+    model::model m = zoo::by_name(o.model);
+    m.build(input, o.seed);
+    return m;
+  };
+  model::model init = fresh();
+  std::vector<named_tensor> ts;
+  std::vector<int64_t> sizes;
+  for (auto* p : init.parameters()) {
+    ts.push_back({p->name, p->value.clone()});
+    sizes.push_back(p->value.numel());
+  }
+  const actors::shard_plan plan = actors::plan_shards(sizes, 1);
+  model::update_config rc;
+  rc.rule = "asgd";
+  rc.lr = o.lr;
+  rc.workers = 1;
+  actors::shard_core shard(0, ts, rc, "constant", 1);
+  actors::loader_core loader(ds, data.norm, o.batch_size, o.seed, 0, ds.count, 0);
+  actors::worker_config wc;
+  wc.threads = o.threads;
+  actors::worker_core worker(std::make_shared<actors::replica_pool>(fresh), plan, wc);
+  for (auto& pull : worker.pull())
+    for (auto& r : shard.handle(pull)) worker.on_params(r.second);
+  auto one = [&] {
+    auto out = worker.step(loader.next());
+    for (auto& [s, push] : out.pushes)
+      for (auto& r : shard.handle(push)) worker.on_params(r.second);
+  };
+  for (int i = 0; i < 20; ++i) one();
+  const auto t0 = clock_type::now();
+  for (int64_t i = 0; i < o.max_steps; ++i) one();
+  return static_cast<double>(o.max_steps * o.batch_size) / seconds_since(t0);
+}
+
 void overhead(const std::string& model, int64_t steps, int reps, int threads) {
   train::options o;
   o.model = model;
@@ -81,17 +129,20 @@ void overhead(const std::string& model, int64_t steps, int reps, int threads) {
   o.threads = threads;
   o.progress = "none";
   o.evaluate = false;
-  std::vector<double> seq, act;
+  std::vector<double> seq, act, cores;
   for (int r = 0; r < reps; ++r) {
     o.algorithm = "sequential";
-    seq.push_back(in_fresh_process(o));
+    seq.push_back(in_fresh_process([o] { return trained(o); }));
     o.algorithm = "asgd";
-    act.push_back(in_fresh_process(o));
+    act.push_back(in_fresh_process([o] { return trained(o); }));
+    cores.push_back(in_fresh_process([o] { return cores_only(o); }));
   }
-  const double s = median(seq), a = median(act);
+  const double s = median(seq), a = median(act), c = median(cores);
   std::cout << std::fixed << std::setprecision(0) << model << ": sequential " << s << " samples/s, actors (1 worker, 1 shard, 1 loader) "
             << a << " samples/s, ratio " << std::setprecision(3) << a / s << "  (" << steps << " steps, " << reps
-            << " interleaved reps, medians, " << threads << " threads)\n";
+            << " interleaved reps, medians, " << threads << " threads)\n"
+            << "  the same cores called in turn on one thread, without CAF: " << std::setprecision(0) << c
+            << " samples/s, ratio " << std::setprecision(3) << c / s << "\n";
 }
 
 void message_cost(const std::string& model_name, int reps) {

@@ -26,6 +26,8 @@ public:
   }
   void set_bak(int m, const float* w) { bak_.at(m).assign(w, w + n_); }
   float* ms(int m) { return ms_.at(m).data(); }
+  std::vector<float>& ms_of(int m) { return ms_.at(m); }
+  const std::vector<float>& ms_of(int m) const { return ms_.at(m); }
 
 private:
   int64_t n_;
@@ -118,6 +120,37 @@ public:
     check_worker(worker, c_.workers);
     state_.set_bak(worker, w);
   }
+  std::vector<named_tensor> state() const override {
+    std::vector<named_tensor> out;
+    auto add = [&](const std::string& name, const std::vector<float>& v) {
+      tensor t = tensor::empty(shape{static_cast<int64_t>(v.size())});
+      std::copy(v.begin(), v.end(), t.data());
+      out.push_back({name, std::move(t)});
+    };
+    if (k_ == kind::dynamic) add("v", v_);
+    if (k_ != kind::constant)
+      for (int m = 0; m < c_.workers; ++m) add("ms/" + std::to_string(m), state_.ms_of(m));
+    return out;
+  }
+  void load_state(const std::vector<named_tensor>& s) override {
+    // Every entry is checked before any is taken: a state that does not fit changes nothing.
+    std::vector<std::pair<std::vector<float>*, const tensor*>> take;
+    for (const auto& [key, t] : s) {
+      std::vector<float>* into = nullptr;
+      if (key == "v" && k_ == kind::dynamic) into = &v_;
+      if (key.rfind("ms/", 0) == 0 && k_ != kind::constant) {
+        const std::string id = key.substr(3);
+        const bool digits = !id.empty() && id.size() < 10 && id.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && std::stoi(id) < c_.workers) into = &state_.ms_of(std::stoi(id));
+      }
+      if (!into) throw error(name() + " state: unexpected entry '" + key + "' (with " + std::to_string(c_.workers) + " workers)");
+      if (t.numel() != static_cast<int64_t>(into->size()))
+        throw error(name() + " state: '" + key + "' holds " + std::to_string(t.numel()) + " values, the shard has " +
+                    std::to_string(into->size()));
+      take.emplace_back(into, &t);
+    }
+    for (auto& [into, t] : take) into->assign(t->data(), t->data() + t->numel());
+  }
   std::string name() const override {
     return k_ == kind::constant ? "dc-asgd-c" : k_ == kind::adaptive ? "dc-asgd-a" : "ddc-asgd";
   }
@@ -131,6 +164,10 @@ private:
 };
 
 } // namespace
+
+void update_rule::load_state(const std::vector<named_tensor>& s) {
+  if (!s.empty()) throw error(name() + " keeps no state, the checkpoint holds '" + s.front().name + "'");
+}
 
 float ddc_rho(float alpha, int64_t tau) { return 1.0f / (1.0f + alpha * static_cast<float>(tau)); }
 

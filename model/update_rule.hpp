@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/tensor.hpp"
+
 namespace troupe::model {
 
 /// Every constant of every rule; unused ones are ignored by the other rules.
@@ -41,6 +43,13 @@ public:
   virtual std::string name() const = 0;
   /// Changes eta for the following updates (a learning-rate schedule).
   virtual void set_lr(float lr) = 0;
+  /// The state a checkpoint keeps: "v" (DDC-ASGD's momentum), "ms/<worker>"
+  /// (DC-ASGD-a and DDC-ASGD). w_bak is not kept: a worker's first pull after a
+  /// resume sets it. SSGD's partly summed round is not kept either (its workers
+  /// restart the round). ASGD, SA-ASGD and DC-ASGD-c keep none.
+  virtual std::vector<named_tensor> state() const { return {}; }
+  /// Restores state(); a name or size that does not fit is a troupe::error.
+  virtual void load_state(const std::vector<named_tensor>& s);
 };
 
 /// The rule `c.rule` for a shard of `n` parameters. Throws on an unknown name.

@@ -13,5 +13,6 @@ struct Checkpoint {
   step @3 :UInt64;               # optimizer steps taken
   params @4 :List(NamedTensor);  # parameters and buffers (model::state())
   optimizer @5 :List(NamedTensor);
-  optimizerKind @6 :Text;
+  optimizerKind @6 :Text;        # the optimizer, or the asynchronous algorithm whose rule state `optimizer` holds
+  shardVersions @7 :List(UInt64); # asynchronous runs: each parameter shard's version (updates applied)
 }

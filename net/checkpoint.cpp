@@ -32,6 +32,8 @@ void save_checkpoint(const std::string& path, const checkpoint& c) {
     root.setOptimizerKind(c.optimizer_kind);
     encode(c.params, root.initParams(static_cast<unsigned>(c.params.size())));
     encode(c.optimizer, root.initOptimizer(static_cast<unsigned>(c.optimizer.size())));
+    auto versions = root.initShardVersions(static_cast<unsigned>(c.shard_versions.size()));
+    for (unsigned i = 0; i < versions.size(); ++i) versions.set(i, c.shard_versions[i]);
   } catch (const kj::Exception& e) {
     throw error("building checkpoint " + path + " failed: " + e.getDescription().cStr());
   }
@@ -110,6 +112,7 @@ checkpoint load_checkpoint(const std::string& path) {
     c.optimizer_kind = root.getOptimizerKind();
     c.params = decode(root.getParams(), "checkpoint " + path + " params");
     c.optimizer = decode(root.getOptimizer(), "checkpoint " + path + " optimizer");
+    for (uint64_t v : root.getShardVersions()) c.shard_versions.push_back(v);
     return c;
   } catch (const kj::Exception& e) {
     throw error("checkpoint " + path + " is corrupt: " + e.getDescription().cStr());

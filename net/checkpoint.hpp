@@ -16,6 +16,7 @@ struct checkpoint {
   std::vector<named_tensor> params;     ///< model::state()
   std::vector<named_tensor> optimizer;  ///< optimizer::state()
   std::string optimizer_kind;
+  std::vector<uint64_t> shard_versions;  ///< asynchronous runs: updates each parameter shard applied
 };
 
 /// Writes `c` to `path` atomically: a temporary file in the same directory,

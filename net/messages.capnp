@@ -6,6 +6,7 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("troupe::wire");
 
 using import "tensor.capnp".Tensor;
+using import "tensor.capnp".NamedTensor;
 
 const schemaVersion :UInt16 = 1;
 
@@ -39,6 +40,7 @@ struct Batch {
 struct PullParams {
   worker @0 :UInt32;
   shard @1 :UInt32;
+  withState @2 :Bool;                # the coordinator, for a checkpoint: the update rule's state too
 }
 
 # A shard's parameters at a version (number of updates it has applied).
@@ -48,6 +50,7 @@ struct Params {
   tensors @2 :List(Tensor);
   appliedStaleness @3 :UInt64;       # staleness of the push this Params answers (0 for a pull)
   rejected @4 :Bool;                 # the push it answers was rejected and not applied
+  ruleState @5 :List(NamedTensor);   # only when the pull asked withState (e.g. "v", "ms/3")
 }
 
 # A worker's gradient (or accumulated change, with push-every > 1) for one shard.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/async_train.hpp"
+#include "net/checkpoint.hpp"
 #include "tests/test_util.hpp"
 
 using namespace troupe;
@@ -125,20 +126,32 @@ TEST_CASE("run_async rejects bad configurations with a clear error", "[actors][a
   CHECK_THROWS_MATCHES(actors::run_async(o, log), troupe::error, testing::message(Contains("worker")));
 }
 
-TEST_CASE("an asynchronous run checkpoints the shards' parameters and resumes", "[actors][async]") {
+TEST_CASE("an asynchronous run checkpoints the shards' parameters and state, and resumes", "[actors][async]") {
   dataset_dir d;
   std::ostringstream log;
-  train::options o = small(d.dir.path(), "asgd", 2);
+  train::options o = small(d.dir.path(), "ddc-asgd", 2);
+  o.shards = 2;
   o.epochs = 1;
   o.checkpoint = d.dir.path() + "/run.ckpt";
   o.metrics_out = d.dir.path() + "/run.jsonl";
   auto first = actors::run_async(o, log);
   REQUIRE(first.size() == 1);
+  {
+    // Each shard's version and its rule's state (v, and MS per worker) are in the checkpoint.
+    net::checkpoint c = net::load_checkpoint(o.checkpoint);
+    CHECK(c.optimizer_kind == "ddc-asgd");
+    REQUIRE(c.shard_versions.size() == 2);
+    CHECK(c.shard_versions[0] > 0);
+    std::vector<std::string> names;
+    for (auto& t : c.optimizer) names.push_back(t.name);
+    CHECK(names == std::vector<std::string>{"shard0/ms/0", "shard0/ms/1", "shard0/v", "shard1/ms/0", "shard1/ms/1", "shard1/v"});
+  }
   o.epochs = 2;
   auto second = actors::run_async(o, log);
   REQUIRE(second.size() == 1);
   CHECK(second[0].epoch == 2);
   CHECK_THAT(log.str(), Contains("resumed from"));
+  CHECK_THAT(log.str(), !Contains("starts fresh"));
   // The resumed run starts from the trained parameters, not from scratch.
   CHECK(second[0].train_loss < first[0].train_loss);
   std::ifstream f(o.metrics_out);

@@ -5,74 +5,19 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <sstream>
 
 #include "actors/ps_core.hpp"
 #include "kernels/kernels.hpp"
 #include "model/nn.hpp"
 #include "net/tensor_codec.hpp"
+#include "tests/actors/ps_messages.hpp"
 #include "tests/test_util.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
+using namespace troupe::testing;
 using Catch::Matchers::Contains;
-
-namespace {
-
-/// A PushGradient from `worker` for shard 0 carrying `tensors`.
-net::message push_message(uint32_t worker, uint64_t base, const std::vector<std::pair<shape, std::vector<float>>>& tensors) {
-  auto b = std::make_unique<capnp::MallocMessageBuilder>();
-  auto env = b->initRoot<wire::Envelope>();
-  env.setSchemaVersion(wire::SCHEMA_VERSION);
-  env.setSender(worker);
-  auto p = env.initPushGradient();
-  p.setWorker(worker);
-  p.setShard(0);
-  p.setBaseVersion(base);
-  auto list = p.initTensors(static_cast<unsigned>(tensors.size()));
-  for (unsigned i = 0; i < tensors.size(); ++i) {
-    auto t = list[i];
-    auto dims = t.initShape(static_cast<unsigned>(tensors[i].first.rank()));
-    for (unsigned j = 0; j < dims.size(); ++j) dims.set(j, tensors[i].first[j]);
-    t.setDtype(wire::DType::F32);
-    auto data = t.initData(static_cast<unsigned>(tensors[i].second.size() * sizeof(float)));
-    std::memcpy(data.begin(), tensors[i].second.data(), data.size());
-  }
-  return net::message::from_builder(std::move(b));
-}
-
-/// The tensors of a Params reply, flattened, and its header fields.
-struct params_view {
-  uint64_t version = 0, tau = 0;
-  bool rejected = false;
-  std::vector<float> values;
-};
-params_view read_params(const net::message& m) {
-  net::envelope_reader r(m);
-  REQUIRE(r.root().which() == wire::Envelope::PARAMS);
-  auto p = r.root().getParams();
-  params_view v{p.getVersion(), p.getAppliedStaleness(), p.getRejected(), {}};
-  for (auto t : p.getTensors()) {
-    auto tv = net::view(t, "test");
-    v.values.insert(v.values.end(), tv.data, tv.data + tv.numel());
-  }
-  return v;
-}
-
-/// A shard of two tensors: a [2] = {1, 2} and b [1] = {3}.
-shard_core small_shard(const std::string& rule, int workers, float lr = 0.5f) {
-  model::update_config c;
-  c.rule = rule;
-  c.lr = lr;
-  c.workers = workers;
-  std::vector<named_tensor> t{{"a", tensor::from({2}, {1, 2})}, {"b", tensor::from({1}, {3})}};
-  return shard_core(0, std::move(t), c, "constant", 100);
-}
-
-std::vector<std::pair<shape, std::vector<float>>> grad(float a0, float a1, float b0) {
-  return {{shape{2}, {a0, a1}}, {shape{1}, {b0}}};
-}
-
-} // namespace
 
 TEST_CASE("plan_shards balances tensors by size, largest first", "[actors]") {
   shard_plan p = plan_shards({10, 3, 7, 5}, 2);
@@ -127,6 +72,60 @@ TEST_CASE("shard: SSGD answers every worker of a round with one message", "[acto
   // The same immutable buffer goes to both workers.
   CHECK(r[0].second.segments().begin() == r[1].second.segments().begin());
   CHECK(read_params(r[0].second).values == std::vector<float>{0, 1, 1});  // w - mean(g)
+}
+
+TEST_CASE("shard: a checkpoint pull carries the rule's state; a restored shard continues", "[actors]") {
+  shard_core a = small_shard("ddc-asgd", 2);
+  for (uint32_t w = 0; w < 2; ++w) a.handle(make_pull(w, 0));
+  a.handle(push_message(0, 0, grad(1, 2, 3)));
+  a.handle(push_message(1, 0, grad(-1, 1, 2)));
+  // A worker's pull carries no state; the coordinator's checkpoint pull does.
+  {
+    net::envelope_reader r(a.handle(make_pull(0, 0)).at(0).second);
+    CHECK(r.root().getParams().getRuleState().size() == 0);
+  }
+  net::envelope_reader r(a.handle(make_pull(coordinator_id, 0, true)).at(0).second);
+  auto p = r.root().getParams();
+  net::checkpoint c;
+  c.optimizer_kind = "ddc-asgd";
+  c.shard_versions = {p.getVersion()};
+  for (auto& t : net::decode(p.getRuleState(), "state")) c.optimizer.push_back({"shard0/" + t.name, t.value});
+  REQUIRE(c.optimizer.size() == 3);  // v, ms/0, ms/1
+  CHECK(c.optimizer[0].name == "shard0/v");
+
+  // A fresh shard with the checkpoint's parameters, restored, answers the next
+  // pushes exactly as the original does.
+  model::update_config cfg;
+  cfg.rule = "ddc-asgd";
+  cfg.lr = 0.5f;
+  cfg.workers = 2;
+  params_view now = read_params(a.handle(make_pull(coordinator_id, 0)).at(0).second);
+  shard_core b(0, {{"a", tensor::from({2}, {now.values[0], now.values[1]})}, {"b", tensor::from({1}, {now.values[2]})}},
+               cfg, "constant", 100);
+  std::ostringstream log;
+  resume_shard(b, c, "ddc-asgd", 1, log);
+  CHECK(log.str().empty());
+  CHECK(b.version() == a.version());
+  for (auto* s : {&a, &b})
+    for (uint32_t w = 0; w < 2; ++w) s->handle(make_pull(w, 0));
+  for (uint32_t w = 0; w < 2; ++w) {
+    params_view va = read_params(a.handle(push_message(w, 2, grad(0.5f, -1, 1))).at(0).second);
+    params_view vb = read_params(b.handle(push_message(w, 2, grad(0.5f, -1, 1))).at(0).second);
+    CHECK(va.values == vb.values);
+    CHECK(va.version == vb.version);
+  }
+
+  // Another algorithm's checkpoint, another shard count, or another worker count: fresh, and said so.
+  shard_core fresh = small_shard("ddc-asgd", 2);
+  resume_shard(fresh, c, "dc-asgd-a", 1, log);
+  CHECK_THAT(log.str(), Contains("written by 'ddc-asgd', not dc-asgd-a"));
+  resume_shard(fresh, c, "ddc-asgd", 2, log);
+  CHECK_THAT(log.str(), Contains("the checkpoint has 1 shard(s), this run 2"));
+  shard_core one_worker = small_shard("ddc-asgd", 1);
+  resume_shard(one_worker, c, "ddc-asgd", 1, log);
+  CHECK_THAT(log.str(), Contains("unexpected entry 'ms/1'"));
+  CHECK(fresh.version() == 0u);
+  CHECK(one_worker.version() == 0u);
 }
 
 TEST_CASE("shard: bad messages are rejected, counted and answered; training goes on", "[actors]") {

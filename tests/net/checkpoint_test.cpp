@@ -70,6 +70,7 @@ net::checkpoint sample_checkpoint() {
   c.optimizer = {{"velocity/0.dense.weight", filled({10, 784}, 0.5f)},
                  {"velocity/0.dense.bias", filled({10}, 9.0f)}};
   c.optimizer_kind = "sgd(lr 0.100000, momentum 0.900000)";
+  c.shard_versions = {7, 1ull << 40};
   return c;
 }
 
@@ -110,6 +111,7 @@ TEST_CASE("checkpoint round trip keeps every field", "[net]") {
   CHECK(r.epoch == 7);
   CHECK(r.step == c.step);
   CHECK(r.optimizer_kind == c.optimizer_kind);
+  CHECK(r.shard_versions == c.shard_versions);
   check_same(c.params, r.params);
   check_same(c.optimizer, r.optimizer);
   // The loaded tensors are copies, not views of a buffer that went away.

@@ -4,7 +4,8 @@
 #   * training samples/s, MLP and CNN, Fashion-MNIST, batch 64, SGD lr 0.05
 #     momentum 0.9, 2 threads, one epoch; runs interleaved, medians compared
 #   * peak RSS of each run
-# Usage: bench/run_bench.sh [BUILD_DIR] (default build/). Env: REPS_MLP (5), REPS_CNN (3), THREADS (2).
+# Usage: bench/run_bench.sh [BUILD_DIR] (default build/). Env: REPS_MLP (5), REPS_CNN (3), THREADS (2),
+# MODELS ("mlp cnn").
 # Needs the libtorch baseline: scripts/setup.sh --bench, then rebuild.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ build=${1:-build}
 reps_mlp=${REPS_MLP:-5}
 reps_cnn=${REPS_CNN:-3}
 threads=${THREADS:-2}
+models=${MODELS:-mlp cnn}
 trainer=$build/troupe_trainer
 torch=$build/bench/troupe_torch_baseline
 gemm=$build/bench/troupe_gemm_bench
@@ -36,7 +38,7 @@ echo
 "$gemm" --size 1024 --threads "$threads" --reps 10 | tee "$tmp/gemm.json"
 echo
 
-for model in mlp cnn; do
+for model in $models; do
   reps=$reps_mlp
   [ "$model" = cnn ] && reps=$reps_cnn
   : > "$tmp/$model.troupe"; : > "$tmp/$model.torch"; : > "$tmp/$model.rss_troupe"; : > "$tmp/$model.rss_torch"
@@ -56,7 +58,7 @@ done
 echo
 printf '| model | troupe samples/s (median) | libtorch samples/s (median) | ratio | troupe peak RSS MB | libtorch peak RSS MB |\n'
 printf '|---|---|---|---|---|---|\n'
-for model in mlp cnn; do
+for model in $models; do
   t=$(median < "$tmp/$model.troupe"); b=$(median < "$tmp/$model.torch")
   rt=$(sort -g "$tmp/$model.rss_troupe" | tail -n 1); rb=$(sort -g "$tmp/$model.rss_torch" | tail -n 1)
   printf '| %s | %.0f | %.0f | %.2fx | %.0f | %.0f |\n' "$model" "$t" "$b" "$(awk -v a="$t" -v b="$b" 'BEGIN{print a/b}')" "$rt" "$rb"

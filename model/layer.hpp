@@ -47,7 +47,8 @@ public:
   /// Non-trainable state saved in checkpoints (batch norm's running statistics).
   virtual std::vector<named_tensor> buffers() { return {}; }
 
-  /// The first layer of a model needs no input gradient; skipping it saves work.
+  /// Layers before the first one with parameters need no input gradient
+  /// (model::build sets this); skipping it saves work.
   void set_needs_input_grad(bool b) { needs_input_grad_ = b; }
   bool needs_input_grad() const { return needs_input_grad_; }
 

@@ -32,7 +32,13 @@ model& model::build(const shape& input, uint64_t seed) {
   }
   std::mt19937_64 rng(seed);
   for (auto& l : layers_) l->initialize(rng);
-  layers_.front()->set_needs_input_grad(false);
+  // A layer needs its input gradient only if a layer before it learns: the
+  // MLP's first dense layer (after flatten) skips a 64x256x784 product per step.
+  bool learns_upstream = false;
+  for (auto& l : layers_) {
+    l->set_needs_input_grad(learns_upstream);
+    if (!l->parameters().empty()) learns_upstream = true;
+  }
   input_ = input;
   built_ = true;
   return *this;
@@ -57,7 +63,10 @@ const tensor& model::forward(const tensor& x, bool training) {
 void model::backward(const tensor& dout) {
   require_built("backward");
   const tensor* cur = &dout;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) cur = &(*it)->backward(*cur);
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    cur = &(*it)->backward(*cur);
+    if (!(*it)->needs_input_grad()) break;  // nothing before it learns
+  }
 }
 
 std::vector<parameter*> model::parameters() {

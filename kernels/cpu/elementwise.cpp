@@ -1,3 +1,6 @@
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/check.hpp"
@@ -7,15 +10,32 @@ namespace troupe::kernels {
 
 namespace {
 
-// y[i] = f(x[i]) over a whole tensor, split over threads when it is large.
+// body(lo, hi) over [0, n): in contiguous ranges on the threads when n is
+// large, else on this thread. Each range is a plain loop the compiler
+// vectorizes (an `omp parallel for simd` loop ran ReLU's backward scalar,
+// with a mispredicted branch per element: 2.8 ns per element).
+template <class B>
+void ranges(int64_t n, B body) {
+  if (n <= detail::parallel_grain) {
+    body(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    body(n * t / nt, n * (t + 1) / nt);
+  }
+}
+
+// y[i] = f(x[i]) over a whole tensor.
 template <class F>
 void map1(const tensor& x, tensor& y, F f) {
   ensure_shape(y, x.shape());
   const float* a = x.data();
   float* o = y.data();
-  const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > detail::parallel_grain)
-  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+  ranges(x.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i]);
+  });
 }
 
 // dx[i] = f(y[i], dy[i]).
@@ -26,9 +46,9 @@ void map2(const tensor& y, const tensor& dy, tensor& dx, const char* kernel, F f
   const float* a = y.data();
   const float* b = dy.data();
   float* o = dx.data();
-  const int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static) if (n > detail::parallel_grain)
-  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+  ranges(y.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i], b[i]);
+  });
 }
 
 // splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter).
@@ -42,7 +62,7 @@ inline uint64_t splitmix(uint64_t z) {
 } // namespace
 
 void relu_forward(const tensor& x, tensor& y) {
-  map1(x, y, [](float v) { return v > 0.0f ? v : 0.0f; });
+  map1(x, y, [](float v) { return std::max(v, 0.0f); });
 }
 void relu_backward(const tensor& y, const tensor& dy, tensor& dx) {
   map2(y, dy, dx, "relu_backward", [](float v, float g) { return v > 0.0f ? g : 0.0f; });

@@ -90,6 +90,28 @@ TEST_CASE("whole-model backward matches numerical gradients", "[model][grad]") {
   }
 }
 
+TEST_CASE("layers before the first learning layer skip their input gradient; gradients stay right", "[model][grad]") {
+  // As the reference MLP: flatten first, so the first dense layer needs no input gradient.
+  auto net = sequential(flatten(), nn::tanh(), dense(8, 5), relu(), dense(5, 3));
+  net.build({2, 2, 2}, 4);
+  const std::vector<bool> expected{false, false, false, true, true};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("layer " << i);
+    CHECK(net.at(i).needs_input_grad() == expected[i]);
+  }
+  tensor x = testing::random_tensor({3, 2, 2, 2}, 6);
+  std::vector<int32_t> labels{2, 0, 1};
+  tensor dlogits;
+  kernels::softmax_cross_entropy(net.forward(x, true), labels, &dlogits);
+  net.backward(dlogits);
+  auto loss = [&] { return kernels::softmax_cross_entropy(net.forward(x, true), labels, nullptr); };
+  for (auto* p : net.parameters()) {
+    INFO("parameter " << p->name);
+    tensor g = p->grad.clone();
+    testing::check_gradient(p->value, g, loss, 1e-2, 3e-2);
+  }
+}
+
 TEST_CASE("dropout is identity at evaluation and scales kept units in training", "[model]") {
   auto net = sequential(dropout(0.5f));
   net.build({1000}, 1);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <omp.h>
+
 #include <string>
 
 #include "tensor/tensor.hpp"
@@ -34,5 +36,22 @@ inline void require_same(const tensor& a, const tensor& b, const char* kernel, c
 
 /// Minimum element count for which an elementwise loop is split over threads.
 constexpr int64_t parallel_grain = 1 << 15;
+
+/// body(lo, hi) over [0, n): one contiguous range per thread when n is large,
+/// else all on this thread. Each range is a plain loop the compiler vectorizes
+/// (an `omp parallel for simd` loop ran ReLU's backward scalar, with a
+/// mispredicted branch per element: 2.8 ns per element).
+template <class B>
+void parallel_ranges(int64_t n, B body) {
+  if (n <= parallel_grain) {
+    body(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    body(n * t / nt, n * (t + 1) / nt);
+  }
+}
 
 } // namespace troupe::kernels::detail

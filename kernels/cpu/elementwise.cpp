@@ -1,5 +1,3 @@
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -10,30 +8,13 @@ namespace troupe::kernels {
 
 namespace {
 
-// body(lo, hi) over [0, n): in contiguous ranges on the threads when n is
-// large, else on this thread. Each range is a plain loop the compiler
-// vectorizes (an `omp parallel for simd` loop ran ReLU's backward scalar,
-// with a mispredicted branch per element: 2.8 ns per element).
-template <class B>
-void ranges(int64_t n, B body) {
-  if (n <= detail::parallel_grain) {
-    body(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    body(n * t / nt, n * (t + 1) / nt);
-  }
-}
-
 // y[i] = f(x[i]) over a whole tensor.
 template <class F>
 void map1(const tensor& x, tensor& y, F f) {
   ensure_shape(y, x.shape());
   const float* a = x.data();
   float* o = y.data();
-  ranges(x.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(x.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i]);
   });
 }
@@ -46,7 +27,7 @@ void map2(const tensor& y, const tensor& dy, tensor& dx, const char* kernel, F f
   const float* a = y.data();
   const float* b = dy.data();
   float* o = dx.data();
-  ranges(y.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(y.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i], b[i]);
   });
 }

@@ -9,9 +9,9 @@ void sgd_step(tensor& w, const tensor& g, float lr, float weight_decay) {
   detail::require_same(w, g, "sgd_step", "w", "g");
   float* wp = w.data();
   const float* gp = g.data();
-  const int64_t n = w.numel();
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) wp[i] -= lr * (gp[i] + weight_decay * wp[i]);
+  detail::parallel_ranges(w.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) wp[i] -= lr * (gp[i] + weight_decay * wp[i]);
+  });
 }
 
 void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float momentum,
@@ -21,13 +21,13 @@ void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float moment
   float* wp = w.data();
   float* vp = v.data();
   const float* gp = g.data();
-  const int64_t n = w.numel();
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    float d = gp[i] + weight_decay * wp[i];
-    vp[i] = momentum * vp[i] + d;
-    wp[i] -= lr * (nesterov ? d + momentum * vp[i] : vp[i]);
-  }
+  detail::parallel_ranges(w.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float d = gp[i] + weight_decay * wp[i];
+      vp[i] = momentum * vp[i] + d;
+      wp[i] -= lr * (nesterov ? d + momentum * vp[i] : vp[i]);
+    }
+  });
 }
 
 void adam_step(tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float beta1,
@@ -42,13 +42,14 @@ void adam_step(tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float
   float* mp = m.data();
   float* vp = v.data();
   const float* gp = g.data();
-  const int64_t n = w.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    float d = gp[i] + weight_decay * wp[i];
-    mp[i] = beta1 * mp[i] + (1 - beta1) * d;
-    vp[i] = beta2 * vp[i] + (1 - beta2) * d * d;
-    wp[i] -= lr * (mp[i] / c1) / (std::sqrt(vp[i] / c2) + eps);
-  }
+  detail::parallel_ranges(w.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float d = gp[i] + weight_decay * wp[i];
+      mp[i] = beta1 * mp[i] + (1 - beta1) * d;
+      vp[i] = beta2 * vp[i] + (1 - beta2) * d * d;
+      wp[i] -= lr * (mp[i] / c1) / (std::sqrt(vp[i] / c2) + eps);
+    }
+  });
 }
 
 } // namespace troupe::kernels

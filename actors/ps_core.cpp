@@ -115,14 +115,19 @@ step_report read_metrics(wire::Metrics::Reader m, uint32_t sender) {
   return r;
 }
 
-uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& into) {
+uint32_t check_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& like) {
   const uint32_t s = p.getShard();
   if (s >= static_cast<uint32_t>(plan.shards)) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
-  const auto& members = plan.members[s];
   std::vector<shape> expected;
-  for (int i : members) expected.push_back(into.at(i)->shape());
+  for (int i : plan.members[s]) expected.push_back(like.at(i)->shape());
+  net::require_shapes(p.getTensors(), expected, "params of shard " + std::to_string(s));
+  return s;
+}
+
+uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& into) {
+  const uint32_t s = check_shard_params(p, plan, into);
+  const auto& members = plan.members[s];
   auto list = p.getTensors();
-  net::require_shapes(list, expected, "params of shard " + std::to_string(s));
   for (std::size_t j = 0; j < members.size(); ++j) {
     net::tensor_view v = net::view(list[static_cast<unsigned>(j)], "params");
     std::memcpy(into[members[j]]->data(), v.data, v.numel() * sizeof(float));
@@ -213,6 +218,7 @@ worker_core::worker_core(std::shared_ptr<replica_pool> replicas, shard_plan plan
   } else {
     if (plan_.owner.size() != params.size()) throw error("worker: the shard plan does not fit the model");
     version_.assign(plan_.shards, 0);
+    latest_.resize(plan_.shards);
     waiting_ = plan_.shards;  // nothing to train on before the first pull is answered
   }
   if (c_.push_every < 1) throw error("--push-every must be at least 1, got " + std::to_string(c_.push_every));
@@ -236,7 +242,9 @@ bool worker_core::on_params(const net::message& m) {
   auto p = r.root().getParams();
   std::vector<tensor*> into;
   for (auto& t : w_) into.push_back(&t);
-  const uint32_t s = copy_shard_params(p, plan_, into);
+  const bool direct = !local_opt_;
+  const uint32_t s = direct ? check_shard_params(p, plan_, into) : copy_shard_params(p, plan_, into);
+  if (direct) latest_.at(s) = m;
   version_[s] = p.getVersion();
   if (waiting_ > 0) {
     --waiting_;
@@ -284,9 +292,16 @@ worker_core::step_out worker_core::step(const net::message& m) {
     seen = c_.hogwild->updates.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < params.size(); ++i)
       std::memcpy(params[i]->value.data(), c_.hogwild->params[i].data(), c_.hogwild->params[i].size() * sizeof(float));
-  } else {
+  } else if (local_opt_) {
     for (std::size_t i = 0; i < params.size(); ++i)
       std::memcpy(params[i]->value.data(), w_[i].data(), w_[i].numel() * sizeof(float));
+  } else {
+    // Straight from the shards' messages, validated when they arrived.
+    net::reader_limits trusted = peer_limits();
+    trusted.check_finite = false;
+    std::vector<tensor*> into;
+    for (auto* p : params) into.push_back(&p->value);
+    for (const auto& m : latest_) copy_shard_params(net::envelope_reader(m, trusted).root().getParams(), plan_, into);
   }
   step_out out;
   const tensor& logits = (*replica).forward(x_, true);

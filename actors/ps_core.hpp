@@ -58,6 +58,9 @@ net::message make_metrics(const step_report& r);
 /// tensors, in model order) at the places `plan` gives them. Throws
 /// net::message_error for an unknown shard or tensors of the wrong shapes.
 uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& into);
+/// The checks of copy_shard_params without the copy: the shard exists and its
+/// tensors have the shapes of `like`'s members. Returns the shard.
+uint32_t check_shard_params(wire::Params::Reader p, const shard_plan& plan, const std::vector<tensor*>& like);
 step_report read_metrics(wire::Metrics::Reader m, uint32_t sender);
 
 /// A data loader: one shard [begin, end) of the training set, reshuffled every
@@ -155,12 +158,15 @@ private:
   void accumulate_staleness(uint64_t tau, bool rejected);
 
   std::shared_ptr<replica_pool> pool_;
-  std::vector<tensor> w_;              // this worker's parameters (the replica's are borrowed)
+  std::vector<tensor> w_;              // push_every > 1: this worker's parameters; else their shapes
   shape input_;
   shard_plan plan_;
   worker_config c_;
   bool hogwild_ = false;
   std::vector<uint64_t> version_;      // per shard: version of the params held
+  // push_every == 1: the latest Params of each shard, validated; a step copies
+  // them straight into the borrowed replica (w_ then only gives the shapes).
+  std::vector<net::message> latest_;
   int waiting_ = 0;                    // shards whose Params have not arrived
   int local_steps_ = 0;                // since the last push
   std::vector<std::vector<float>> start_;  // w at the last pull (push_every > 1)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/kernels.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::model {
@@ -73,7 +74,7 @@ public:
     check_worker(worker, c_.workers);
     // Zhang et al. 2016: eta / max(1, tau).
     const float lr = aware_ ? c_.lr / static_cast<float>(std::max<int64_t>(1, tau)) : c_.lr;
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+    kernels::axpy(n, -lr, g, w);
     return true;
   }
   std::string name() const override { return aware_ ? "sa-asgd" : "asgd"; }

@@ -14,6 +14,12 @@ void sgd_step(tensor& w, const tensor& g, float lr, float weight_decay) {
   });
 }
 
+void axpy(int64_t n, float a, const float* x, float* y) {
+  detail::parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] += a * x[i];
+  });
+}
+
 void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float momentum,
                    float weight_decay, bool nesterov) {
   detail::require_same(w, g, "momentum_step", "w", "g");

@@ -28,6 +28,28 @@ TEST_CASE("gemm matches a naive product for every transpose and both backends", 
   k::set_gemm_backend(k::gemm_backend::openblas);
 }
 
+TEST_CASE("axpy and the large-tensor optimizer steps split over threads compute every element", "[kernels][optim]") {
+  // Sizes below and above the threading grain, and one not divisible by the thread count.
+  for (int64_t n : {int64_t{5}, int64_t{1} << 15, (int64_t{1} << 17) + 3}) {
+    INFO("n = " << n);
+    std::vector<float> x(n), y(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(i % 7) - 3.0f;
+      y[i] = static_cast<float>(i % 5);
+    }
+    k::axpy(n, -0.5f, x.data(), y.data());
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += y[i] != static_cast<float>(i % 5) - 0.5f * (static_cast<float>(i % 7) - 3.0f);
+    CHECK(wrong == 0);
+    tensor w = tensor::zeros({n}), g = tensor::zeros({n}), v = tensor::zeros({n});
+    for (int64_t i = 0; i < n; ++i) g.data()[i] = static_cast<float>(i % 3);
+    k::momentum_step(w, g, v, 0.5f, 0.9f, 0.0f, false);
+    wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += w.data()[i] != -0.5f * static_cast<float>(i % 3) || v.data()[i] != g.data()[i];
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("optimizer steps against hand-computed values", "[kernels][optim]") {
   SECTION("sgd with weight decay") {
     tensor w = tensor::from({2}, {1.0f, -2.0f}), g = tensor::from({2}, {0.5f, 0.25f});

@@ -10,6 +10,21 @@ using namespace troupe;
 using namespace troupe::nn;
 using Catch::Contains;
 
+namespace {
+/// Every parameter's gradient from backward() against central differences of the loss.
+void check_model_gradients(model::model& net, const tensor& x, const std::vector<int32_t>& labels) {
+  tensor dlogits;
+  kernels::softmax_cross_entropy(net.forward(x, true), labels, &dlogits);
+  net.backward(dlogits);
+  auto loss = [&] { return kernels::softmax_cross_entropy(net.forward(x, true), labels, nullptr); };
+  for (auto* p : net.parameters()) {
+    INFO("parameter " << p->name);
+    tensor g = p->grad.clone();
+    testing::check_gradient(p->value, g, loss, 1e-2, 3e-2);
+  }
+}
+} // namespace
+
 TEST_CASE("shape inference names the layer that does not fit", "[model]") {
   auto net = sequential(conv2d(1, 32, 3).padding(1), relu(), max_pool2d(2), conv2d(32, 64, 3).padding(1), relu(),
                         max_pool2d(2), flatten(), dense(3000, 128));
@@ -79,15 +94,7 @@ TEST_CASE("whole-model backward matches numerical gradients", "[model][grad]") {
   net.build({2, 4, 4}, 3);
   tensor x = testing::random_tensor({3, 2, 4, 4}, 5);
   std::vector<int32_t> labels{0, 2, 1};
-  tensor dlogits;
-  kernels::softmax_cross_entropy(net.forward(x, true), labels, &dlogits);
-  net.backward(dlogits);
-  auto loss = [&] { return kernels::softmax_cross_entropy(net.forward(x, true), labels, nullptr); };
-  for (auto* p : net.parameters()) {
-    INFO("parameter " << p->name);
-    tensor g = p->grad.clone();
-    testing::check_gradient(p->value, g, loss, 1e-2, 3e-2);
-  }
+  check_model_gradients(net, x, labels);
 }
 
 TEST_CASE("layers before the first learning layer skip their input gradient; gradients stay right", "[model][grad]") {
@@ -101,15 +108,7 @@ TEST_CASE("layers before the first learning layer skip their input gradient; gra
   }
   tensor x = testing::random_tensor({3, 2, 2, 2}, 6);
   std::vector<int32_t> labels{2, 0, 1};
-  tensor dlogits;
-  kernels::softmax_cross_entropy(net.forward(x, true), labels, &dlogits);
-  net.backward(dlogits);
-  auto loss = [&] { return kernels::softmax_cross_entropy(net.forward(x, true), labels, nullptr); };
-  for (auto* p : net.parameters()) {
-    INFO("parameter " << p->name);
-    tensor g = p->grad.clone();
-    testing::check_gradient(p->value, g, loss, 1e-2, 3e-2);
-  }
+  check_model_gradients(net, x, labels);
 }
 
 TEST_CASE("dropout is identity at evaluation and scales kept units in training", "[model]") {

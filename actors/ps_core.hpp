@@ -202,8 +202,6 @@ public:
   const std::string& last_error() const { return last_error_; }
   /// The shard's tensors now (copies), e.g. for a checkpoint.
   std::vector<named_tensor> snapshot() const;
-  /// The update rule's state (model::update_rule::state()), for a checkpoint.
-  std::vector<named_tensor> rule_state() const { return rule_->state(); }
   /// Continues from a checkpoint: the version (the learning-rate schedule
   /// goes on from it) and the rule's state. Throws troupe::error if it does not fit.
   void restore(uint64_t version, const std::vector<named_tensor>& rule_state);

@@ -26,9 +26,8 @@ public:
     return b.data();
   }
   void set_bak(int m, const float* w) { bak_.at(m).assign(w, w + n_); }
-  float* ms(int m) { return ms_.at(m).data(); }
-  std::vector<float>& ms_of(int m) { return ms_.at(m); }
-  const std::vector<float>& ms_of(int m) const { return ms_.at(m); }
+  std::vector<float>& ms(int m) { return ms_.at(m); }
+  const std::vector<float>& ms(int m) const { return ms_.at(m); }
 
 private:
   int64_t n_;
@@ -98,7 +97,7 @@ public:
     const float* bak = state_.bak(worker, w);
     const float rho = k_ == kind::dynamic ? ddc_rho(c_.alpha, tau) : 1.0f;
     const float mu = k_ == kind::dynamic ? ddc_mu(c_.mu0, tau) : 0.0f;
-    float* ms = k_ == kind::constant ? nullptr : state_.ms(worker);
+    float* ms = k_ == kind::constant ? nullptr : state_.ms(worker).data();
     for (int64_t i = 0; i < n; ++i) {
       const float gg = g[i] * g[i];
       float lambda = c_.lambda;
@@ -130,7 +129,7 @@ public:
     };
     if (k_ == kind::dynamic) add("v", v_);
     if (k_ != kind::constant)
-      for (int m = 0; m < c_.workers; ++m) add("ms/" + std::to_string(m), state_.ms_of(m));
+      for (int m = 0; m < c_.workers; ++m) add("ms/" + std::to_string(m), state_.ms(m));
     return out;
   }
   void load_state(const std::vector<named_tensor>& s) override {
@@ -142,7 +141,7 @@ public:
       if (key.rfind("ms/", 0) == 0 && k_ != kind::constant) {
         const std::string id = key.substr(3);
         const bool digits = !id.empty() && id.size() < 10 && id.find_first_not_of("0123456789") == std::string::npos;
-        if (digits && std::stoi(id) < c_.workers) into = &state_.ms_of(std::stoi(id));
+        if (digits && std::stoi(id) < c_.workers) into = &state_.ms(std::stoi(id));
       }
       if (!into) throw error(name() + " state: unexpected entry '" + key + "' (with " + std::to_string(c_.workers) + " workers)");
       if (t.numel() != static_cast<int64_t>(into->size()))

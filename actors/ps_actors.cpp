@@ -475,6 +475,16 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
   const int caf_threads = std::max(1, std::min(threads, o.workers));
   const bool hogwild = o.algorithm == "hogwild";
   const bool resuming = train::resumes(o);
+  // This thread only sets up and waits; the kernels run on the scheduler's
+  // threads. A kernel thread team started here would stay, and with more
+  // OpenMP threads than cores libgomp stops spinning between parallel regions:
+  // every region of the workers' teams then waits for a woken thread (the one
+  // worker's step measured half as fast).
+  struct single_thread_here {
+    int before = kernels::num_threads();
+    single_thread_here() { kernels::set_num_threads(1); }
+    ~single_thread_here() { kernels::set_num_threads(before); }
+  } main_thread_waits;
 
   train::run_data data = train::load_data(o, log);
   const data::image_dataset& train_set = data.sets.train;

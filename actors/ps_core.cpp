@@ -198,6 +198,24 @@ private:
   model::model* m_;
 };
 
+/// Points a replica's parameters (values or gradients) at memory it does not
+/// own for one step, and gives them their own tensors back at the end.
+class bound_tensors {
+public:
+  ~bound_tensors() {
+    for (std::size_t i = 0; i < slots_.size(); ++i) *slots_[i] = std::move(own_[i]);
+  }
+  void bind(tensor& slot, const shape& s, float* data) {
+    slots_.push_back(&slot);
+    own_.push_back(slot);
+    slot = tensor::wrap(s, data);
+  }
+
+private:
+  std::vector<tensor*> slots_;
+  std::vector<tensor> own_;
+};
+
 } // namespace
 
 worker_core::worker_core(std::shared_ptr<replica_pool> replicas, shard_plan plan, worker_config c)
@@ -219,6 +237,10 @@ worker_core::worker_core(std::shared_ptr<replica_pool> replicas, shard_plan plan
     if (plan_.owner.size() != params.size()) throw error("worker: the shard plan does not fit the model");
     version_.assign(plan_.shards, 0);
     latest_.resize(plan_.shards);
+    push_.resize(plan_.shards);
+    shard_shapes_.resize(plan_.shards);
+    for (int s = 0; s < plan_.shards; ++s)
+      for (int i : plan_.members[s]) shard_shapes_[s].push_back(w_.at(i).shape());
     waiting_ = plan_.shards;  // nothing to train on before the first pull is answered
   }
   if (c_.push_every < 1) throw error("--push-every must be at least 1, got " + std::to_string(c_.push_every));
@@ -295,13 +317,26 @@ worker_core::step_out worker_core::step(const net::message& m) {
   } else if (local_opt_) {
     for (std::size_t i = 0; i < params.size(); ++i)
       std::memcpy(params[i]->value.data(), w_[i].data(), w_[i].numel() * sizeof(float));
-  } else {
-    // Straight from the shards' messages, validated when they arrived.
+  }
+  // push_every == 1: weights read in place from the shards' Params (validated
+  // when they arrived; nobody writes them during a step), gradients written in
+  // place into the pushes.
+  bound_tensors bound;
+  const bool direct = !hogwild_ && !local_opt_;
+  if (direct) {
     net::reader_limits trusted = peer_limits();
     trusted.check_finite = false;
-    std::vector<tensor*> into;
-    for (auto* p : params) into.push_back(&p->value);
-    for (const auto& m : latest_) copy_shard_params(net::envelope_reader(m, trusted).root().getParams(), plan_, into);
+    for (int s = 0; s < plan_.shards; ++s) {
+      net::envelope_reader rd(latest_[s], trusted);
+      auto list = rd.root().getParams().getTensors();
+      const std::vector<float*> grads = open_push(s);
+      for (std::size_t j = 0; j < plan_.members[s].size(); ++j) {
+        model::parameter* p = params[plan_.members[s][j]];
+        const shape& sh = shard_shapes_[s][j];
+        bound.bind(p->value, sh, const_cast<float*>(net::view(list[static_cast<unsigned>(j)], "params").data));
+        bound.bind(p->grad, sh, grads[j]);
+      }
+    }
   }
   step_out out;
   const tensor& logits = (*replica).forward(x_, true);
@@ -340,27 +375,41 @@ worker_core::step_out worker_core::step(const net::message& m) {
       const int64_t n = params[i]->grad.numel();
       for (int64_t j = 0; j < n; ++j) g[j] = (w0[j] - w[j]) / c_.worker_lr;
     }
+    for (int s = 0; s < plan_.shards; ++s) {
+      const std::vector<float*> dst = open_push(s);
+      for (std::size_t j = 0; j < dst.size(); ++j) {
+        const tensor& g = params[plan_.members[s][j]]->grad;
+        std::memcpy(dst[j], g.data(), g.numel() * sizeof(float));
+      }
+    }
   }
-  push(out, params);
+  push(out);
   return out;
 }
 
-void worker_core::push(step_out& out, const std::vector<model::parameter*>& params) {
-  for (int s = 0; s < plan_.shards; ++s) {
+std::vector<float*> worker_core::open_push(int s) {
+  capnp::MallocMessageBuilder* b = push_[s].exclusive_builder();
+  if (!b) {
     std::size_t bytes = 0;
-    for (int i : plan_.members[s]) bytes += params[i]->grad.numel() * sizeof(float) + 64;
-    auto b = builder(bytes);
-    auto p = envelope(*b, c_.id).initPushGradient();
+    for (const auto& sh : shard_shapes_[s]) bytes += sh.numel() * sizeof(float) + 64;
+    auto nb = builder(bytes);
+    auto p = envelope(*nb, c_.id).initPushGradient();
     p.setWorker(c_.id);
     p.setShard(static_cast<uint32_t>(s));
+    net::init_tensors(p.initTensors(static_cast<unsigned>(shard_shapes_[s].size())), shard_shapes_[s]);
+    push_[s] = net::message::from_builder(std::move(nb));
+    b = push_[s].exclusive_builder();
+  }
+  return net::payloads(b->getRoot<wire::Envelope>().getPushGradient().getTensors());
+}
+
+void worker_core::push(step_out& out) {
+  for (int s = 0; s < plan_.shards; ++s) {
+    auto p = push_[s].exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
     p.setBaseVersion(version_[s]);
     p.setStep(steps_);
-    auto list = p.initTensors(static_cast<unsigned>(plan_.members[s].size()));
-    for (std::size_t j = 0; j < plan_.members[s].size(); ++j) {
-      const auto& g = params[plan_.members[s][j]]->grad;
-      net::encode(g.shape(), g.data(), list[static_cast<unsigned>(j)]);
-    }
-    out.pushes.emplace_back(static_cast<uint32_t>(s), net::message::from_builder(std::move(b)));
+    out.pushes.emplace_back(static_cast<uint32_t>(s), push_[s]);
+    latest_[s] = net::message();  // trained on: the shard may now update it in place
   }
   waiting_ = plan_.shards;
 }
@@ -392,13 +441,21 @@ shard_core::shard_core(uint32_t id, std::vector<named_tensor> tensors, const mod
     shapes_.push_back(t.value.shape());
     flat_.insert(flat_.end(), t.value.data(), t.value.data() + t.value.numel());
   }
-  grad_.resize(flat_.size());
-  rule_ = model::make_update_rule(cfg_, static_cast<int64_t>(flat_.size()));
+  const int64_t n = static_cast<int64_t>(flat_.size());
+  float* payload = nullptr;
+  current_ = build_params(flat_.data(), 0, false, false, &payload);
+  if (payload) {
+    w_ = payload;
+    flat_ = std::vector<float>();
+  } else {
+    w_ = flat_.data();
+  }
+  rule_ = model::make_update_rule(cfg_, n);
 }
 
 std::vector<named_tensor> shard_core::snapshot() const {
   std::vector<named_tensor> out;
-  const float* src = flat_.data();
+  const float* src = w_;
   for (std::size_t i = 0; i < names_.size(); ++i) {
     tensor t = tensor::empty(shapes_[i]);
     std::memcpy(t.data(), src, t.numel() * sizeof(float));
@@ -413,29 +470,72 @@ void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule
   version_ = version;
 }
 
-net::message shard_core::params_message(uint64_t tau, bool rejected, bool with_state) const {
+net::message shard_core::build_params(const float* w, uint64_t tau, bool rejected, bool with_state,
+                                      float** payload) const {
   const std::vector<named_tensor> state = with_state ? rule_->state() : std::vector<named_tensor>{};
+  int64_t n = 0;
+  for (const auto& s : shapes_) n += s.numel();
   std::size_t state_bytes = 0;
   for (const auto& t : state) state_bytes += t.value.numel() * sizeof(float) + 64 + t.name.size();
-  auto b = builder(flat_.size() * sizeof(float) + 64 * shapes_.size() + state_bytes);
+  auto b = builder(n * sizeof(float) + 64 * shapes_.size() + state_bytes);
   auto p = envelope(*b, id_).initParams();
   p.setShard(id_);
   p.setVersion(version_);
   p.setAppliedStaleness(tau);
   p.setRejected(rejected);
-  auto list = p.initTensors(static_cast<unsigned>(shapes_.size()));
-  const float* src = flat_.data();
-  for (std::size_t i = 0; i < shapes_.size(); ++i) {
-    net::encode(shapes_[i], src, list[static_cast<unsigned>(i)]);
-    src += shapes_[i].numel();
+  const std::vector<float*> dst = net::init_tensors(p.initTensors(static_cast<unsigned>(shapes_.size())), shapes_);
+  float* flat = net::flat_payload(dst, shapes_);
+  if (flat) {
+    kernels::copy(n, w, flat);
+  } else {
+    for (std::size_t i = 0; i < shapes_.size(); ++i) {
+      std::memcpy(dst[i], w, shapes_[i].numel() * sizeof(float));
+      w += shapes_[i].numel();
+    }
   }
   if (with_state) net::encode(state, p.initRuleState(static_cast<unsigned>(state.size())));
+  if (payload) *payload = flat;
   return net::message::from_builder(std::move(b));
+}
+
+void shard_core::own_parameters() {
+  if (w_ == flat_.data()) {
+    current_ = net::message();  // it would hold the parameters before the update
+    return;
+  }
+  if (current_.exclusive_builder()) return;
+  float* payload = nullptr;
+  current_ = build_params(w_, current_tau_, current_rejected_, false, &payload);
+  current_version_ = version_;
+  w_ = payload;  // the same layout as before: adjacent
+}
+
+net::message shard_core::reply(uint64_t tau, bool rejected) {
+  if (!current_.empty()) {
+    if (auto* b = current_.exclusive_builder()) {
+      auto p = b->getRoot<wire::Envelope>().getParams();
+      p.setVersion(version_);
+      p.setAppliedStaleness(tau);
+      p.setRejected(rejected);
+    } else if (current_version_ != version_ || current_tau_ != tau || current_rejected_ != rejected) {
+      current_ = net::message();
+    }
+  }
+  if (current_.empty()) {
+    float* payload = nullptr;
+    current_ = build_params(w_, tau, rejected, false, &payload);
+    if (w_ != flat_.data()) w_ = payload;
+  }
+  current_version_ = version_;
+  current_tau_ = tau;
+  current_rejected_ = rejected;
+  return current_;
 }
 
 std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::message& m, int64_t sender_hint) {
   std::vector<std::pair<uint32_t, net::message>> out;
-  const int64_t n = static_cast<int64_t>(flat_.size());
+  int64_t n = 0;
+  for (const auto& s : shapes_) n += s.numel();
   auto check_worker = [&](uint32_t w, const char* what) {
     if (w >= static_cast<uint32_t>(cfg_.workers))
       reject(net::reject_reason::malformed, std::string(what) + ": worker id " + std::to_string(w) + " outside [0, " +
@@ -450,9 +550,9 @@ std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::mes
         const uint32_t w = p.getWorker();
         if (w != coordinator_id) {
           check_worker(w, "pull");
-          rule_->on_send(flat_.data(), n, static_cast<int>(w));
+          rule_->on_send(w_, n, static_cast<int>(w));
         }
-        out.emplace_back(w, params_message(0, false, p.getWithState()));
+        out.emplace_back(w, p.getWithState() ? build_params(w_, 0, false, true) : reply(0, false));
         return out;
       }
       case wire::Envelope::PUSH_GRADIENT: {
@@ -466,27 +566,35 @@ std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::mes
                                                     " is ahead of the shard's " + std::to_string(version_));
         auto list = p.getTensors();
         net::require_shapes(list, shapes_, "push to shard " + std::to_string(id_));
-        float* dst = grad_.data();
-        for (unsigned i = 0; i < list.size(); ++i) {
-          net::tensor_view v = net::view(list[i], "push");
-          std::memcpy(dst, v.data, v.numel() * sizeof(float));
-          dst += v.numel();
+        // The gradient is read in place when its payloads are adjacent (as
+        // workers build them), else gathered into grad_.
+        const float* g = net::flat_payload(list, "push");
+        if (!g) {
+          grad_.resize(static_cast<std::size_t>(n));
+          float* dst = grad_.data();
+          for (unsigned i = 0; i < list.size(); ++i) {
+            net::tensor_view v = net::view(list[i], "push");
+            std::memcpy(dst, v.data, v.numel() * sizeof(float));
+            dst += v.numel();
+          }
+          g = grad_.data();
         }
         const uint64_t tau = version_ - p.getBaseVersion();
         rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version_), total_updates_));
-        const bool updated = rule_->apply(flat_.data(), grad_.data(), n, static_cast<int>(w), static_cast<int64_t>(tau));
+        own_parameters();
+        const bool updated = rule_->apply(w_, g, n, static_cast<int>(w), static_cast<int64_t>(tau));
         stats_.record(static_cast<int>(w), static_cast<int64_t>(tau));
         if (updated) ++version_;
         if (cfg_.rule == "ssgd") {
           // Every worker of the round gets the same, once-built message.
           waiting_.emplace_back(w, tau);
           if (updated) {
-            net::message reply = params_message(0, false);
-            for (auto& [worker, t] : waiting_) out.emplace_back(worker, reply);
+            net::message params = reply(0, false);
+            for (auto& [worker, t] : waiting_) out.emplace_back(worker, params);
             waiting_.clear();
           }
         } else {
-          out.emplace_back(w, params_message(tau, false));
+          out.emplace_back(w, reply(tau, false));
         }
         return out;
       }
@@ -504,7 +612,7 @@ std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::mes
   out.clear();
   // The sender still waits for an answer: the current parameters, flagged.
   if (sender_hint >= 0 && sender_hint < cfg_.workers)
-    out.emplace_back(static_cast<uint32_t>(sender_hint), params_message(0, true));
+    out.emplace_back(static_cast<uint32_t>(sender_hint), reply(0, true));
   return out;
 }
 

@@ -154,7 +154,11 @@ public:
   uint32_t id() const { return c_.id; }
 
 private:
-  void push(step_out& out, const std::vector<model::parameter*>& params);
+  /// The payloads of shard s's next PushGradient, to be written in place: the
+  /// last one's, once the shard has let it go, else a new message's.
+  std::vector<float*> open_push(int s);
+  /// Sends the pushes opened for this step (their headers set now).
+  void push(step_out& out);
   void accumulate_staleness(uint64_t tau, bool rejected);
 
   std::shared_ptr<replica_pool> pool_;
@@ -164,9 +168,13 @@ private:
   worker_config c_;
   bool hogwild_ = false;
   std::vector<uint64_t> version_;      // per shard: version of the params held
-  // push_every == 1: the latest Params of each shard, validated; a step copies
-  // them straight into the borrowed replica (w_ then only gives the shapes).
+  // push_every == 1: the latest Params of each shard, validated. A step's
+  // replica reads its weights in place from them (w_ then only gives the
+  // shapes) and writes its gradients in place into the pushes; it lets the
+  // Params go when it pushes, so that the shard can update them in place.
   std::vector<net::message> latest_;
+  std::vector<net::message> push_;     // per shard: the last PushGradient, reused in place
+  std::vector<std::vector<shape>> shard_shapes_;  // per shard: its tensors' shapes
   int waiting_ = 0;                    // shards whose Params have not arrived
   int local_steps_ = 0;                // since the last push
   std::vector<std::vector<float>> start_;  // w at the last pull (push_every > 1)
@@ -207,13 +215,31 @@ public:
   void restore(uint64_t version, const std::vector<named_tensor>& rule_state);
 
 private:
-  net::message params_message(uint64_t tau, bool rejected, bool with_state = false) const;
+  /// A new Params message: the parameters at `w`, version_, this header. Sets
+  /// `*payload` to its flat payload (nullptr when its payloads are not adjacent).
+  net::message build_params(const float* w, uint64_t tau, bool rejected, bool with_state,
+                            float** payload = nullptr) const;
+  /// Before an update: makes w_ this shard's alone. When w_ lies in current_'s
+  /// payload and a worker still holds current_, the update goes to a copy.
+  void own_parameters();
+  /// current_ with this reply's header: set in place when nobody else holds it,
+  /// shared as it is when its header already fits, else a new message.
+  net::message reply(uint64_t tau, bool rejected);
 
   uint32_t id_;
   std::vector<std::string> names_;
   std::vector<shape> shapes_;
-  std::vector<float> flat_;    // all tensors of the shard, concatenated
-  std::vector<float> grad_;    // the pushed gradient, concatenated
+  // The parameters live in the payload of current_, the Params message that
+  // answers the next request, and are updated there in place once the workers
+  // have let it go (copy on write): a reply builds nothing and copies nothing.
+  // Where the payloads cannot be adjacent (a tensor of an odd number of
+  // elements) they live in flat_ and every new version builds a new message.
+  net::message current_;
+  uint64_t current_version_ = 0, current_tau_ = 0;  // current_'s header
+  bool current_rejected_ = false;
+  float* w_ = nullptr;         // the flat parameters: current_'s payload or flat_
+  std::vector<float> flat_;
+  std::vector<float> grad_;    // a pushed gradient whose payloads are not adjacent, concatenated
   model::update_config cfg_;
   std::unique_ptr<model::update_rule> rule_;
   std::string schedule_;

@@ -3,9 +3,10 @@
 //  1. Overhead: the sequential loop against 1 worker + 1 shard + 1 loader on
 //     actors (ASGD), same model, data, seed, plain SGD (momentum 0, constant
 //     lr), so both compute the same thing; interleaved repetitions, medians.
-//  2. Per message: building a Params message of the model's size, validating
-//     it (limits, NaN scan) and reading it in place; and a CAF round trip of a
-//     ref-counted message between two actors (nothing copied).
+//  2. Per message: a shard answering a push of the model's size in place, and
+//     with a copy (while a worker holds its last Params); validating a Params
+//     message (limits, NaN scan) and reading it in place; and a CAF round trip
+//     of a ref-counted message between two actors (nothing copied).
 //
 //   build/bench/troupe_actor_bench [--model mlp|cnn|both] [--steps N] [--reps R] [--threads T]
 #include <caf/all.hpp>
@@ -25,6 +26,7 @@
 #include "actors/async_train.hpp"
 #include "actors/ps_core.hpp"
 #include "model/zoo.hpp"
+#include "net/tensor_codec.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::message)
 
@@ -145,6 +147,18 @@ void overhead(const std::string& model, int64_t steps, int reps, int threads) {
             << " samples/s, ratio " << std::setprecision(3) << c / s << "\n";
 }
 
+/// A PushGradient of zeros for every tensor of `ts`, laid out as workers build them.
+net::message zero_push(const std::vector<named_tensor>& ts) {
+  auto b = std::make_unique<capnp::MallocMessageBuilder>();
+  auto env = b->initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  auto p = env.initPushGradient();
+  std::vector<shape> shapes;
+  for (const auto& t : ts) shapes.push_back(t.value.shape());
+  net::init_tensors(p.initTensors(static_cast<unsigned>(shapes.size())), shapes);
+  return net::message::from_builder(std::move(b));
+}
+
 void message_cost(const std::string& model_name, int reps) {
   model::model m = zoo::by_name(model_name);
   m.build({1, 28, 28}, 1);
@@ -154,14 +168,21 @@ void message_cost(const std::string& model_name, int reps) {
   model::update_config c;
   c.workers = 1;
   actors::shard_core shard(0, ts, c, "constant", 1);
-  net::message pull = actors::make_pull(0, 0);
-  // Build: a pull answered with a fresh Params message (encode of every tensor).
-  std::vector<double> build_us, read_us;
-  net::message params;
+  const net::message push = zero_push(ts);
+  // An ASGD push answered: validated, applied, replied. In place when the
+  // worker has let its last Params go; else the update goes to a copy.
+  std::vector<double> in_place_us, copy_us, read_us;
+  net::message params = shard.handle(actors::make_pull(0, 0)).at(0).second;
   for (int r = 0; r < reps; ++r) {
     auto t0 = clock_type::now();
-    for (int i = 0; i < 20; ++i) params = shard.handle(pull).at(0).second;
-    build_us.push_back(seconds_since(t0) / 20 * 1e6);
+    for (int i = 0; i < 20; ++i) {
+      params = net::message();
+      params = std::move(shard.handle(push).at(0).second);
+    }
+    in_place_us.push_back(seconds_since(t0) / 20 * 1e6);
+    t0 = clock_type::now();
+    for (int i = 0; i < 20; ++i) params = std::move(shard.handle(push).at(0).second);
+    copy_us.push_back(seconds_since(t0) / 20 * 1e6);
     t0 = clock_type::now();
     float sink = 0;
     for (int i = 0; i < 20; ++i) {
@@ -173,9 +194,9 @@ void message_cost(const std::string& model_name, int reps) {
   }
   const double mb = n * 4.0 / 1e6;
   std::cout << std::fixed << std::setprecision(1) << model_name << " Params message (" << n << " floats, "
-            << std::setprecision(2) << mb << " MB): build " << std::setprecision(1) << median(build_us)
-            << " us (" << std::setprecision(2) << mb / median(build_us) * 1e3 << " GB/s), validate + read in place "
-            << std::setprecision(1) << median(read_us) << " us (" << std::setprecision(2)
+            << std::setprecision(2) << mb << " MB): a push answered in place " << std::setprecision(1)
+            << median(in_place_us) << " us, with a copy (a worker still holds the last Params) " << median(copy_us)
+            << " us; validate + read in place " << median(read_us) << " us (" << std::setprecision(2)
             << mb / median(read_us) * 1e3 << " GB/s)\n";
 }
 
@@ -222,7 +243,12 @@ int main(int argc, char** argv) {
   try {
     for (std::string mm : {"mlp", "cnn"}) {
       if (model != "both" && model != mm) continue;
-      message_cost(mm, 5);
+      // In a child too: OpenMP threads started here would not survive the later forks.
+      in_fresh_process([mm] {
+        message_cost(mm, 5);
+        std::cout.flush();
+        return 0.0;
+      });
       overhead(mm, mm == "cnn" ? steps / 4 : steps, reps, threads);
     }
     caf_round_trip(5);

@@ -134,6 +134,8 @@ void sgd_step(tensor& w, const tensor& g, float lr, float weight_decay);
 /// y[i] += a * x[i] over raw buffers (a parameter shard's flat state), on the
 /// kernel threads when n is large.
 void axpy(int64_t n, float a, const float* x, float* y);
+/// y[i] = x[i] over raw buffers that do not overlap, on the kernel threads when n is large.
+void copy(int64_t n, const float* x, float* y);
 /// v = momentum * v + (g + wd * w); w -= lr * (nesterov ? g + momentum * v : v)
 void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float momentum,
                    float weight_decay, bool nesterov);

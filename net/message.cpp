@@ -3,6 +3,9 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <omp.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -61,6 +64,14 @@ std::size_t message::bytes() const {
 
 bool message::framed() const { return state_ && state_->framed; }
 
+capnp::MallocMessageBuilder* message::exclusive_builder() {
+  if (!state_ || !state_->builder || state_.use_count() != 1) return nullptr;
+  // The holder that let go last did so with an acquire-release decrement that
+  // this fence pairs with: its reads happen before the writes that follow.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return state_->builder.get();
+}
+
 kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> message::segments() const {
   if (!state_) return nullptr;
   return state_->segs.asPtr();
@@ -112,15 +123,29 @@ void require_shapes(capnp::List<wire::Tensor>::Reader list, const std::vector<sh
 
 namespace {
 
+/// Nonzero when bits[0, n) holds a NaN or Inf: the floats whose exponent bits
+/// are all ones. An integer reduction over the bits vectorizes where
+/// std::isfinite does not.
+uint32_t non_finite_bits(const uint32_t* bits, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  return bad;
+}
+
 void check_tensor(wire::Tensor::Reader r, const std::string& what, bool finite) {
   tensor_view v = view(r, what);
   if (!finite) return;
-  // NaN and Inf are the floats whose exponent bits are all ones; an integer
-  // reduction over the bits vectorizes where std::isfinite does not.
   const int64_t n = v.numel();
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(v.data);
   uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  // Large payloads (parameters, gradients) are scanned by every core, one range each.
+  constexpr int64_t grain = int64_t(1) << 16;
+#pragma omp parallel reduction(| : bad) if (n >= 2 * grain)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    bad |= non_finite_bits(bits + begin, end - begin);
+  }
   if (bad) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
 }
 

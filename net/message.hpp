@@ -56,10 +56,16 @@ public:
   kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments() const;
   /// True for from_bytes(): one buffer in Cap'n Proto's stream framing.
   bool framed() const;
+  /// The builder of a message built in process, to change it in place (copy on
+  /// write): only while this handle is the message's one reference, so that
+  /// nobody else can see the change; nullptr otherwise, and for bytes from
+  /// outside. Set fields that exist or overwrite payloads; never allocate (the
+  /// segments stay those from_builder() took).
+  capnp::MallocMessageBuilder* exclusive_builder();
 
 private:
   struct state;
-  std::shared_ptr<const state> state_;
+  std::shared_ptr<state> state_;
 };
 
 struct reader_limits {

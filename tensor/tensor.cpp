@@ -73,7 +73,21 @@ storage::storage(std::size_t bytes, device dev)
   data_ = alloc_->allocate(bytes);
 }
 
-storage::~storage() { alloc_->deallocate(data_, bytes_); }
+storage::storage(void* data, std::size_t bytes) : data_(data), bytes_(bytes), dev_{} {}
+
+storage::~storage() {
+  if (alloc_) alloc_->deallocate(data_, bytes_);
+}
+
+tensor tensor::wrap(const troupe::shape& s, float* data) {
+  for (auto d : s.dims())
+    if (d < 0) throw shape_error("tensor::wrap: negative dimension in shape " + s.to_string());
+  if (!data && s.numel() > 0) throw shape_error("tensor::wrap: null data for shape " + s.to_string());
+  tensor t;
+  t.storage_ = std::make_shared<storage>(data, static_cast<std::size_t>(s.numel()) * sizeof(float));
+  t.shape_ = s;
+  return t;
+}
 
 tensor tensor::empty(const troupe::shape& s, device dev) {
   for (auto d : s.dims())

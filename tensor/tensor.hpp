@@ -71,6 +71,8 @@ private:
 class storage {
 public:
   storage(std::size_t bytes, device dev);
+  /// Memory that someone else owns (CPU only): never freed here.
+  storage(void* data, std::size_t bytes);
   ~storage();
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
@@ -98,6 +100,10 @@ public:
   static tensor full(const troupe::shape& s, float value, device dev = {});
   /// A CPU tensor holding `values` (its size must match `s`).
   static tensor from(const troupe::shape& s, const std::vector<float>& values);
+  /// A CPU tensor over `s.numel()` floats at `data` that it does not own (e.g. a
+  /// message's payload, read or written in place): the caller keeps the memory
+  /// alive, and drops every copy of the tensor before the memory goes.
+  static tensor wrap(const troupe::shape& s, float* data);
 
   bool defined() const { return static_cast<bool>(storage_); }
   const troupe::shape& shape() const { return shape_; }

@@ -1,3 +1,4 @@
+#include <cstring>
 #include <cmath>
 
 #include "kernels/cpu/check.hpp"
@@ -18,6 +19,10 @@ void axpy(int64_t n, float a, const float* x, float* y) {
   detail::parallel_ranges(n, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) y[i] += a * x[i];
   });
+}
+
+void copy(int64_t n, const float* x, float* y) {
+  detail::parallel_ranges(n, [&](int64_t lo, int64_t hi) { std::memcpy(y + lo, x + lo, (hi - lo) * sizeof(float)); });
 }
 
 void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float momentum,

@@ -511,20 +511,19 @@ void shard_core::own_parameters() {
 }
 
 net::message shard_core::reply(uint64_t tau, bool rejected) {
-  if (!current_.empty()) {
-    if (auto* b = current_.exclusive_builder()) {
-      auto p = b->getRoot<wire::Envelope>().getParams();
-      p.setVersion(version_);
-      p.setAppliedStaleness(tau);
-      p.setRejected(rejected);
-    } else if (current_version_ != version_ || current_tau_ != tau || current_rejected_ != rejected) {
-      current_ = net::message();
-    }
-  }
-  if (current_.empty()) {
+  if (auto* b = current_.exclusive_builder()) {
+    auto p = b->getRoot<wire::Envelope>().getParams();
+    p.setVersion(version_);
+    p.setAppliedStaleness(tau);
+    p.setRejected(rejected);
+  } else if (current_.empty() || current_version_ != version_ || current_tau_ != tau ||
+             current_rejected_ != rejected) {
+    // current_ stays held until the copy is made: w_ may lie in its payload,
+    // and the workers that hold it too may let it go at any moment.
     float* payload = nullptr;
-    current_ = build_params(w_, tau, rejected, false, &payload);
+    net::message next = build_params(w_, tau, rejected, false, &payload);
     if (w_ != flat_.data()) w_ = payload;
+    current_ = std::move(next);
   }
   current_version_ = version_;
   current_tau_ = tau;

@@ -62,6 +62,67 @@ TEST_CASE("shard: pull, ASGD pushes, versions and staleness", "[actors]") {
   CHECK(read_params(r[0].second).version == 2u);
 }
 
+TEST_CASE("shard: a Params a worker holds never changes; updates go in place once it is let go", "[actors]") {
+  using tensors_t = std::vector<std::pair<shape, std::vector<float>>>;
+  // Adjacent payloads live in the Params message; a [3] before b leaves a gap,
+  // so those parameters live in the shard and every version is a new message.
+  for (bool gap : {false, true}) {
+    INFO((gap ? "payloads with a gap" : "adjacent payloads"));
+    const tensors_t init = gap ? tensors_t{{shape{3}, {1, 2, 3}}, {shape{1}, {4}}}
+                               : tensors_t{{shape{2}, {1, 2}}, {shape{1}, {3}}};
+    tensors_t g = init;  // the gradient: 2 * the initial values
+    std::vector<float> expect;
+    for (auto& [sh, v] : g)
+      for (float& x : v) {
+        expect.push_back(x);
+        x *= 2;
+      }
+    std::vector<named_tensor> ts;
+    for (auto& [sh, v] : init) ts.push_back({"t" + std::to_string(ts.size()), tensor::from(sh, v)});
+    shard_core s(0, ts, small_rule("asgd", 1, 0.25f), "constant", 100);
+    // ASGD, lr 0.25, gradient 2 w0: each push subtracts 0.5 w0.
+    std::vector<float> w0 = expect, w1(w0.size()), w2(w0.size()), w3(w0.size());
+    for (std::size_t i = 0; i < w0.size(); ++i) {
+      w1[i] = w0[i] * 0.5f;
+      w2[i] = w1[i] - 0.5f * w0[i];
+      w3[i] = w2[i] - 0.5f * w0[i];
+    }
+    net::message p0 = s.handle(make_pull(0, 0)).at(0).second;
+    // The worker still holds p0: the update goes to a copy, p0 stays version 0.
+    net::message p1 = s.handle(push_message(0, 0, g)).at(0).second;
+    CHECK(read_params(p0).values == w0);
+    CHECK(read_params(p0).version == 0u);
+    CHECK(read_params(p1).values == w1);
+    CHECK(read_params(p1).version == 1u);
+    CHECK(first_payload(p1) != first_payload(p0));
+    p0 = net::message();
+    // p1 is held through the next push (adjacent payloads this time) too.
+    net::message p2 = s.handle(push_message(0, 1, g, true)).at(0).second;
+    CHECK(read_params(p1).values == w1);
+    CHECK(read_params(p1).version == 1u);
+    CHECK(read_params(p2).values == w2);
+    const float* where = first_payload(p2);
+    p1 = net::message();
+    p2 = net::message();
+    // Nobody holds the parameters now: with adjacent payloads they are updated
+    // and answered in place, the same buffer with a new header.
+    auto r = s.handle(push_message(0, 2, g, true));
+    const params_view v3 = read_params(r.at(0).second);
+    CHECK(v3.values == w3);
+    CHECK(v3.version == 3u);
+    CHECK(v3.tau == 0u);
+    if (!gap) CHECK(first_payload(r[0].second) == where);
+    std::vector<float> snap;
+    for (const auto& t : s.snapshot()) snap.insert(snap.end(), t.value.data(), t.value.data() + t.value.numel());
+    CHECK(snap == w3);
+    // A rejected push is answered with the same parameters, flagged.
+    auto bad = s.handle(push_message(0, 9, g), 0);
+    CHECK(read_params(bad.at(0).second).rejected);
+    CHECK(read_params(bad[0].second).values == w3);
+    CHECK_FALSE(read_params(r[0].second).rejected);  // the answer before keeps its header
+  }
+}
+
 TEST_CASE("shard: SSGD answers every worker of a round with one message", "[actors]") {
   shard_core s = small_shard("ssgd", 2, 1.0f);
   CHECK(s.handle(push_message(0, 0, grad(2, 0, 0))).empty());  // waits for the round
@@ -261,4 +322,69 @@ TEST_CASE("worker: pushes gradients per shard, or the accumulated change with pu
     REQUIRE(g.numel() == 6);
     for (int j = 0; j < 6; ++j) CHECK(g.data[j] == Approx(expect_w[j]).margin(1e-5));
   }
+}
+
+TEST_CASE("worker and shard: weights read in place, gradients written into a reused push, no copies", "[actors]") {
+  auto build = [] {
+    model::model m = nn::sequential(nn::dense(3, 2));
+    m.build({3}, 1);
+    return m;
+  };
+  model::model ref = build();
+  auto rp = ref.parameters();
+  std::vector<named_tensor> ts;
+  for (auto* p : rp) ts.push_back({p->name, p->value.clone()});
+  shard_core shard(0, ts, small_rule("asgd", 1, 0.1f), "constant", 100);
+  worker_core w(std::make_shared<replica_pool>(build), plan_shards({6, 2}, 1), worker_config{});
+  for (auto& pull : w.pull()) REQUIRE(w.on_params(shard.handle(pull).at(0).second));
+
+  auto b = std::make_unique<capnp::MallocMessageBuilder>();
+  auto env = b->initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  auto batch = env.initBatch();
+  const tensor x = tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1});
+  net::encode(x, batch.initImages());
+  auto labels = batch.initLabels(2);
+  labels.set(0, 1);
+  labels.set(1, 0);
+  const net::message batch_msg = net::message::from_builder(std::move(b));
+
+  const float* push_at = nullptr;
+  const float* params_at = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    // The reference: the same step on a plain model, then plain SGD.
+    tensor dl;
+    kernels::softmax_cross_entropy(ref.forward(x, true), {1, 0}, &dl);
+    ref.backward(dl);
+    worker_core::step_out out = w.step(batch_msg);
+    REQUIRE(out.pushes.size() == 1);
+    {
+      net::envelope_reader r(out.pushes[0].second);
+      auto p = r.root().getPushGradient();
+      CHECK(p.getBaseVersion() == static_cast<uint64_t>(step));
+      CHECK(p.getStep() == static_cast<uint64_t>(step + 1));
+      // Each step's gradient, not a sum of them.
+      for (unsigned t = 0; t < 2; ++t) {
+        auto g = net::view(p.getTensors()[t], "test");
+        for (int64_t j = 0; j < g.numel(); ++j) CHECK(g.data[j] == Approx(rp[t]->grad.at(j)).margin(1e-6));
+      }
+      const float* at = net::view(p.getTensors()[0], "test").data;
+      if (push_at) CHECK(at == push_at);  // the shard let the last push go: the same buffer again
+      push_at = at;
+    }
+    for (auto* p : rp) kernels::sgd_step(p->value, p->grad, 0.1f, 0.0f);
+    net::message push = std::move(out.pushes[0].second);
+    out.pushes.clear();
+    auto replies = shard.handle(push);
+    push = net::message();
+    const float* at = first_payload(replies.at(0).second);
+    if (params_at) CHECK(at == params_at);  // the worker let its Params go: updated in place
+    params_at = at;
+    REQUIRE(w.on_params(replies[0].second));
+  }
+  // The shard's parameters are the reference's after three SGD steps.
+  auto snap = shard.snapshot();
+  for (unsigned t = 0; t < 2; ++t)
+    for (int64_t j = 0; j < rp[t]->value.numel(); ++j) CHECK(snap[t].value.at(j) == Approx(rp[t]->value.at(j)).margin(1e-6));
 }

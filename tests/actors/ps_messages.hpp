@@ -14,8 +14,11 @@
 
 namespace troupe::testing {
 
-/// A PushGradient from `worker` for shard 0 carrying `tensors`.
-inline net::message push_message(uint32_t worker, uint64_t base, const std::vector<std::pair<shape, std::vector<float>>>& tensors) {
+/// A PushGradient from `worker` for shard 0 carrying `tensors`: encoded one by
+/// one, or with `adjacent` payloads as workers lay them out.
+inline net::message push_message(uint32_t worker, uint64_t base,
+                                 const std::vector<std::pair<shape, std::vector<float>>>& tensors,
+                                 bool adjacent = false) {
   auto b = std::make_unique<capnp::MallocMessageBuilder>();
   auto env = b->initRoot<wire::Envelope>();
   env.setSchemaVersion(wire::SCHEMA_VERSION);
@@ -25,6 +28,14 @@ inline net::message push_message(uint32_t worker, uint64_t base, const std::vect
   p.setShard(0);
   p.setBaseVersion(base);
   auto list = p.initTensors(static_cast<unsigned>(tensors.size()));
+  if (adjacent) {
+    std::vector<shape> shapes;
+    for (const auto& t : tensors) shapes.push_back(t.first);
+    const std::vector<float*> dst = net::init_tensors(list, shapes);
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      std::memcpy(dst[i], tensors[i].second.data(), tensors[i].second.size() * sizeof(float));
+    return net::message::from_builder(std::move(b));
+  }
   for (unsigned i = 0; i < tensors.size(); ++i) {
     auto t = list[i];
     auto dims = t.initShape(static_cast<unsigned>(tensors[i].first.rank()));
@@ -52,6 +63,13 @@ inline params_view read_params(const net::message& m) {
     v.values.insert(v.values.end(), tv.data, tv.data + tv.numel());
   }
   return v;
+}
+
+/// The payload of a message's first tensor: where its parameters live.
+inline const float* first_payload(const net::message& m) {
+  net::envelope_reader r(m);
+  auto p = r.root().getParams();
+  return net::view(p.getTensors()[0], "test").data;
 }
 
 inline std::vector<std::pair<shape, std::vector<float>>> grad(float a0, float a1, float b0) {

@@ -144,3 +144,50 @@ TEST_CASE("malformed, oversized, unknown-version, bad and non-finite messages ar
   // After every rejection, a valid message is still served.
   CHECK_NOTHROW(envelope_reader(push_gradient({tensor::full({2}, 1.0f)})));
 }
+
+TEST_CASE("a message can be changed in place only while it has one holder", "[net][message]") {
+  message m = push_gradient({tensor::from({2}, {1, 2})});
+  REQUIRE(m.exclusive_builder() != nullptr);
+  message other = m;
+  CHECK(m.exclusive_builder() == nullptr);
+  CHECK(other.exclusive_builder() == nullptr);
+  other = message();
+  auto* b = m.exclusive_builder();
+  REQUIRE(b != nullptr);
+  b->getRoot<wire::Envelope>().getPushGradient().setBaseVersion(7);
+  CHECK(envelope_reader(m).root().getPushGradient().getBaseVersion() == 7u);
+  // Bytes from outside and an empty message have no builder.
+  CHECK(message::from_bytes(flat_bytes(m).data(), flat_bytes(m).size()).exclusive_builder() == nullptr);
+  CHECK(message().exclusive_builder() == nullptr);
+}
+
+TEST_CASE("init_tensors lays payloads out one after another; flat_payload finds them", "[net][message]") {
+  auto build = [](const std::vector<shape>& shapes, std::vector<float*>& out) {
+    auto b = std::make_unique<capnp::MallocMessageBuilder>();
+    auto env = b->initRoot<wire::Envelope>();
+    env.setSchemaVersion(wire::SCHEMA_VERSION);
+    out = init_tensors(env.initPushGradient().initTensors(static_cast<unsigned>(shapes.size())), shapes);
+    return message::from_builder(std::move(b));
+  };
+  // Even sizes (and an odd one last): one flat array.
+  const std::vector<shape> even{{2, 3}, {4}, {0}, {3}};
+  std::vector<float*> ps;
+  message m = build(even, ps);
+  float* flat = flat_payload(ps, even);
+  REQUIRE(flat == ps[0]);
+  for (int i = 0; i < 13; ++i) flat[i] = static_cast<float>(i);
+  envelope_reader r(m);
+  auto list = r.root().getPushGradient().getTensors();
+  CHECK(flat_payload(list, "test") == flat);
+  CHECK(view(list[1], "test").data[0] == 6.0f);
+  CHECK(view(list[3], "test").data[2] == 12.0f);
+  CHECK(view(list[0], "test").dims == shape{2, 3});
+  // An odd size before the end leaves a gap: no flat array, each payload stands alone.
+  const std::vector<shape> odd{{3}, {2}};
+  message m2 = build(odd, ps);
+  CHECK(flat_payload(ps, odd) == nullptr);
+  CHECK(flat_payload(envelope_reader(m2).root().getPushGradient().getTensors(), "test") == nullptr);
+  // Tensors encoded one by one (shape, payload, shape, ...) are not adjacent either.
+  message m3 = push_gradient({tensor::from({2}, {1, 2}), tensor::from({2}, {3, 4})});
+  CHECK(flat_payload(envelope_reader(m3).root().getPushGradient().getTensors(), "test") == nullptr);
+}

@@ -37,6 +37,22 @@ TEST_CASE("tensors are ref-counted, views share storage, clone copies", "[tensor
   CHECK(z.to_vector() == std::vector<float>{3, 3, 3, 3});
 }
 
+TEST_CASE("a wrapped tensor reads and writes memory it does not own", "[tensor]") {
+  std::vector<float> mem{1, 2, 3, 4, 5, 6};
+  {
+    tensor w = tensor::wrap({2, 3}, mem.data());
+    CHECK(w.data() == mem.data());
+    CHECK(w.at(4) == 5);
+    w.reshape({3, 2}).at(1) = 20;  // views share the memory
+    tensor copy = w;
+    copy.fill(7);
+  }  // the tensors are gone; the memory is still the vector's
+  CHECK(mem == std::vector<float>(6, 7.0f));
+  CHECK(tensor::wrap({0}, nullptr).numel() == 0);
+  CHECK_THROWS_AS(tensor::wrap({2}, nullptr), shape_error);
+  CHECK_THROWS_AS(tensor::wrap({-1}, mem.data()), shape_error);
+}
+
 TEST_CASE("tensor shape errors are clear", "[tensor]") {
   tensor t = tensor::zeros({2, 3});
   CHECK_THROWS_WITH(t.reshape({4, 2}), Contains("[2, 3]") && Contains("[4, 2]"));

@@ -16,9 +16,7 @@ namespace troupe::actors {
 namespace {
 
 std::unique_ptr<capnp::MallocMessageBuilder> builder(std::size_t payload_bytes = 0) {
-  // One first segment large enough for the payload: no segment chains to walk.
-  const unsigned words = static_cast<unsigned>(std::min<std::size_t>(payload_bytes / 8 + 64, 1u << 28));
-  return std::make_unique<capnp::MallocMessageBuilder>(std::max(words, 1024u));
+  return net::make_builder(payload_bytes);
 }
 
 wire::Envelope::Builder envelope(capnp::MallocMessageBuilder& b, uint32_t sender) {
@@ -139,20 +137,26 @@ uint32_t copy_shard_params(wire::Params::Reader p, const shard_plan& plan, const
 
 loader_core::loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
                          uint64_t seed, int64_t begin, int64_t end, uint32_t id, int first_epoch)
-    : batches_(ds, batch_size, norm, seed, true, begin, end), id_(id), epoch_(first_epoch) {
+    : batches_(ds, batch_size, norm, seed, true, begin, end), sample_{ds.channels, ds.height, ds.width}, id_(id),
+      epoch_(first_epoch) {
   batches_.start_epoch(epoch_);
 }
 
 net::message loader_core::next() {
-  if (!batches_.next(tmp_)) {
+  if (batches_.next_size() == 0) {
     batches_.start_epoch(++epoch_);
-    if (!batches_.next(tmp_)) throw error("data loader " + std::to_string(id_) + ": its shard is empty");
+    if (batches_.next_size() == 0) throw error("data loader " + std::to_string(id_) + ": its shard is empty");
   }
-  auto b = builder(tmp_.images.numel() * sizeof(float) + tmp_.labels.size() * 4);
+  const shape s{batches_.next_size(), sample_[0], sample_[1], sample_[2]};
+  auto b = builder(s.numel() * sizeof(float) + s[0] * 4);
   auto batch = envelope(*b, id_).initBatch();
   batch.setEpoch(static_cast<uint32_t>(epoch_));
   batch.setIndex(index_++);
-  net::encode(tmp_.images, batch.initImages());
+  // The images are made straight into the message's payload.
+  tmp_.images = tensor::wrap(s, net::init_tensor(s, batch.initImages()));
+  const bool made = batches_.next(tmp_);
+  tmp_.images = tensor();
+  if (!made) throw error("data loader " + std::to_string(id_) + ": no batch where one was due");
   auto labels = batch.initLabels(static_cast<unsigned>(tmp_.labels.size()));
   for (unsigned i = 0; i < labels.size(); ++i) labels.set(i, tmp_.labels[i]);
   return net::message::from_builder(std::move(b));

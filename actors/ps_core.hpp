@@ -76,7 +76,8 @@ public:
 
 private:
   data::batcher batches_;
-  data::batch tmp_;
+  data::batch tmp_;  // its images view the message being built while next() fills it
+  shape sample_;     // [c, h, w]
   uint32_t id_;
   int epoch_ = 0;
   uint64_t index_ = 0;

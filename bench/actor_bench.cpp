@@ -149,7 +149,9 @@ void overhead(const std::string& model, int64_t steps, int reps, int threads) {
 
 /// A PushGradient of zeros for every tensor of `ts`, laid out as workers build them.
 net::message zero_push(const std::vector<named_tensor>& ts) {
-  auto b = std::make_unique<capnp::MallocMessageBuilder>();
+  std::size_t bytes = 0;
+  for (const auto& t : ts) bytes += t.value.numel() * sizeof(float);
+  auto b = net::make_builder(bytes);
   auto env = b->initRoot<wire::Envelope>();
   env.setSchemaVersion(wire::SCHEMA_VERSION);
   auto p = env.initPushGradient();

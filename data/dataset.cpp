@@ -253,9 +253,13 @@ void batcher::start_epoch(int epoch) {
   }
 }
 
+int64_t batcher::next_size() const {
+  return std::max<int64_t>(0, std::min<int64_t>(batch_size_, static_cast<int64_t>(order_.size()) - pos_));
+}
+
 bool batcher::next(batch& out) {
-  int64_t n = std::min<int64_t>(batch_size_, static_cast<int64_t>(order_.size()) - pos_);
-  if (n <= 0) return false;
+  const int64_t n = next_size();
+  if (n == 0) return false;
   make_batch(*ds_, order_.data() + pos_, n, norm_, out);
   pos_ += n;
   return true;

@@ -84,6 +84,9 @@ public:
   /// Fills `out` with the next batch; false when the epoch is over. The last
   /// batch may be smaller.
   bool next(batch& out);
+  /// Samples in the batch next() makes next (0 when the epoch is over): a
+  /// caller can hand next() images of that shape to fill in place.
+  int64_t next_size() const;
   int64_t batches_per_epoch() const;
   int64_t size() const { return static_cast<int64_t>(order_.size()); }
 

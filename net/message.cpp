@@ -64,6 +64,12 @@ std::size_t message::bytes() const {
 
 bool message::framed() const { return state_ && state_->framed; }
 
+std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes) {
+  // Headers: a few words per tensor (its pointer, shape and struct); 64 per 8 KiB is ample.
+  const std::size_t words = payload_bytes / 8 + payload_bytes / 1024 + 1024;
+  return std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(std::min<std::size_t>(words, 1u << 28)));
+}
+
 capnp::MallocMessageBuilder* message::exclusive_builder() {
   if (!state_ || !state_->builder || state_.use_count() != 1) return nullptr;
   // The holder that let go last did so with an acquire-release decrement that

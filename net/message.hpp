@@ -68,6 +68,11 @@ private:
   std::shared_ptr<state> state_;
 };
 
+/// A builder whose first segment holds `payload_bytes` and the message around
+/// them: one segment, so that payloads laid out by init_tensors lie adjacent
+/// (a payload that does not fit the segment in use starts a new one).
+std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes);
+
 struct reader_limits {
   uint64_t max_bytes = uint64_t(512) << 20;  ///< larger messages are rejected unread
   int nesting_limit = 16;

@@ -43,21 +43,25 @@ void encode(const tensor& t, wire::Tensor::Builder b) {
 }
 
 void encode(const shape& s, const float* src, wire::Tensor::Builder b) {
-  check_blob(s);
-  init_shape(s, b);
-  auto data = b.initData(static_cast<unsigned>(s.numel() * sizeof(float)));
-  if (s.numel() > 0) std::memcpy(data.begin(), src, data.size());
+  float* dst = init_tensor(s, b);
+  if (s.numel() > 0) std::memcpy(dst, src, static_cast<std::size_t>(s.numel()) * sizeof(float));
 }
 
 std::vector<float*> init_tensors(capnp::List<wire::Tensor>::Builder list, const std::vector<shape>& shapes) {
   if (list.size() != shapes.size()) throw error("init_tensors: " + std::to_string(list.size()) + " tensors for " +
                                                 std::to_string(shapes.size()) + " shapes");
   for (const auto& s : shapes) check_blob(s);
-  for (unsigned i = 0; i < list.size(); ++i) init_shape(shapes[i], list[i]);
+  for (unsigned i = 0; i < list.size(); ++i) init_shape(shapes[i], list[i]);  // every payload after every shape
   std::vector<float*> out;
   for (unsigned i = 0; i < list.size(); ++i)
     out.push_back(reinterpret_cast<float*>(list[i].initData(static_cast<unsigned>(shapes[i].numel() * sizeof(float))).begin()));
   return out;
+}
+
+float* init_tensor(const shape& s, wire::Tensor::Builder b) {
+  check_blob(s);
+  init_shape(s, b);
+  return reinterpret_cast<float*>(b.initData(static_cast<unsigned>(s.numel() * sizeof(float))).begin());
 }
 
 std::vector<float*> payloads(capnp::List<wire::Tensor>::Builder list) {

@@ -25,6 +25,8 @@ tensor decode(wire::Tensor::Reader r, const std::string& what);
 /// the segment (adjacent when each is a whole number of 8-byte words). Returns
 /// each payload (zeroed), to be written in place.
 std::vector<float*> init_tensors(capnp::List<wire::Tensor>::Builder list, const std::vector<shape>& shapes);
+/// Initializes `b` as an f32 tensor of shape `s`; returns its payload (zeroed), to be written in place.
+float* init_tensor(const shape& s, wire::Tensor::Builder b);
 /// The payloads of `list` (a message being built or edited in place).
 std::vector<float*> payloads(capnp::List<wire::Tensor>::Builder list);
 /// The payloads of `list` as one flat array, when they lie one after another in

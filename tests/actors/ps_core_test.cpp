@@ -388,3 +388,37 @@ TEST_CASE("worker and shard: weights read in place, gradients written into a reu
   for (unsigned t = 0; t < 2; ++t)
     for (int64_t j = 0; j < rp[t]->value.numel(); ++j) CHECK(snap[t].value.at(j) == Approx(rp[t]->value.at(j)).margin(1e-6));
 }
+
+TEST_CASE("loader: Batch messages carry the batcher's batches, made in place, across epochs", "[actors]") {
+  data::image_dataset ds;
+  ds.count = 7;
+  ds.height = 2;
+  ds.width = 3;
+  for (int64_t i = 0; i < ds.count * 6; ++i) ds.pixels.push_back(static_cast<uint8_t>(i * 5 % 251));
+  for (int64_t i = 0; i < ds.count; ++i) ds.labels.push_back(static_cast<uint8_t>(i % 10));
+  const data::normalization norm{{0.5f}, {0.25f}};
+  // Samples [1, 7) in batches of 4: 4 + 2 per epoch.
+  loader_core loader(ds, norm, 4, 11, 1, 7, 3);
+  data::batcher ref(ds, 4, norm, 11, true, 1, 7);
+  CHECK(loader.batches_per_epoch() == 2);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    ref.start_epoch(epoch);
+    data::batch want;
+    while (ref.next(want)) {
+      INFO("epoch " << epoch << ", " << want.labels.size() << " samples");
+      net::message m = loader.next();
+      net::envelope_reader r(m);
+      REQUIRE(r.root().which() == wire::Envelope::BATCH);
+      CHECK(r.root().getSender() == 3u);
+      auto b = r.root().getBatch();
+      CHECK(b.getEpoch() == static_cast<uint32_t>(epoch));
+      net::tensor_view img = net::view(b.getImages(), "test");
+      CHECK(img.dims == want.images.shape());
+      CHECK(std::vector<float>(img.data, img.data + img.numel()) == want.images.to_vector());
+      std::vector<int32_t> labels;
+      for (int32_t l : b.getLabels()) labels.push_back(l);
+      CHECK(labels == want.labels);
+    }
+  }
+  CHECK(loader.epoch() == 1);
+}

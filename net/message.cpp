@@ -1,5 +1,7 @@
 #include "net/message.hpp"
 
+#include "net/tensor_codec.hpp"
+
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
@@ -138,15 +140,15 @@ uint32_t non_finite_bits(const uint32_t* bits, int64_t n) {
   return bad;
 }
 
-void check_tensor(wire::Tensor::Reader r, const std::string& what, bool finite) {
-  tensor_view v = view(r, what);
-  if (!finite) return;
-  const int64_t n = v.numel();
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(v.data);
+/// Throws message_error (non_finite) when data[0, n) holds a NaN or Inf.
+/// Large arrays are scanned by every kernel thread, one range each: the ranges
+/// of the kernels' parallel loops (same grain), so that each thread reads
+/// mostly what it wrote last, e.g. a shard's update of these parameters.
+void check_finite(const float* data, int64_t n, const std::string& what) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(data);
   uint32_t bad = 0;
-  // Large payloads (parameters, gradients) are scanned by every core, one range each.
-  constexpr int64_t grain = int64_t(1) << 16;
-#pragma omp parallel reduction(| : bad) if (n >= 2 * grain)
+  constexpr int64_t grain = int64_t(1) << 15;  // kernels::detail::parallel_grain
+#pragma omp parallel reduction(| : bad) if (n > grain)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
@@ -155,7 +157,24 @@ void check_tensor(wire::Tensor::Reader r, const std::string& what, bool finite) 
   if (bad) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
 }
 
+void check_tensor(wire::Tensor::Reader r, const std::string& what, bool finite) {
+  tensor_view v = view(r, what);
+  if (finite) check_finite(v.data, v.numel(), what);
+}
+
 void check_list(capnp::List<wire::Tensor>::Reader l, const std::string& what, bool finite) {
+  // Adjacent payloads (as troupe lays them out) are scanned as one array.
+  const float* flat = flat_payload(l, what);
+  if (flat && finite) {
+    int64_t n = 0;
+    for (auto t : l) n += view(t, what).numel();
+    try {
+      check_finite(flat, n, what);
+      return;
+    } catch (const message_error&) {
+      // Name the tensor below.
+    }
+  }
   for (unsigned i = 0; i < l.size(); ++i) check_tensor(l[i], what + " tensor " + std::to_string(i), finite);
 }
 

@@ -48,6 +48,7 @@ double seconds_since(clock_type::time_point t) {
 /// binary, without OpenMP teams or scheduler threads left by an earlier run
 /// (run back to back in one process, the actor run measured 0.31 instead of ~0.5).
 double in_fresh_process(const std::function<double()>& run) {
+  std::cout.flush();  // else the child's exit would print the parent's buffered lines again
   int fd[2];
   if (::pipe(fd) != 0) throw std::runtime_error("pipe failed");
   pid_t pid = ::fork();

@@ -17,7 +17,6 @@
 #include "actors/ps_actors.hpp"
 #include "kernels/kernels.hpp"
 #include "model/optimizer.hpp"
-#include "model/zoo.hpp"
 #include "net/checkpoint.hpp"
 #include "net/tensor_codec.hpp"
 #include "tensor/error.hpp"
@@ -491,12 +490,7 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
   if (train_set.count < o.workers)
     throw error("--workers " + std::to_string(o.workers) + " exceeds the " + std::to_string(train_set.count) +
                 " training images");
-  const shape input{train_set.channels, train_set.height, train_set.width};
-  auto fresh_model = [&] {
-    model::model m = zoo::by_name(o.model);
-    m.build(input, o.seed);
-    return m;
-  };
+  auto fresh_model = [&] { return train::build_model(o, train_set); };
   model::model eval_net = fresh_model();
   int first_epoch = 0;
   int64_t first_steps = 0;

@@ -85,12 +85,7 @@ double cores_only(const train::options& o) {
   std::ostringstream log;
   train::run_data data = train::load_data(o, log);
   const auto& ds = data.sets.train;
-  const shape input{ds.channels, ds.height, ds.width};
-  auto fresh = [&] {
-    model::model m = zoo::by_name(o.model);
-    m.build(input, o.seed);
-    return m;
-  };
+  auto fresh = [&] { return train::build_model(o, ds); };
   model::model init = fresh();
   std::vector<named_tensor> ts;
   std::vector<int64_t> sizes;

@@ -14,7 +14,6 @@
 
 #include "actors/ps_core.hpp"
 #include "kernels/kernels.hpp"
-#include "model/zoo.hpp"
 #include "samples/train_loop.hpp"
 
 using namespace troupe;
@@ -45,12 +44,7 @@ int main(int argc, char** argv) {
     kernels::set_num_threads(0);
     train::run_data data = train::load_data(o, log);
     const auto& ds = data.sets.train;
-    const shape input{ds.channels, ds.height, ds.width};
-    auto fresh = [&] {
-      model::model m = zoo::by_name(o.model);
-      m.build(input, o.seed);
-      return m;
-    };
+    auto fresh = [&] { return train::build_model(o, ds); };
     const float lr = 0.05f;
     // The sequential loop.
     model::model seq = fresh();

@@ -74,6 +74,12 @@ const std::vector<std::string>& algorithms() {
   return a;
 }
 
+model::model build_model(const options& o, const data::image_dataset& train) {
+  model::model m = zoo::by_name(o.model);
+  m.build({train.channels, train.height, train.width}, o.seed);
+  return m;
+}
+
 run_data load_data(const options& o, std::ostream& log) {
   const std::string dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
   run_data d{data::load_mnist_dir(dir), {}};
@@ -207,8 +213,7 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
   const data::train_test& ds = d.sets;
   const data::normalization& norm = d.norm;
 
-  model::model net = zoo::by_name(o.model);
-  net.build({ds.train.channels, ds.train.height, ds.train.width}, o.seed);
+  model::model net = build_model(o, ds.train);
   auto params = net.parameters();
   std::unique_ptr<model::optimizer> opt =
       optim::sgd(o.lr).momentum(o.momentum).weight_decay(o.weight_decay).make();

@@ -89,6 +89,8 @@ struct run_data {
   data::normalization norm;
 };
 run_data load_data(const options& o, std::ostream& log);
+/// The model `o.model` from the zoo, built (weights from `o.seed`) for the images of `train`.
+model::model build_model(const options& o, const data::image_dataset& train);
 
 /// Test accuracy of `net` over `test`, in batches of `batch_size`.
 double evaluate(model::model& net, const data::image_dataset& test, const data::normalization& norm,

@@ -445,16 +445,17 @@ shard_core::shard_core(uint32_t id, std::vector<named_tensor> tensors, const mod
     shapes_.push_back(t.value.shape());
     flat_.insert(flat_.end(), t.value.data(), t.value.data() + t.value.numel());
   }
-  const int64_t n = static_cast<int64_t>(flat_.size());
+  n_ = static_cast<int64_t>(flat_.size());
   float* payload = nullptr;
   current_ = build_params(flat_.data(), 0, false, false, &payload);
-  if (payload) {
+  in_message_ = payload != nullptr;
+  if (in_message_) {
     w_ = payload;
     flat_ = std::vector<float>();
   } else {
     w_ = flat_.data();
   }
-  rule_ = model::make_update_rule(cfg_, n);
+  rule_ = model::make_update_rule(cfg_, n_);
 }
 
 std::vector<named_tensor> shard_core::snapshot() const {
@@ -477,11 +478,9 @@ void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule
 net::message shard_core::build_params(const float* w, uint64_t tau, bool rejected, bool with_state,
                                       float** payload) const {
   const std::vector<named_tensor> state = with_state ? rule_->state() : std::vector<named_tensor>{};
-  int64_t n = 0;
-  for (const auto& s : shapes_) n += s.numel();
   std::size_t state_bytes = 0;
   for (const auto& t : state) state_bytes += t.value.numel() * sizeof(float) + 64 + t.name.size();
-  auto b = builder(n * sizeof(float) + 64 * shapes_.size() + state_bytes);
+  auto b = builder(n_ * sizeof(float) + 64 * shapes_.size() + state_bytes);
   auto p = envelope(*b, id_).initParams();
   p.setShard(id_);
   p.setVersion(version_);
@@ -490,7 +489,7 @@ net::message shard_core::build_params(const float* w, uint64_t tau, bool rejecte
   const std::vector<float*> dst = net::init_tensors(p.initTensors(static_cast<unsigned>(shapes_.size())), shapes_);
   float* flat = net::flat_payload(dst, shapes_);
   if (flat) {
-    kernels::copy(n, w, flat);
+    kernels::copy(n_, w, flat);
   } else {
     for (std::size_t i = 0; i < shapes_.size(); ++i) {
       std::memcpy(dst[i], w, shapes_[i].numel() * sizeof(float));
@@ -503,7 +502,7 @@ net::message shard_core::build_params(const float* w, uint64_t tau, bool rejecte
 }
 
 void shard_core::own_parameters() {
-  if (w_ == flat_.data()) {
+  if (!in_message_) {
     current_ = net::message();  // it would hold the parameters before the update
     return;
   }
@@ -526,7 +525,7 @@ net::message shard_core::reply(uint64_t tau, bool rejected) {
     // and the workers that hold it too may let it go at any moment.
     float* payload = nullptr;
     net::message next = build_params(w_, tau, rejected, false, &payload);
-    if (w_ != flat_.data()) w_ = payload;
+    if (in_message_) w_ = payload;
     current_ = std::move(next);
   }
   current_version_ = version_;
@@ -537,8 +536,7 @@ net::message shard_core::reply(uint64_t tau, bool rejected) {
 
 std::vector<std::pair<uint32_t, net::message>> shard_core::handle(const net::message& m, int64_t sender_hint) {
   std::vector<std::pair<uint32_t, net::message>> out;
-  int64_t n = 0;
-  for (const auto& s : shapes_) n += s.numel();
+  const int64_t n = n_;
   auto check_worker = [&](uint32_t w, const char* what) {
     if (w >= static_cast<uint32_t>(cfg_.workers))
       reject(net::reject_reason::malformed, std::string(what) + ": worker id " + std::to_string(w) + " outside [0, " +

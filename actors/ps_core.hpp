@@ -230,6 +230,7 @@ private:
   uint32_t id_;
   std::vector<std::string> names_;
   std::vector<shape> shapes_;
+  int64_t n_ = 0;              // elements of all the shard's tensors
   // The parameters live in the payload of current_, the Params message that
   // answers the next request, and are updated there in place once the workers
   // have let it go (copy on write): a reply builds nothing and copies nothing.
@@ -239,6 +240,7 @@ private:
   uint64_t current_version_ = 0, current_tau_ = 0;  // current_'s header
   bool current_rejected_ = false;
   float* w_ = nullptr;         // the flat parameters: current_'s payload or flat_
+  bool in_message_ = false;    // w_ lies in current_'s payload
   std::vector<float> flat_;
   std::vector<float> grad_;    // a pushed gradient whose payloads are not adjacent, concatenated
   model::update_config cfg_;

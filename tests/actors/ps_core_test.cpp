@@ -247,12 +247,7 @@ TEST_CASE("shard: bad messages are rejected, counted and answered; training goes
 }
 
 TEST_CASE("worker: pushes gradients per shard, or the accumulated change with push-every", "[actors]") {
-  auto build = [] {
-    model::model m = nn::sequential(nn::dense(3, 2));
-    m.build({3}, 1);
-    return m;
-  };
-  model::model ref = build();
+  model::model ref = tiny_model();
   auto params = ref.parameters();  // weight [2, 3], bias [2]
   shard_plan plan = plan_shards({6, 2}, 2);
 
@@ -267,23 +262,14 @@ TEST_CASE("worker: pushes gradients per shard, or the accumulated change with pu
   auto w0 = params[0]->value.to_vector();
   auto b0 = params[1]->value.to_vector();
 
-  // A batch of 2 samples of 3 features.
-  auto b = std::make_unique<capnp::MallocMessageBuilder>();
-  auto env = b->initRoot<wire::Envelope>();
-  env.setSchemaVersion(wire::SCHEMA_VERSION);
-  auto batch = env.initBatch();
-  net::encode(tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1}), batch.initImages());
-  auto labels = batch.initLabels(2);
-  labels.set(0, 1);
-  labels.set(1, 0);
-  net::message batch_msg = net::message::from_builder(std::move(b));
+  const net::message batch_msg = batch_message(tiny_images(), tiny_labels);
 
   for (int k : {1, 2}) {
     INFO("push every " << k);
     worker_config wc;
     wc.push_every = k;
     wc.worker_lr = 0.1f;
-    worker_core w(std::make_shared<replica_pool>(build), plan, wc);
+    worker_core w(std::make_shared<replica_pool>(tiny_model), plan, wc);
     CHECK_FALSE(w.ready());
     CHECK(w.pull().size() == 2);
     CHECK_FALSE(w.on_params(params_msg(0, 0, w0, params[0]->value.shape())));
@@ -302,12 +288,12 @@ TEST_CASE("worker: pushes gradients per shard, or the accumulated change with pu
 
     // Expected: the gradient (k = 1) or (w_start - w_after_k_steps) / lr (k = 2),
     // computed with a plain replica and SGD.
-    model::model m = build();
+    model::model m = tiny_model();
     auto mp = m.parameters();
-    tensor x = tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1}), dl;
+    tensor x = tiny_images(), dl;
     std::vector<float> expect_w(6, 0.0f);
     for (int i = 0; i < k; ++i) {
-      kernels::softmax_cross_entropy(m.forward(x, true), {1, 0}, &dl);
+      kernels::softmax_cross_entropy(m.forward(x, true), tiny_labels, &dl);
       m.backward(dl);
       for (int j = 0; j < 6; ++j) expect_w[j] += mp[0]->grad.at(j);
       if (k > 1) {
@@ -325,29 +311,16 @@ TEST_CASE("worker: pushes gradients per shard, or the accumulated change with pu
 }
 
 TEST_CASE("worker and shard: weights read in place, gradients written into a reused push, no copies", "[actors]") {
-  auto build = [] {
-    model::model m = nn::sequential(nn::dense(3, 2));
-    m.build({3}, 1);
-    return m;
-  };
-  model::model ref = build();
+  model::model ref = tiny_model();
   auto rp = ref.parameters();
   std::vector<named_tensor> ts;
   for (auto* p : rp) ts.push_back({p->name, p->value.clone()});
   shard_core shard(0, ts, small_rule("asgd", 1, 0.1f), "constant", 100);
-  worker_core w(std::make_shared<replica_pool>(build), plan_shards({6, 2}, 1), worker_config{});
+  worker_core w(std::make_shared<replica_pool>(tiny_model), plan_shards({6, 2}, 1), worker_config{});
   for (auto& pull : w.pull()) REQUIRE(w.on_params(shard.handle(pull).at(0).second));
 
-  auto b = std::make_unique<capnp::MallocMessageBuilder>();
-  auto env = b->initRoot<wire::Envelope>();
-  env.setSchemaVersion(wire::SCHEMA_VERSION);
-  auto batch = env.initBatch();
-  const tensor x = tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1});
-  net::encode(x, batch.initImages());
-  auto labels = batch.initLabels(2);
-  labels.set(0, 1);
-  labels.set(1, 0);
-  const net::message batch_msg = net::message::from_builder(std::move(b));
+  const tensor x = tiny_images();
+  const net::message batch_msg = batch_message(x, tiny_labels);
 
   const float* push_at = nullptr;
   const float* params_at = nullptr;
@@ -355,7 +328,7 @@ TEST_CASE("worker and shard: weights read in place, gradients written into a reu
     INFO("step " << step);
     // The reference: the same step on a plain model, then plain SGD.
     tensor dl;
-    kernels::softmax_cross_entropy(ref.forward(x, true), {1, 0}, &dl);
+    kernels::softmax_cross_entropy(ref.forward(x, true), tiny_labels, &dl);
     ref.backward(dl);
     worker_core::step_out out = w.step(batch_msg);
     REQUIRE(out.pushes.size() == 1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/ps_core.hpp"
+#include "model/nn.hpp"
 #include "net/message.hpp"
 #include "net/tensor_codec.hpp"
 
@@ -63,6 +64,29 @@ inline params_view read_params(const net::message& m) {
     v.values.insert(v.values.end(), tv.data, tv.data + tv.numel());
   }
   return v;
+}
+
+/// The workers' test model: one dense layer, 3 inputs, 2 classes (weight [2, 3], bias [2]).
+inline model::model tiny_model() {
+  model::model m = nn::sequential(nn::dense(3, 2));
+  m.build({3}, 1);
+  return m;
+}
+
+/// Its test batch: 2 samples of 3 features, labels {1, 0}.
+inline tensor tiny_images() { return tensor::from({2, 3}, {1, 0, -1, 0.5f, 2, 1}); }
+inline const std::vector<int32_t> tiny_labels{1, 0};
+
+/// A Batch message of `images` and `labels`.
+inline net::message batch_message(const tensor& images, const std::vector<int32_t>& labels) {
+  auto b = std::make_unique<capnp::MallocMessageBuilder>();
+  auto env = b->initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  auto batch = env.initBatch();
+  net::encode(images, batch.initImages());
+  auto l = batch.initLabels(static_cast<unsigned>(labels.size()));
+  for (unsigned i = 0; i < l.size(); ++i) l.set(i, labels[i]);
+  return net::message::from_builder(std::move(b));
 }
 
 /// The payload of a message's first tensor: where its parameters live.

@@ -4,6 +4,10 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(ZLIB REQUIRED)
 find_package(CapnProto REQUIRED)
+# Job files, command lines, JSON metrics (libtomlplusplus-dev, libcli11-dev, nlohmann-json3-dev).
+find_package(tomlplusplus REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
 
 # OpenBLAS, OpenMP flavour (libopenblas-openmp-dev): its threads obey omp_set_num_threads.
 find_path(TROUPE_CBLAS_INCLUDE cblas.h

@@ -180,7 +180,40 @@ train_test load_cifar10_dir(const std::string& dir) {
   return tt;
 }
 
+shape image_dataset::sample_shape() const {
+  return floats() ? shape(dims) : shape{channels, height, width};
+}
+
+image_dataset from_tensors(const tensor& x, const std::vector<int32_t>& labels, int num_classes) {
+  if (!x.defined() || x.rank() < 2)
+    throw error("in-memory dataset: samples must be a tensor [n, ...] of rank >= 2, got " +
+                (x.defined() ? x.shape().to_string() : std::string("an undefined tensor")));
+  if (x.dev().kind != device_kind::cpu) throw error("in-memory dataset: samples must be a cpu tensor");
+  if (x.dim(0) != static_cast<int64_t>(labels.size()))
+    throw error("in-memory dataset: " + std::to_string(x.dim(0)) + " samples but " + std::to_string(labels.size()) +
+                " labels");
+  if (num_classes < 1 || num_classes > 256)
+    throw error("in-memory dataset: num_classes must be in [1, 256], got " + std::to_string(num_classes));
+  image_dataset ds;
+  ds.count = x.dim(0);
+  ds.num_classes = num_classes;
+  ds.dims.assign(x.shape().dims().begin() + 1, x.shape().dims().end());
+  ds.channels = 1;
+  ds.values.assign(x.data(), x.data() + x.numel());
+  ds.labels.reserve(labels.size());
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= num_classes)
+      throw error("in-memory dataset: label " + std::to_string(labels[i]) + " of sample " + std::to_string(i) +
+                  " is outside [0, " + std::to_string(num_classes) + ")");
+    ds.labels.push_back(static_cast<uint8_t>(labels[i]));
+  }
+  for (float v : ds.values)
+    if (!std::isfinite(v)) throw error("in-memory dataset: the samples hold NaN or Inf");
+  return ds;
+}
+
 normalization compute_normalization(const image_dataset& ds) {
+  if (ds.floats()) return {};
   normalization n;
   n.mean.assign(ds.channels, 0.0f);
   n.stddev.assign(ds.channels, 1.0f);
@@ -205,8 +238,37 @@ normalization compute_normalization(const image_dataset& ds) {
   return n;
 }
 
+namespace {
+
+/// Float samples: copied, then normalized with one mean and standard deviation.
+void make_float_batch(const image_dataset& ds, const int64_t* indices, int64_t n, const normalization& norm,
+                      batch& out) {
+  const shape sample = ds.sample_shape();
+  std::vector<int64_t> dims{n};
+  dims.insert(dims.end(), sample.dims().begin(), sample.dims().end());
+  const shape s(dims);
+  if (!out.images.defined() || out.images.shape() != s) out.images = tensor::empty(s);
+  out.labels.resize(n);
+  const int64_t per = sample.numel();
+  const float mean = norm.mean.empty() ? 0.0f : norm.mean[0];
+  const float scale = norm.stddev.empty() ? 1.0f : 1.0f / norm.stddev[0];
+  float* dst = out.images.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = ds.values.data() + indices[i] * per;
+    for (int64_t k = 0; k < per; ++k) dst[k] = (src[k] - mean) * scale;
+    dst += per;
+    out.labels[i] = ds.labels[indices[i]];
+  }
+}
+
+} // namespace
+
 void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
                 const normalization& norm, batch& out) {
+  if (ds.floats()) {
+    make_float_batch(ds, indices, n, norm, out);
+    return;
+  }
   if (static_cast<int64_t>(norm.mean.size()) != ds.channels ||
       static_cast<int64_t>(norm.stddev.size()) != ds.channels)
     throw error("normalization has " + std::to_string(norm.mean.size()) + " channels, dataset " +

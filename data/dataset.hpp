@@ -9,8 +9,9 @@
 
 namespace troupe::data {
 
-/// Images kept as bytes (one byte per pixel and channel, CHW order) with one
-/// label per image. Conversion to float happens per batch.
+/// Samples with one label each. Images read from files are kept as bytes (one
+/// byte per pixel and channel, CHW order) and become floats per batch; samples
+/// a program already holds (from_tensors) are kept as floats.
 struct image_dataset {
   int64_t count = 0;
   int64_t channels = 1;
@@ -19,10 +20,22 @@ struct image_dataset {
   int num_classes = 10;
   std::vector<uint8_t> pixels;  ///< count * channels * height * width bytes
   std::vector<uint8_t> labels;  ///< count bytes, each < num_classes
+  std::vector<float> values;    ///< float samples instead of pixels: count * sample_numel()
+  std::vector<int64_t> dims;    ///< the shape of one float sample (empty for images)
 
   int64_t image_bytes() const { return channels * height * width; }
   const uint8_t* image(int64_t i) const { return pixels.data() + i * image_bytes(); }
+  /// True when the samples are floats (from_tensors), not image bytes.
+  bool floats() const { return !dims.empty(); }
+  /// The shape of one sample: [channels, height, width] for images.
+  shape sample_shape() const;
 };
+
+/// A dataset of samples a program already holds: `x` [n, ...] (each sample of
+/// shape x.shape() without its first dimension), labels in [0, num_classes)
+/// (at most 256 classes). The values are copied and used as they are: no
+/// normalization. Throws troupe::error when the sizes or labels do not fit.
+image_dataset from_tensors(const tensor& x, const std::vector<int32_t>& labels, int num_classes);
 
 struct train_test {
   image_dataset train;
@@ -56,7 +69,8 @@ struct normalization {
   std::vector<float> stddev{1.0f};
 };
 
-/// Mean and standard deviation of each channel of `ds` (on the [0, 1] scale).
+/// Mean and standard deviation of each channel of `ds` (on the [0, 1] scale);
+/// the identity for float samples (used as they are).
 normalization compute_normalization(const image_dataset& ds);
 
 /// A batch: float images [n, c, h, w] and their labels.

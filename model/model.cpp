@@ -82,6 +82,26 @@ std::vector<parameter*> model::parameters() {
   return out;
 }
 
+param_layout model::layout() {
+  std::vector<std::pair<std::string, shape>> tensors;
+  for (parameter* p : parameters()) tensors.emplace_back(p->name, p->value.shape());
+  return param_layout(tensors);
+}
+
+model::flat_buffers model::flatten() {
+  const param_layout l = layout();
+  flat_buffers out{tensor::empty({l.numel()}), tensor::zeros({l.numel()})};
+  const std::vector<parameter*> ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const layout_entry& e = l[i];
+    tensor v = out.values.slice(e.offset, e.offset + e.numel()).reshape(e.dims);
+    v.copy_from(ps[i]->value);
+    ps[i]->value = v;
+    ps[i]->grad = out.grads.slice(e.offset, e.offset + e.numel()).reshape(e.dims);
+  }
+  return out;
+}
+
 std::vector<named_tensor> model::state() {
   std::vector<named_tensor> out;
   for (parameter* p : parameters()) out.push_back({p->name, p->value});

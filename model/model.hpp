@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/layer.hpp"
+#include "model/layout.hpp"
 #include "tensor/tensor.hpp"
 
 namespace troupe::model {
@@ -33,6 +34,16 @@ public:
   void backward(const tensor& dout);
 
   std::vector<parameter*> parameters();
+  /// The declared layout of parameters(): names, shapes and offsets in one
+  /// flat buffer, in model order.
+  param_layout layout();
+  /// Moves every parameter's value into one flat buffer and every gradient
+  /// into another, in layout() order (values kept; the parameters become views
+  /// of the buffers). Returns the two buffers, of layout().numel() elements.
+  struct flat_buffers {
+    tensor values, grads;
+  };
+  flat_buffers flatten();
   /// Parameters and buffers by name: what a checkpoint stores.
   std::vector<named_tensor> state();
   /// Copies `entries` into the model's state. Throws when the architecture

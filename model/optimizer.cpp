@@ -136,8 +136,10 @@ std::unique_ptr<model::optimizer> adam::make() const {
 
 namespace troupe::model {
 
-float scheduled_lr(float base, const std::string& schedule, int64_t step, int64_t total) {
-  if (schedule != "cosine" || total <= 0) return base;
+const char* to_string(lr_schedule s) { return s == lr_schedule::cosine ? "cosine" : "constant"; }
+
+float scheduled_lr(float base, lr_schedule schedule, int64_t step, int64_t total) {
+  if (schedule != lr_schedule::cosine || total <= 0) return base;
   return static_cast<float>(0.5 * base * (1 + std::cos(M_PI * std::min<double>(1.0, step / double(total)))));
 }
 

@@ -28,9 +28,16 @@ protected:
   float lr_;
 };
 
-/// Learning rate after `step` of `total` steps: `base` for "constant", for
-/// "cosine" a decay from base to 0 at step total.
-float scheduled_lr(float base, const std::string& schedule, int64_t step, int64_t total);
+/// How the learning rate changes over a run.
+enum class lr_schedule {
+  constant,  ///< the base rate throughout
+  cosine,    ///< from the base rate down to 0 at the last step, along half a cosine
+};
+/// "constant", "cosine"
+const char* to_string(lr_schedule s);
+
+/// Learning rate after `step` of `total` steps under `schedule`.
+float scheduled_lr(float base, lr_schedule schedule, int64_t step, int64_t total);
 
 } // namespace troupe::model
 

@@ -187,16 +187,30 @@ void validate(const update_config& c) {
   if (!(c.mu0 >= 0.0f && c.mu0 < 1.0f)) bad("mu0 must be in [0, 1)");
 }
 
+const char* to_string(rule_kind k) {
+  switch (k) {
+    case rule_kind::ssgd: return "ssgd";
+    case rule_kind::asgd: return "asgd";
+    case rule_kind::sa_asgd: return "sa-asgd";
+    case rule_kind::dc_asgd_c: return "dc-asgd-c";
+    case rule_kind::dc_asgd_a: return "dc-asgd-a";
+    case rule_kind::ddc_asgd: return "ddc-asgd";
+  }
+  return "unknown";
+}
+
 std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n) {
   validate(c);
   using dc = delay_compensated;
-  if (c.rule == "ssgd") return std::make_unique<ssgd>(c, n);
-  if (c.rule == "asgd") return std::make_unique<asgd>(c, false);
-  if (c.rule == "sa-asgd") return std::make_unique<asgd>(c, true);
-  if (c.rule == "dc-asgd-c") return std::make_unique<dc>(c, n, dc::kind::constant);
-  if (c.rule == "dc-asgd-a") return std::make_unique<dc>(c, n, dc::kind::adaptive);
-  if (c.rule == "ddc-asgd") return std::make_unique<dc>(c, n, dc::kind::dynamic);
-  throw error("unknown update rule '" + c.rule + "' (choose ssgd, asgd, sa-asgd, dc-asgd-c, dc-asgd-a or ddc-asgd)");
+  switch (c.rule) {
+    case rule_kind::ssgd: return std::make_unique<ssgd>(c, n);
+    case rule_kind::asgd: return std::make_unique<asgd>(c, false);
+    case rule_kind::sa_asgd: return std::make_unique<asgd>(c, true);
+    case rule_kind::dc_asgd_c: return std::make_unique<dc>(c, n, dc::kind::constant);
+    case rule_kind::dc_asgd_a: return std::make_unique<dc>(c, n, dc::kind::adaptive);
+    case rule_kind::ddc_asgd: return std::make_unique<dc>(c, n, dc::kind::dynamic);
+  }
+  throw error("unknown update rule " + std::to_string(static_cast<int>(c.rule)));
 }
 
 staleness_stats::staleness_stats(int workers)

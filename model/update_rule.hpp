@@ -14,9 +14,16 @@
 
 namespace troupe::model {
 
+/// The server update rules (docs/algorithms.md).
+enum class rule_kind { ssgd, asgd, sa_asgd, dc_asgd_c, dc_asgd_a, ddc_asgd };
+
+/// "ssgd", "asgd", "sa-asgd", "dc-asgd-c", "dc-asgd-a", "ddc-asgd": the names
+/// of the command line and the job file.
+const char* to_string(rule_kind k);
+
 /// Every constant of every rule; unused ones are ignored by the other rules.
 struct update_config {
-  std::string rule = "asgd";  ///< ssgd | asgd | sa-asgd | dc-asgd-c | dc-asgd-a | ddc-asgd
+  rule_kind rule = rule_kind::asgd;
   float lr = 0.05f;           ///< eta
   int workers = 1;            ///< N: SSGD averages this many gradients per step
   float lambda = 0.04f;       ///< DC-ASGD-c: constant lambda
@@ -52,7 +59,7 @@ public:
   virtual void load_state(const std::vector<named_tensor>& s);
 };
 
-/// The rule `c.rule` for a shard of `n` parameters. Throws on an unknown name.
+/// The rule `c.rule` for a shard of `n` parameters. Throws troupe::error for invalid constants.
 std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n);
 
 /// DDC-ASGD's trust in a gradient of staleness tau.

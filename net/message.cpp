@@ -72,6 +72,34 @@ std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_by
   return std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(std::min<std::size_t>(words, 1u << 28)));
 }
 
+wire::Envelope::Builder init_envelope(capnp::MallocMessageBuilder& b, const address& source,
+                                      const address& destination) {
+  auto env = b.initRoot<wire::Envelope>();
+  env.setSchemaVersion(wire::SCHEMA_VERSION);
+  write_address(env.initSource(), source);
+  write_address(env.initDestination(), destination);
+  return env;
+}
+
+reader_limits peer_limits() {
+  reader_limits l;
+  l.max_bytes = uint64_t(1) << 30;
+  return l;
+}
+
+address read_address(wire::Address::Reader r) {
+  const auto role_value = static_cast<uint16_t>(r.getRole());
+  if (role_value >= static_cast<uint16_t>(roles))
+    throw message_error(reject_reason::malformed, "unknown role " + std::to_string(role_value) + " in an address");
+  return {r.getNode(), static_cast<role>(role_value), r.getIndex()};
+}
+
+void write_address(wire::Address::Builder b, const address& a) {
+  b.setNode(a.node);
+  b.setRole(static_cast<wire::Role>(a.role));
+  b.setIndex(a.index);
+}
+
 capnp::MallocMessageBuilder* message::exclusive_builder() {
   if (!state_ || !state_->builder || state_.use_count() != 1) return nullptr;
   // The holder that let go last did so with an acquire-release decrement that
@@ -110,24 +138,69 @@ tensor_view view(wire::Tensor::Reader r, const std::string& what) {
   return {shape(dims), reinterpret_cast<const float*>(data.begin())};
 }
 
-void require_shapes(capnp::List<wire::Tensor>::Reader list, const std::vector<shape>& expected,
-                    const std::string& what) {
-  if (list.size() != expected.size())
-    throw message_error(reject_reason::wrong_shape, what + ": " + std::to_string(list.size()) + " tensors, expected " +
-                                                        std::to_string(expected.size()));
-  for (unsigned i = 0; i < list.size(); ++i) {
-    auto dims = list[i].getShape();
-    bool ok = dims.size() == expected[i].rank();
-    for (unsigned j = 0; ok && j < dims.size(); ++j) ok = dims[j] == expected[i][j];
-    if (!ok) {
-      std::vector<int64_t> got;
-      for (int64_t d : dims) got.push_back(d);
-      throw message_error(reject_reason::wrong_shape, what + ": tensor " + std::to_string(i) + " has shape " +
-                                                          shape(got).to_string() + ", expected " +
-                                                          expected[i].to_string());
+flat_view view(wire::FlatTensors::Reader r, const std::string& what) {
+  flat_view v;
+  v.first = r.getFirst();
+  const uint64_t offset = r.getOffset();
+  if (offset > (uint64_t(1) << 40)) throw message_error(reject_reason::bad_tensor, what + ": invalid offset");
+  v.offset = static_cast<int64_t>(offset);
+  int64_t numel = 0;
+  for (auto s : r.getShapes()) {
+    std::vector<int64_t> dims;
+    int64_t n = 1;
+    for (int64_t d : s.getDims()) {
+      if (d < 0 || (d > 0 && n > (int64_t(1) << 40) / d))
+        throw message_error(reject_reason::bad_tensor, what + ": invalid dimension " + std::to_string(d));
+      dims.push_back(d);
+      n *= d;
     }
+    numel += n;
+    if (numel > (int64_t(1) << 40)) throw message_error(reject_reason::bad_tensor, what + ": too many elements");
+    v.shapes.emplace_back(std::move(dims));
   }
+  auto data = r.getPayload();
+  if (data.size() != static_cast<std::size_t>(numel) * sizeof(float))
+    throw message_error(reject_reason::bad_tensor, what + ": payload of " + std::to_string(data.size()) +
+                                                       " bytes does not match its " + std::to_string(v.shapes.size()) +
+                                                       " shapes (" + std::to_string(numel * sizeof(float)) + " bytes)");
+  v.data = reinterpret_cast<const float*>(data.begin());
+  v.numel = numel;
+  return v;
 }
+
+void require_range(const flat_view& v, uint32_t first, int64_t offset, const std::vector<shape>& shapes,
+                   const std::string& what) {
+  auto range = [](uint32_t f, std::size_t n, int64_t o) {
+    return "tensors [" + std::to_string(f) + ", " + std::to_string(f + n) + ") at offset " + std::to_string(o);
+  };
+  if (v.first != first || v.offset != offset || v.shapes.size() != shapes.size())
+    throw message_error(reject_reason::wrong_shape, what + ": " + range(v.first, v.shapes.size(), v.offset) +
+                                                        ", expected " + range(first, shapes.size(), offset));
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    if (v.shapes[i] != shapes[i])
+      throw message_error(reject_reason::wrong_shape, what + ": tensor " + std::to_string(first + i) + " has shape " +
+                                                          v.shapes[i].to_string() + ", expected " +
+                                                          shapes[i].to_string());
+}
+
+float* init_flat(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, const std::vector<shape>& shapes) {
+  b.setFirst(first);
+  b.setOffset(static_cast<uint64_t>(offset));
+  auto list = b.initShapes(static_cast<unsigned>(shapes.size()));
+  int64_t numel = 0;
+  for (unsigned i = 0; i < list.size(); ++i) {
+    auto dims = list[i].initDims(static_cast<unsigned>(shapes[i].rank()));
+    for (unsigned j = 0; j < dims.size(); ++j) dims.set(j, shapes[i][j]);
+    numel += shapes[i].numel();
+  }
+  const uint64_t bytes = static_cast<uint64_t>(numel) * sizeof(float);
+  if (bytes >= (uint64_t(1) << 29))
+    throw error("init_flat: " + std::to_string(bytes) + " bytes of parameters in one range; one Cap'n Proto blob "
+                "holds fewer than 2^29 bytes (use more shards)");
+  return reinterpret_cast<float*>(b.initPayload(static_cast<unsigned>(bytes)).begin());
+}
+
+float* payload(wire::FlatTensors::Builder b) { return reinterpret_cast<float*>(b.getPayload().begin()); }
 
 namespace {
 
@@ -144,11 +217,12 @@ uint32_t non_finite_bits(const uint32_t* bits, int64_t n) {
 /// Large arrays are scanned by every kernel thread, one range each: the ranges
 /// of the kernels' parallel loops (same grain), so that each thread reads
 /// mostly what it wrote last, e.g. a shard's update of these parameters.
-void check_finite(const float* data, int64_t n, const std::string& what) {
+void check_finite(const float* data, int64_t n, const std::string& what, int threads) {
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(data);
   uint32_t bad = 0;
   constexpr int64_t grain = int64_t(1) << 15;  // kernels::detail::parallel_grain
-#pragma omp parallel reduction(| : bad) if (n > grain)
+  if (threads <= 0) threads = omp_get_max_threads();
+#pragma omp parallel reduction(| : bad) if (n > grain) num_threads(threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
@@ -157,30 +231,26 @@ void check_finite(const float* data, int64_t n, const std::string& what) {
   if (bad) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
 }
 
-void check_tensor(wire::Tensor::Reader r, const std::string& what, bool finite) {
+void check_tensor(wire::Tensor::Reader r, const std::string& what, const reader_limits& l) {
   tensor_view v = view(r, what);
-  if (finite) check_finite(v.data, v.numel(), what);
+  if (l.check_finite) check_finite(v.data, v.numel(), what, l.threads);
 }
 
-void check_list(capnp::List<wire::Tensor>::Reader l, const std::string& what, bool finite) {
-  // Adjacent payloads (as troupe lays them out) are scanned as one array.
-  const float* flat = flat_payload(l, what);
-  if (flat && finite) {
-    int64_t n = 0;
-    for (auto t : l) n += view(t, what).numel();
-    try {
-      check_finite(flat, n, what);
-      return;
-    } catch (const message_error&) {
-      // Name the tensor below.
-    }
-  }
-  for (unsigned i = 0; i < l.size(); ++i) check_tensor(l[i], what + " tensor " + std::to_string(i), finite);
+void check_flat(wire::FlatTensors::Reader r, const std::string& what, const reader_limits& l) {
+  flat_view v = view(r, what);
+  if (l.check_finite) check_finite(v.data, v.numel, what, l.threads);
 }
 
-} // namespace
+void check_header(wire::Envelope::Reader root) {
+  if (root.getSchemaVersion() != wire::SCHEMA_VERSION)
+    throw message_error(reject_reason::unknown_version, "schema version " + std::to_string(root.getSchemaVersion()) +
+                                                            ", this build speaks " +
+                                                            std::to_string(wire::SCHEMA_VERSION));
+  read_address(root.getSource());
+  read_address(root.getDestination());
+}
 
-envelope_reader::envelope_reader(const message& m, const reader_limits& limits) : m_(m) {
+capnp::ReaderOptions options_for(const message& m, const reader_limits& limits) {
   if (m.empty()) throw message_error(reject_reason::malformed, "empty message");
   if (m.bytes() > limits.max_bytes)
     throw message_error(reject_reason::too_large, "message of " + std::to_string(m.bytes()) + " bytes exceeds the " +
@@ -190,42 +260,65 @@ envelope_reader::envelope_reader(const message& m, const reader_limits& limits) 
   // or twice, the receiver once more; a cyclic or amplified message stops here.
   opts.traversalLimitInWords = 4 * (m.bytes() / sizeof(capnp::word)) + 256;
   opts.nestingLimit = limits.nesting_limit;
+  return opts;
+}
+
+std::unique_ptr<capnp::MessageReader> open_reader(const message& m, const capnp::ReaderOptions& opts) {
+  if (m.framed()) return std::make_unique<capnp::FlatArrayMessageReader>(m.segments()[0], opts);
+  return std::make_unique<capnp::SegmentArrayMessageReader>(m.segments(), opts);
+}
+
+[[noreturn]] void rethrow_capnp(const kj::Exception& e) {
+  std::string d = e.getDescription().cStr();
+  bool big = d.find("traversal limit") != std::string::npos;
+  throw message_error(big ? reject_reason::too_large : reject_reason::malformed, "malformed message: " + d);
+}
+
+} // namespace
+
+envelope_reader::envelope_reader(const message& m, const reader_limits& limits) : m_(m) {
+  const capnp::ReaderOptions opts = options_for(m, limits);
   try {
-    if (m.framed()) {
-      reader_ = std::make_unique<capnp::FlatArrayMessageReader>(m.segments()[0], opts);
-    } else {
-      reader_ = std::make_unique<capnp::SegmentArrayMessageReader>(m.segments(), opts);
-    }
+    reader_ = open_reader(m, opts);
     root_ = reader_->getRoot<wire::Envelope>();
-    if (root_.getSchemaVersion() != wire::SCHEMA_VERSION)
-      throw message_error(reject_reason::unknown_version,
-                          "schema version " + std::to_string(root_.getSchemaVersion()) + ", this build speaks " +
-                              std::to_string(wire::SCHEMA_VERSION));
-    const bool fin = limits.check_finite;
+    check_header(root_);
     switch (root_.which()) {
       case wire::Envelope::BATCH: {
         auto b = root_.getBatch();
-        check_tensor(b.getImages(), "batch images", fin);
+        check_tensor(b.getImages(), "batch images", limits);
         auto v = view(b.getImages(), "batch images");
         if (v.dims.rank() == 0 || v.dims[0] != static_cast<int64_t>(b.getLabels().size()))
           throw message_error(reject_reason::wrong_shape, "batch: " + std::to_string(b.getLabels().size()) +
                                                               " labels for images " + v.dims.to_string());
         break;
       }
-      case wire::Envelope::PULL_PARAMS: break;
-      case wire::Envelope::PARAMS: check_list(root_.getParams().getTensors(), "params", fin); break;
-      case wire::Envelope::PUSH_GRADIENT: check_list(root_.getPushGradient().getTensors(), "push_gradient", fin); break;
-      case wire::Envelope::ACTIVATION: check_tensor(root_.getActivation().getTensor(), "activation", fin); break;
-      case wire::Envelope::GRADIENT: check_tensor(root_.getGradient().getTensor(), "gradient", fin); break;
-      case wire::Envelope::CONTROL: break;
-      case wire::Envelope::METRICS: break;
+      case wire::Envelope::PARAMS: check_flat(root_.getParams().getValues(), "params", limits); break;
+      case wire::Envelope::PUSH_GRADIENT: check_flat(root_.getPushGradient().getValues(), "push_gradient", limits); break;
+      case wire::Envelope::ACTIVATION: check_tensor(root_.getActivation().getTensor(), "activation", limits); break;
+      case wire::Envelope::GRADIENT: check_tensor(root_.getGradient().getTensor(), "gradient", limits); break;
+      case wire::Envelope::PULL_PARAMS:
+      case wire::Envelope::CONTROL:
+      case wire::Envelope::METRICS:
+      case wire::Envelope::SNAPSHOT:
+      case wire::Envelope::EVALUATION: break;
       default:
         throw message_error(reject_reason::unknown_kind, "unknown message kind " + std::to_string(int(root_.which())));
     }
   } catch (const kj::Exception& e) {
-    std::string d = e.getDescription().cStr();
-    bool big = d.find("traversal limit") != std::string::npos;
-    throw message_error(big ? reject_reason::too_large : reject_reason::malformed, "malformed message: " + d);
+    rethrow_capnp(e);
+  }
+}
+
+header read_header(const message& m) {
+  reader_limits l;
+  l.max_bytes = uint64_t(1) << 30;
+  try {
+    auto reader = open_reader(m, options_for(m, l));
+    auto root = reader->getRoot<wire::Envelope>();
+    check_header(root);
+    return {root.which(), read_address(root.getSource()), read_address(root.getDestination())};
+  } catch (const kj::Exception& e) {
+    rethrow_capnp(e);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "net/address.hpp"
 #include "net/messages.capnp.h"
 #include "tensor/tensor.hpp"
 
@@ -69,15 +70,23 @@ private:
 };
 
 /// A builder whose first segment holds `payload_bytes` and the message around
-/// them: one segment, so that payloads laid out by init_tensors lie adjacent
-/// (a payload that does not fit the segment in use starts a new one).
-std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes);
+/// them, so that a message is one segment (a gather-write of one buffer).
+std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes = 0);
+
+/// Starts a message in `b`: schema version, source and destination. Set one
+/// member of the union on the result.
+wire::Envelope::Builder init_envelope(capnp::MallocMessageBuilder& b, const address& source,
+                                      const address& destination);
 
 struct reader_limits {
   uint64_t max_bytes = uint64_t(512) << 20;  ///< larger messages are rejected unread
   int nesting_limit = 16;
   bool check_finite = true;                  ///< scan tensor payloads for NaN/Inf
+  int threads = 0;                           ///< threads of the NaN scan of large payloads (0: OpenMP's default)
 };
+
+/// Limits for messages of troupe's own peers: parameters and batches can be large.
+reader_limits peer_limits();
 
 /// Opens `m` and validates all of it: size and traversal limits, schema
 /// version, message kind, every tensor's dtype and payload size, finite values.
@@ -94,6 +103,18 @@ private:
   wire::Envelope::Reader root_;
 };
 
+/// The routing header of a message: its kind and addresses.
+struct header {
+  wire::Envelope::Which kind;
+  address source, destination;
+};
+/// Reads the header of `m` without validating its payloads (the receiver
+/// validates them); throws message_error for a message whose header cannot be read.
+header read_header(const message& m);
+
+address read_address(wire::Address::Reader r);
+void write_address(wire::Address::Builder b, const address& a);
+
 /// A tensor payload read in place: valid while its message lives.
 struct tensor_view {
   shape dims;
@@ -105,9 +126,30 @@ struct tensor_view {
 /// payload does not match the shape.
 tensor_view view(wire::Tensor::Reader r, const std::string& what);
 
-/// Throws message_error (wrong_shape) unless `list` holds tensors of exactly `expected` shapes.
-void require_shapes(capnp::List<wire::Tensor>::Reader list, const std::vector<shape>& expected,
-                    const std::string& what);
+/// A range of a declared parameter layout read in place (wire::FlatTensors):
+/// valid while its message lives.
+struct flat_view {
+  uint32_t first = 0;         ///< index of its first tensor in the layout
+  int64_t offset = 0;         ///< element offset of the range in the flat buffer
+  std::vector<shape> shapes;  ///< of its tensors
+  const float* data = nullptr;
+  int64_t numel = 0;
+};
+
+/// Views `r`; throws message_error (bad_tensor) when the payload size does not
+/// match the shapes.
+flat_view view(wire::FlatTensors::Reader r, const std::string& what);
+
+/// Throws message_error (wrong_shape) unless `v` is exactly the range
+/// (first, offset, shapes) the receiver expects.
+void require_range(const flat_view& v, uint32_t first, int64_t offset, const std::vector<shape>& shapes,
+                   const std::string& what);
+
+/// Initializes `b` as the range (first, offset, shapes) of a layout; returns
+/// its one payload (zeroed), to be written in place.
+float* init_flat(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, const std::vector<shape>& shapes);
+/// The payload of a range being built or edited in place.
+float* payload(wire::FlatTensors::Builder b);
 
 /// Counts rejected messages by reason (thread-safe).
 class reject_counter {

@@ -1,6 +1,8 @@
 @0xa68b582cfc85b377;
-# Every message between troupe's actors. A message is one Envelope; its
-# schemaVersion lets a peer reject a message of a schema it does not know.
+# Every message between troupe's actors (docs/protocol.md says who sends
+# which to whom, and when). A message is one Envelope: its schemaVersion lets
+# a peer reject a message of a schema it does not know; its source and
+# destination addresses route it, in one process or across nodes.
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("troupe::wire");
@@ -8,46 +10,76 @@ $Cxx.namespace("troupe::wire");
 using import "tensor.capnp".Tensor;
 using import "tensor.capnp".NamedTensor;
 
-const schemaVersion :UInt16 = 1;
+const schemaVersion :UInt16 = 2;
+
+enum Role {
+  coordinator @0;
+  loader @1;
+  worker @2;
+  shard @3;
+  stage @4;
+  evaluator @5;
+}
+
+# An actor of a run: (node, role, index). The plan says which node hosts it.
+struct Address {
+  node @0 :UInt32;
+  role @1 :Role;
+  index @2 :UInt32;
+}
 
 struct Envelope {
   schemaVersion @0 :UInt16;
-  sender @1 :UInt32;                 # actor or node id of the sender
+  source @1 :Address;                # who sent it: replies go here
+  destination @2 :Address;           # who it is for
   union {
-    batch @2 :Batch;
-    pullParams @3 :PullParams;
-    params @4 :Params;
-    pushGradient @5 :PushGradient;
-    activation @6 :Activation;
-    gradient @7 :Gradient;
-    control @8 :Control;
-    metrics @9 :Metrics;
+    batch @3 :Batch;
+    pullParams @4 :PullParams;
+    params @5 :Params;
+    pushGradient @6 :PushGradient;
+    activation @7 :Activation;
+    gradient @8 :Gradient;
+    control @9 :Control;
+    metrics @10 :Metrics;
+    snapshot @11 :Snapshot;
+    evaluation @12 :Evaluation;
   }
 }
 
-# Sender id of the coordinator (workers are 0..N-1).
-const coordinatorId :UInt32 = 0xffffffff;
+# A contiguous range of a model's declared parameter layout: the tensors
+# [first, first + shapes.length) of the layout, starting at element `offset`
+# of the model's flat parameter buffer, as ONE payload (row-major f32, the
+# tensors one after another).
+struct FlatTensors {
+  first @0 :UInt32;                  # index of the first tensor in the layout
+  offset @1 :UInt64;                 # element offset of the range in the flat buffer
+  shapes @2 :List(Shape);
+  payload @3 :Data;                  # sum of numel(shapes) * 4 bytes
+}
 
-# A data loader's batch for a worker.
+struct Shape {
+  dims @0 :List(Int64);
+}
+
+# A data loader's batch for its worker.
 struct Batch {
   epoch @0 :UInt32;
   index @1 :UInt64;
-  images @2 :Tensor;                 # [n, c, h, w]
+  images @2 :Tensor;                 # [n, sample...]
   labels @3 :List(Int32);            # n labels
 }
 
-# A worker asks a parameter shard for its current parameters.
+# A worker (or the evaluator) asks a parameter shard for its current parameters.
 struct PullParams {
-  worker @0 :UInt32;
-  shard @1 :UInt32;
-  withState @2 :Bool;                # the coordinator, for a checkpoint: the update rule's state too
+  shard @0 :UInt32;
+  withState @1 :Bool;                # for a checkpoint: the update rule's state too
 }
 
 # A shard's parameters at a version (number of updates it has applied).
 struct Params {
   shard @0 :UInt32;
   version @1 :UInt64;
-  tensors @2 :List(Tensor);
+  values @2 :FlatTensors;
   appliedStaleness @3 :UInt64;       # staleness of the push this Params answers (0 for a pull)
   rejected @4 :Bool;                 # the push it answers was rejected and not applied
   ruleState @5 :List(NamedTensor);   # only when the pull asked withState (e.g. "v", "ms/3")
@@ -55,11 +87,10 @@ struct Params {
 
 # A worker's gradient (or accumulated change, with push-every > 1) for one shard.
 struct PushGradient {
-  worker @0 :UInt32;
-  shard @1 :UInt32;
-  baseVersion @2 :UInt64;            # the shard version the gradient was computed on
-  step @3 :UInt64;                   # the worker's step counter
-  tensors @4 :List(Tensor);
+  shard @0 :UInt32;
+  baseVersion @1 :UInt64;            # the shard version the gradient was computed on
+  step @2 :UInt64;                   # the worker's step counter
+  values @3 :FlatTensors;
 }
 
 # Pipeline stages: activations forward, gradients backward, per micro-batch.
@@ -78,24 +109,40 @@ struct Gradient {
 
 struct Control {
   kind @0 :Kind;
-  node @1 :UInt32;
-  detail @2 :Text;
+  detail @1 :Text;
+  amount @2 :UInt32;
   enum Kind {
-    join @0;
-    stop @1;
+    start @0;                        # coordinator -> worker: begin training
+    stop @1;                         # coordinator -> every actor: stop
     heartbeat @2;
-    credit @3;                       # a worker may receive `amount` more batches
+    credit @3;                       # worker -> its loader: `amount` more batches
     error @4;                        # an actor failed; detail says why
   }
-  amount @3 :UInt32;
 }
 
+# A worker's report of its steps since the last report.
 struct Metrics {
-  worker @0 :UInt32;
-  step @1 :UInt64;
-  loss @2 :Float32;
-  samples @3 :UInt64;
-  meanStaleness @4 :Float32;
-  maxStaleness @5 :UInt32;
-  rejected @6 :UInt32;               # pushes of this step the shards rejected
+  step @0 :UInt64;
+  loss @1 :Float32;                  # mean training loss of the batches in this report
+  samples @2 :UInt64;
+  meanStaleness @3 :Float32;
+  maxStaleness @4 :UInt32;
+  rejected @5 :UInt32;               # pushes of this report the shards rejected
+}
+
+# Coordinator -> evaluator: take a snapshot of the parameters now (pull every
+# shard), evaluate it and, when asked, write a checkpoint.
+struct Snapshot {
+  epoch @0 :UInt32;                  # 1-based epoch this snapshot closes
+  epochsDone @1 :UInt32;             # epochs a resumed run skips (the checkpoint's count)
+  steps @2 :UInt64;                  # updates so far
+  evaluate @3 :Bool;
+  checkpoint @4 :Bool;
+}
+
+# Evaluator -> coordinator: what a Snapshot produced.
+struct Evaluation {
+  epoch @0 :UInt32;
+  testAccuracy @1 :Float64;          # -1 when not evaluated
+  checkpointed @2 :Bool;
 }

@@ -22,19 +22,6 @@ void init_shape(const shape& s, wire::Tensor::Builder b) {
   b.setDtype(wire::DType::F32);
 }
 
-/// The start of the payloads when each non-empty one begins where the one before ends.
-template <typename P>
-P adjacent(const std::vector<P>& ps, const std::vector<int64_t>& numel) {
-  P base = nullptr, next = nullptr;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (numel[i] == 0) continue;
-    if (!base) base = ps[i];
-    else if (ps[i] != next) return nullptr;
-    next = ps[i] + numel[i];
-  }
-  return base;
-}
-
 } // namespace
 
 void encode(const tensor& t, wire::Tensor::Builder b) {
@@ -47,44 +34,10 @@ void encode(const shape& s, const float* src, wire::Tensor::Builder b) {
   if (s.numel() > 0) std::memcpy(dst, src, static_cast<std::size_t>(s.numel()) * sizeof(float));
 }
 
-std::vector<float*> init_tensors(capnp::List<wire::Tensor>::Builder list, const std::vector<shape>& shapes) {
-  if (list.size() != shapes.size()) throw error("init_tensors: " + std::to_string(list.size()) + " tensors for " +
-                                                std::to_string(shapes.size()) + " shapes");
-  for (const auto& s : shapes) check_blob(s);
-  for (unsigned i = 0; i < list.size(); ++i) init_shape(shapes[i], list[i]);  // every payload after every shape
-  std::vector<float*> out;
-  for (unsigned i = 0; i < list.size(); ++i)
-    out.push_back(reinterpret_cast<float*>(list[i].initData(static_cast<unsigned>(shapes[i].numel() * sizeof(float))).begin()));
-  return out;
-}
-
 float* init_tensor(const shape& s, wire::Tensor::Builder b) {
   check_blob(s);
   init_shape(s, b);
   return reinterpret_cast<float*>(b.initData(static_cast<unsigned>(s.numel() * sizeof(float))).begin());
-}
-
-std::vector<float*> payloads(capnp::List<wire::Tensor>::Builder list) {
-  std::vector<float*> out;
-  for (auto t : list) out.push_back(reinterpret_cast<float*>(t.getData().begin()));
-  return out;
-}
-
-const float* flat_payload(capnp::List<wire::Tensor>::Reader list, const std::string& what) {
-  std::vector<const float*> ps;
-  std::vector<int64_t> numel;
-  for (auto t : list) {
-    tensor_view v = view(t, what);
-    ps.push_back(v.data);
-    numel.push_back(v.numel());
-  }
-  return adjacent(ps, numel);
-}
-
-float* flat_payload(const std::vector<float*>& ps, const std::vector<shape>& shapes) {
-  std::vector<int64_t> numel;
-  for (const auto& s : shapes) numel.push_back(s.numel());
-  return adjacent(ps, numel);
 }
 
 tensor decode(wire::Tensor::Reader r, const std::string& what) {

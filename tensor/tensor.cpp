@@ -75,6 +75,14 @@ storage::storage(std::size_t bytes, device dev)
 
 storage::storage(void* data, std::size_t bytes) : data_(data), bytes_(bytes), dev_{} {}
 
+storage::storage(const void* data, std::size_t bytes)
+    : data_(const_cast<void*>(data)), bytes_(bytes), dev_{}, read_only_(true) {}
+
+void storage::fail_read_only() {
+  throw error("write to a read-only tensor (a view of memory troupe must not change, such as a received "
+              "message): clone() it first");
+}
+
 storage::~storage() {
   if (alloc_) alloc_->deallocate(data_, bytes_);
 }
@@ -85,6 +93,17 @@ tensor tensor::wrap(const troupe::shape& s, float* data) {
   if (!data && s.numel() > 0) throw shape_error("tensor::wrap: null data for shape " + s.to_string());
   tensor t;
   t.storage_ = std::make_shared<storage>(data, static_cast<std::size_t>(s.numel()) * sizeof(float));
+  t.shape_ = s;
+  return t;
+}
+
+tensor tensor::wrap_read_only(const troupe::shape& s, const float* data) {
+  for (auto d : s.dims())
+    if (d < 0) throw shape_error("tensor::wrap_read_only: negative dimension in shape " + s.to_string());
+  if (!data && s.numel() > 0) throw shape_error("tensor::wrap_read_only: null data for shape " + s.to_string());
+  tensor t;
+  t.storage_ = std::make_shared<storage>(static_cast<const void*>(data),
+                                         static_cast<std::size_t>(s.numel()) * sizeof(float));
   t.shape_ = s;
   return t;
 }

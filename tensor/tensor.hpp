@@ -73,11 +73,20 @@ public:
   storage(std::size_t bytes, device dev);
   /// Memory that someone else owns (CPU only): never freed here.
   storage(void* data, std::size_t bytes);
+  /// Read-only memory that someone else owns (CPU only), e.g. a received
+  /// message: data() throws, cdata() reads.
+  storage(const void* data, std::size_t bytes);
   ~storage();
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
 
-  void* data() const { return data_; }
+  /// The bytes, to write; throws troupe::error for read-only storage.
+  void* data() const {
+    if (read_only_) fail_read_only();
+    return data_;
+  }
+  const void* cdata() const { return data_; }
+  bool read_only() const { return read_only_; }
   std::size_t bytes() const { return bytes_; }
   device dev() const { return dev_; }
 
@@ -86,6 +95,8 @@ private:
   std::size_t bytes_ = 0;
   device dev_;
   allocator* alloc_ = nullptr;
+  bool read_only_ = false;
+  [[noreturn]] static void fail_read_only();
 };
 
 /// A float32 tensor: a shape over contiguous, ref-counted storage.
@@ -104,6 +115,9 @@ public:
   /// message's payload, read or written in place): the caller keeps the memory
   /// alive, and drops every copy of the tensor before the memory goes.
   static tensor wrap(const troupe::shape& s, float* data);
+  /// Like wrap(), over memory that must not change (a received message's
+  /// payload): reading works as usual, the non-const data() throws.
+  static tensor wrap_read_only(const troupe::shape& s, const float* data);
 
   bool defined() const { return static_cast<bool>(storage_); }
   const troupe::shape& shape() const { return shape_; }
@@ -115,8 +129,10 @@ public:
 
   float* data() { return storage_ ? static_cast<float*>(storage_->data()) + offset_ : nullptr; }
   const float* data() const {
-    return storage_ ? static_cast<const float*>(storage_->data()) + offset_ : nullptr;
+    return storage_ ? static_cast<const float*>(storage_->cdata()) + offset_ : nullptr;
   }
+  /// True for wrap_read_only() tensors and their views.
+  bool read_only() const { return storage_ && storage_->read_only(); }
   /// Element access by flat index (CPU tensors only).
   float& at(int64_t i) { return data()[i]; }
   float at(int64_t i) const { return data()[i]; }

@@ -1,0 +1,158 @@
+#include "train/job.hpp"
+
+#include <cmath>
+
+#include "tensor/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+template <class E>
+std::string choices(const std::vector<E>& all) {
+  std::string out;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + to_string(all[i]);
+  return out;
+}
+
+template <class E>
+E parse_choice(const std::string& name, const std::vector<E>& all, const char* what) {
+  for (E e : all)
+    if (name == to_string(e)) return e;
+  throw error(std::string("unknown ") + what + " '" + name + "' (choose " + choices(all) + ")");
+}
+
+const std::vector<lr_schedule> schedules{lr_schedule::constant, lr_schedule::cosine};
+const std::vector<progress_mode> progress_modes{progress_mode::automatic, progress_mode::bar, progress_mode::lines,
+                                                progress_mode::none};
+
+} // namespace
+
+const char* to_string(algorithm_kind k) {
+  switch (k) {
+    case algorithm_kind::sequential: return "sequential";
+    case algorithm_kind::ssgd: return "ssgd";
+    case algorithm_kind::asgd: return "asgd";
+    case algorithm_kind::sa_asgd: return "sa-asgd";
+    case algorithm_kind::hogwild: return "hogwild";
+    case algorithm_kind::dc_asgd_c: return "dc-asgd-c";
+    case algorithm_kind::dc_asgd_a: return "dc-asgd-a";
+    case algorithm_kind::ddc_asgd: return "ddc-asgd";
+  }
+  return "unknown";
+}
+
+const std::vector<algorithm_kind>& all_algorithms() {
+  using k = algorithm_kind;
+  static const std::vector<k> all{k::sequential, k::ssgd,      k::asgd,      k::sa_asgd,
+                                  k::hogwild,    k::dc_asgd_c, k::dc_asgd_a, k::ddc_asgd};
+  return all;
+}
+
+bool runs_on_actors(algorithm_kind k) { return k != algorithm_kind::sequential; }
+
+model::rule_kind rule_of(algorithm_kind k) {
+  using r = model::rule_kind;
+  switch (k) {
+    case algorithm_kind::ssgd: return r::ssgd;
+    case algorithm_kind::asgd: return r::asgd;
+    case algorithm_kind::sa_asgd: return r::sa_asgd;
+    case algorithm_kind::dc_asgd_c: return r::dc_asgd_c;
+    case algorithm_kind::dc_asgd_a: return r::dc_asgd_a;
+    case algorithm_kind::ddc_asgd: return r::ddc_asgd;
+    default: break;
+  }
+  throw error(std::string("algorithm ") + to_string(k) + " has no parameter-server update rule");
+}
+
+const char* to_string(progress_mode p) {
+  switch (p) {
+    case progress_mode::automatic: return "auto";
+    case progress_mode::bar: return "bar";
+    case progress_mode::lines: return "lines";
+    case progress_mode::none: return "none";
+  }
+  return "unknown";
+}
+
+algorithm_kind parse_algorithm(const std::string& name) { return parse_choice(name, all_algorithms(), "algorithm"); }
+lr_schedule parse_schedule(const std::string& name) { return parse_choice(name, schedules, "schedule"); }
+progress_mode parse_progress(const std::string& name) { return parse_choice(name, progress_modes, "progress mode"); }
+
+model::update_config rule_config(const settings& s) {
+  model::update_config c;
+  c.rule = rule_of(s.algo.kind);
+  c.lr = s.lr;
+  c.workers = s.algo.workers;
+  c.lambda = s.algo.lambda;
+  c.lambda0 = s.algo.lambda0;
+  c.rho_ms = s.algo.rho_ms;
+  c.alpha = s.algo.alpha;
+  c.mu0 = s.algo.mu0;
+  return c;
+}
+
+void validate(const settings& s) {
+  auto bad = [](const std::string& m) { throw error(m); };
+  auto n2s = [](auto v) { return std::to_string(v); };
+  if (s.epochs < 1) bad("--epochs must be at least 1, got " + n2s(s.epochs));
+  if (s.batch_size < 1) bad("--batch-size must be at least 1, got " + n2s(s.batch_size));
+  if (!(s.lr > 0.0f) || !std::isfinite(s.lr)) bad("--lr must be a positive number, got " + n2s(s.lr));
+  if (!(s.momentum >= 0.0f && s.momentum < 1.0f)) bad("--momentum must be in [0, 1), got " + n2s(s.momentum));
+  if (!(s.weight_decay >= 0.0f) || !std::isfinite(s.weight_decay))
+    bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
+  if (s.threads < 0) bad("--threads must be >= 0 (0 = all cores), got " + n2s(s.threads));
+  if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
+  const algorithm_settings& a = s.algo;
+  if (a.workers < 1 || a.workers > 1024) bad("--workers must be in [1, 1024], got " + n2s(a.workers));
+  if (a.shards < 1) bad("--shards must be at least 1, got " + n2s(a.shards));
+  if (a.push_every < 1) bad("--push-every must be at least 1, got " + n2s(a.push_every));
+  if (a.prefetch < 1) bad("--prefetch must be at least 1, got " + n2s(a.prefetch));
+  if (!(a.worker_lr >= 0.0f) || !std::isfinite(a.worker_lr)) bad("--worker-lr must be >= 0 (0: use --lr)");
+  if (!(a.worker_momentum >= 0.0f && a.worker_momentum < 1.0f)) bad("--worker-momentum must be in [0, 1)");
+  if (!a.speeds.empty() && static_cast<int>(a.speeds.size()) != a.workers)
+    bad("--speeds: " + n2s(a.speeds.size()) + " factors for " + n2s(a.workers) +
+        " workers (give one per worker, e.g. 1,1,2,4)");
+  for (float f : a.speeds)
+    if (!(f >= 1.0f) || !std::isfinite(f)) bad("--speeds: every factor must be >= 1 (a slowdown), got " + n2s(f));
+  switch (a.kind) {
+    case algorithm_kind::sequential:
+      if (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.speeds.empty())
+        bad("--workers, --shards, --push-every and --speeds need an asynchronous --algorithm (e.g. --algorithm asgd)");
+      break;
+    case algorithm_kind::hogwild:
+      if (a.shards != 1 || a.push_every != 1)
+        bad("--algorithm hogwild shares one buffer in this process: --shards and --push-every do not apply");
+      break;
+    default:
+      if (a.kind == algorithm_kind::ssgd && a.push_every != 1) bad("--algorithm ssgd takes --push-every 1");
+      model::validate(rule_config(s));
+  }
+}
+
+job& job::model(model_factory make, std::string name) {
+  make_ = std::move(make);
+  model_name_ = std::move(name);
+  return *this;
+}
+
+job& job::data(troupe::data::source d) {
+  data_ = std::move(d);
+  return *this;
+}
+
+troupe::model::model job::build_model(const shape& sample) const {
+  if (!make_) throw error("the job has no model: give it one with job.model([] { return nn::sequential(...); })");
+  troupe::model::model m = make_();
+  m.build(sample, s_.seed);
+  return m;
+}
+
+void job::validate() const {
+  troupe::validate(s_);
+  if (!make_) throw error("the job has no model: give it one with job.model([] { return nn::sequential(...); })");
+  if (data_.empty()) throw error("the job has no data: give it one with job.data(...), e.g. troupe::data::fashion_mnist()");
+}
+
+} // namespace troupe

@@ -1,0 +1,206 @@
+#pragma once
+
+// The public training API: a job says what to train (a model factory and
+// data), how (an algorithm, its distribution, a schedule) and what to report
+// (callbacks, metrics, checkpoints). troupe::fit (actors/fit.hpp) runs it:
+//
+//   auto job = troupe::job()
+//       .model([] { return nn::sequential(nn::flatten(), nn::dense(784, 10)); })
+//       .data(troupe::data::fashion_mnist())
+//       .algorithm(troupe::ddc_asgd().workers(4))
+//       .epochs(5);
+//   troupe::history h = troupe::fit(job);
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "model/update_rule.hpp"
+#include "train/data_source.hpp"
+#include "train/metrics.hpp"
+
+namespace troupe {
+
+using model::lr_schedule;
+
+/// How a job trains: one plain loop, or data parallel on actors with a
+/// parameter-server update rule (docs/algorithms.md).
+enum class algorithm_kind { sequential, ssgd, asgd, sa_asgd, hogwild, dc_asgd_c, dc_asgd_a, ddc_asgd };
+
+/// "sequential", "ssgd", "asgd", "sa-asgd", "hogwild", "dc-asgd-c", "dc-asgd-a", "ddc-asgd".
+const char* to_string(algorithm_kind k);
+/// Every algorithm, in the order above.
+const std::vector<algorithm_kind>& all_algorithms();
+/// True for every algorithm that runs on actors (all but sequential).
+bool runs_on_actors(algorithm_kind k);
+/// The parameter-server rule of `k`; throws troupe::error for sequential and hogwild, which have none.
+model::rule_kind rule_of(algorithm_kind k);
+
+/// What a long run prints while it trains.
+enum class progress_mode {
+  automatic,  ///< a bar on a terminal, else a line every 10 s
+  bar,
+  lines,
+  none,
+};
+/// "auto", "bar", "lines", "none".
+const char* to_string(progress_mode p);
+
+/// Parse the names of to_string(); each throws troupe::error listing the choices.
+algorithm_kind parse_algorithm(const std::string& name);
+lr_schedule parse_schedule(const std::string& name);
+progress_mode parse_progress(const std::string& name);
+
+/// An algorithm and how it is distributed: every plain value, as a job file holds it.
+struct algorithm_settings {
+  algorithm_kind kind = algorithm_kind::sequential;
+  int workers = 1;              ///< data-parallel workers, each with its own part of the data
+  int shards = 1;               ///< parameter shards: contiguous ranges of the parameter layout
+  int push_every = 1;           ///< k local steps per push (multi-granular updates)
+  float worker_lr = 0;          ///< local optimizer's lr with push_every > 1 (0: the job's lr)
+  float worker_momentum = 0;    ///< local optimizer's momentum with push_every > 1
+  std::vector<float> speeds;    ///< per-worker slowdown factors >= 1 (empty: all 1)
+  int prefetch = 2;             ///< batches a loader keeps in flight per worker
+  float lambda = 0.04f;         ///< DC-ASGD-c: constant lambda
+  float lambda0 = 2.0f;         ///< DC-ASGD-a, DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)
+  float rho_ms = 0.95f;         ///< DC-ASGD-a, DDC-ASGD: decay of the mean square MS
+  float alpha = 0.2f;           ///< DDC-ASGD: rho(tau) = 1 / (1 + alpha tau)
+  float mu0 = 0.9f;             ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0)(1 + tau))
+};
+
+/// An algorithm with named setters: troupe::ddc_asgd().workers(8).shards(2).
+class algorithm {
+public:
+  explicit algorithm(algorithm_kind k = algorithm_kind::sequential) { s_.kind = k; }
+  explicit algorithm(const algorithm_settings& s) : s_(s) {}
+
+  algorithm& workers(int n) { s_.workers = n; return *this; }
+  algorithm& shards(int n) { s_.shards = n; return *this; }
+  algorithm& push_every(int k) { s_.push_every = k; return *this; }
+  algorithm& worker_lr(float lr) { s_.worker_lr = lr; return *this; }
+  algorithm& worker_momentum(float m) { s_.worker_momentum = m; return *this; }
+  algorithm& speeds(std::vector<float> factors) { s_.speeds = std::move(factors); return *this; }
+  algorithm& prefetch(int n) { s_.prefetch = n; return *this; }
+  algorithm& lambda(float v) { s_.lambda = v; return *this; }
+  algorithm& lambda0(float v) { s_.lambda0 = v; return *this; }
+  algorithm& rho_ms(float v) { s_.rho_ms = v; return *this; }
+  algorithm& alpha(float v) { s_.alpha = v; return *this; }
+  algorithm& mu0(float v) { s_.mu0 = v; return *this; }
+
+  const algorithm_settings& settings() const { return s_; }
+
+private:
+  algorithm_settings s_;
+};
+
+/// One plain training loop in this process, no actors (the default).
+inline algorithm sequential_sgd() { return algorithm(algorithm_kind::sequential); }
+inline algorithm ssgd() { return algorithm(algorithm_kind::ssgd); }
+inline algorithm asgd() { return algorithm(algorithm_kind::asgd); }
+/// Staleness-aware ASGD: lr / max(1, tau).
+inline algorithm sa_asgd() { return algorithm(algorithm_kind::sa_asgd); }
+/// Workers of one process share one parameter buffer, updated without locks.
+inline algorithm hogwild() { return algorithm(algorithm_kind::hogwild); }
+inline algorithm dc_asgd_c() { return algorithm(algorithm_kind::dc_asgd_c); }
+inline algorithm dc_asgd_a() { return algorithm(algorithm_kind::dc_asgd_a); }
+inline algorithm ddc_asgd() { return algorithm(algorithm_kind::ddc_asgd); }
+
+/// Every plain value of a job: what a job file holds besides the model and the data.
+struct settings {
+  int epochs = 5;                 ///< passes over the training set
+  int64_t batch_size = 64;        ///< samples per step
+  float lr = 0.02f;               ///< learning rate (the server's on actors)
+  float momentum = 0.9f;          ///< SGD momentum of the sequential loop
+  float weight_decay = 0.0f;      ///< L2 weight decay of the sequential loop
+  lr_schedule schedule = lr_schedule::cosine;
+  uint64_t seed = 1;              ///< initialisation, shuffling, dropout
+  int threads = 0;                ///< CPU threads, 0: all cores
+  std::string checkpoint;         ///< resume from it when it exists; written after every epoch
+  std::string metrics_out;        ///< JSON Lines, one record per epoch
+  int64_t max_steps = 0;          ///< stop after this many steps (updates on actors); 0: no limit
+  bool evaluate = true;           ///< test accuracy after every epoch
+  progress_mode progress = progress_mode::automatic;
+  algorithm_settings algo;
+};
+
+/// Throws troupe::error naming the option and the first invalid value, e.g.
+/// "--workers must be in [1, 1024], got 0".
+void validate(const settings& s);
+
+/// The server update rule's constants for `s`.
+model::update_config rule_config(const settings& s);
+
+/// What a step callback sees. stop() ends the run after this step: the epoch
+/// in progress is evaluated, recorded and checkpointed as a partial epoch.
+struct step_event {
+  int64_t step = 0;       ///< optimizer steps (updates on actors) so far
+  int epoch = 0;          ///< 1-based epoch in progress
+  double loss = 0;        ///< this step's loss (on actors: a worker's report)
+  uint32_t worker = 0;    ///< the reporting worker (0 in the sequential loop)
+  void stop() const { if (stop_) *stop_ = true; }
+  bool* stop_ = nullptr;  ///< set by the runtime
+};
+
+/// What an epoch callback sees: the epoch's record. stop() ends the run
+/// after this epoch.
+struct epoch_event : epoch_metrics {
+  void stop() const { if (stop_) *stop_ = true; }
+  bool* stop_ = nullptr;  ///< set by the runtime
+};
+
+/// Everything troupe::fit needs: a model factory, data, settings, callbacks.
+class job {
+public:
+  /// Returns a model; fit builds it for the data's sample shape with the seed.
+  using model_factory = std::function<troupe::model::model()>;
+
+  /// The model to train, as a factory (the actors build one replica per
+  /// concurrent step); `name` identifies it in logs and metrics.
+  job& model(model_factory make, std::string name = "custom");
+  job& data(troupe::data::source d);
+  job& algorithm(const troupe::algorithm& a) { s_.algo = a.settings(); return *this; }
+  job& epochs(int n) { s_.epochs = n; return *this; }
+  job& batch_size(int64_t n) { s_.batch_size = n; return *this; }
+  job& lr(float v) { s_.lr = v; return *this; }
+  job& momentum(float v) { s_.momentum = v; return *this; }
+  job& weight_decay(float v) { s_.weight_decay = v; return *this; }
+  job& schedule(lr_schedule v) { s_.schedule = v; return *this; }
+  job& seed(uint64_t v) { s_.seed = v; return *this; }
+  job& threads(int n) { s_.threads = n; return *this; }
+  job& checkpoint(std::string path) { s_.checkpoint = std::move(path); return *this; }
+  job& metrics_out(std::string path) { s_.metrics_out = std::move(path); return *this; }
+  job& max_steps(int64_t n) { s_.max_steps = n; return *this; }
+  job& evaluate(bool on) { s_.evaluate = on; return *this; }
+  job& progress(progress_mode p) { s_.progress = p; return *this; }
+  /// All plain values at once (e.g. read from a job file).
+  job& configure(const troupe::settings& s) { s_ = s; return *this; }
+  /// Called after every step (sequential) or every worker report (actors).
+  job& on_step(std::function<void(const step_event&)> f) { on_step_ = std::move(f); return *this; }
+  /// Called when an epoch's record is complete (after its evaluation).
+  job& on_epoch(std::function<void(const epoch_event&)> f) { on_epoch_ = std::move(f); return *this; }
+
+  const troupe::settings& config() const { return s_; }
+  const std::string& model_name() const { return model_name_; }
+  const troupe::data::source& data_source() const { return data_; }
+  const std::function<void(const step_event&)>& step_callback() const { return on_step_; }
+  const std::function<void(const epoch_event&)>& epoch_callback() const { return on_epoch_; }
+  /// A fresh model built for samples of shape `sample` with the job's seed.
+  /// Throws troupe::error when the job has no model or the model does not fit.
+  troupe::model::model build_model(const shape& sample) const;
+  /// Throws troupe::error naming what is missing or invalid.
+  void validate() const;
+
+private:
+  troupe::settings s_;
+  model_factory make_;
+  std::string model_name_ = "custom";
+  troupe::data::source data_;
+  std::function<void(const step_event&)> on_step_;
+  std::function<void(const epoch_event&)> on_epoch_;
+};
+
+} // namespace troupe

@@ -1,0 +1,86 @@
+#include "train/metrics.hpp"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tensor/error.hpp"
+
+namespace troupe::train {
+
+namespace {
+
+/// `v` to `digits` significant digits (the records keep what a reader needs,
+/// not float noise such as lr 0.019999999552965164); null when not finite.
+nlohmann::ordered_json number(double v, int digits = 6) {
+  if (!std::isfinite(v)) return nullptr;
+  if (v == 0) return 0.0;
+  std::ostringstream os;
+  os << std::setprecision(digits) << v;
+  return std::stod(os.str());
+}
+
+} // namespace
+
+std::string to_json(const epoch_metrics& m, const run_info& r) {
+  nlohmann::ordered_json j;
+  j["epoch"] = m.epoch;
+  j["model"] = r.model;
+  j["train_loss"] = number(m.train_loss);
+  j["test_accuracy"] = m.test_accuracy < 0 ? nlohmann::ordered_json(nullptr) : number(m.test_accuracy);
+  j["samples_per_s"] = number(m.samples_per_s);
+  j["train_s"] = number(m.train_s);
+  j["wall_s"] = number(m.wall_s);
+  j["steps"] = m.steps;
+  j["lr"] = number(m.lr);
+  j["batch_size"] = r.batch_size;
+  j["threads"] = r.threads;
+  j["peak_rss_mb"] = number(m.peak_rss_mb, 5);
+  j["algorithm"] = r.algorithm;
+  j["workers"] = r.workers;
+  j["mean_staleness"] = number(m.mean_staleness);
+  j["max_staleness"] = m.max_staleness;
+  j["rejected"] = m.rejected;
+  return j.dump();
+}
+
+std::string describe(const epoch_metrics& m, const run_info& r) {
+  std::ostringstream line;
+  line << "epoch " << m.epoch << "/" << r.epochs << ": train loss " << std::fixed << std::setprecision(4)
+       << m.train_loss;
+  if (m.test_accuracy >= 0) line << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%";
+  line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s";
+  if (r.asynchronous)
+    line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
+  if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";
+  line << ", " << std::setprecision(1) << m.wall_s << " s";
+  return line.str();
+}
+
+metrics_file::metrics_file(const std::string& path, bool append) : path_(path) {
+  if (path.empty()) return;
+  // A resumed run appends to the records of the epochs it continues.
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!out_) throw error("--metrics-out: cannot write " + path);
+}
+
+void metrics_file::write(const epoch_metrics& m, const run_info& r) {
+  if (!out_.is_open()) return;
+  out_ << to_json(m, r) << "\n" << std::flush;
+  if (!out_) throw error("--metrics-out: writing " + path_ + " failed");
+}
+
+double peak_rss_mb() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // Linux reports KiB
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+} // namespace troupe::train

@@ -1,0 +1,77 @@
+#pragma once
+
+// What a run reports: one record per epoch, written as JSON Lines, described
+// in the log, and shown as progress while an epoch runs.
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// One epoch of a run.
+struct epoch_metrics {
+  int epoch = 0;               ///< 1-based
+  double train_loss = 0;       ///< mean over the epoch's steps
+  double test_accuracy = -1;   ///< in [0, 1]; -1 when not evaluated
+  double samples_per_s = 0;    ///< training samples / training seconds of this epoch
+  double train_s = 0;          ///< seconds spent training this epoch
+  double wall_s = 0;           ///< seconds since the run started
+  int64_t steps = 0;           ///< optimizer steps (updates on actors) so far
+  double lr = 0;               ///< learning rate at the end of the epoch
+  double peak_rss_mb = 0;      ///< peak resident memory of the process so far
+  double mean_staleness = 0;   ///< mean staleness of this epoch's updates (0 when sequential)
+  int64_t max_staleness = 0;
+  int64_t rejected = 0;        ///< pushes the shards rejected this epoch
+};
+
+/// The records of a run, one per epoch.
+using history = std::vector<epoch_metrics>;
+
+} // namespace troupe
+
+namespace troupe::train {
+
+/// What every record of a run shares.
+struct run_info {
+  std::string model;       ///< the job's model name
+  std::string algorithm;   ///< "sequential", "asgd", ...
+  int epochs = 0;
+  int64_t batch_size = 0;
+  int threads = 0;         ///< CPU threads the run uses
+  int workers = 1;
+  bool asynchronous = false;
+};
+
+/// The JSON Lines record of one epoch (one line, no newline): epoch, model,
+/// train_loss, test_accuracy (null when not evaluated), samples_per_s,
+/// train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
+/// workers, mean_staleness, max_staleness, rejected. Non-finite numbers are null.
+std::string to_json(const epoch_metrics& m, const run_info& r);
+
+/// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"
+std::string describe(const epoch_metrics& m, const run_info& r);
+
+/// The metrics file of a run (--metrics-out): one record per line, flushed
+/// after each. Closed (writes nothing) when `path` is empty.
+class metrics_file {
+public:
+  /// Opens `path`, appending when the run resumes an earlier one; throws
+  /// troupe::error naming the file when it cannot be written.
+  metrics_file(const std::string& path, bool append);
+  void write(const epoch_metrics& m, const run_info& r);
+
+private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+/// Peak resident set size of this process, MiB.
+double peak_rss_mb();
+/// Seconds since `t` on the steady clock.
+double seconds_since(std::chrono::steady_clock::time_point t);
+
+} // namespace troupe::train

@@ -1,0 +1,208 @@
+// The coordinator actor: epochs, snapshots, records, the end of the run.
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <ostream>
+
+#include "actors/messages.hpp"
+#include "actors/roles.hpp"
+#include "model/optimizer.hpp"
+#include "train/epoch_accumulator.hpp"
+#include "train/loop.hpp"
+#include "train/progress.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;
+
+/// A run that shows no progress this long (no worker report, no evaluation) fails.
+constexpr std::chrono::seconds stall_timeout{300};
+
+struct coordinator_state {
+  coordinator_setup s;
+  std::shared_ptr<const directory> dir;
+  std::unique_ptr<train::epoch_accumulator> acc;
+  std::unique_ptr<train::progress_reporter> progress;
+  std::unique_ptr<train::metrics_file> metrics;
+  clock_type::time_point start, last_progress;
+  std::map<int, epoch_metrics> pending;  // closed epochs waiting for their evaluation
+  bool finishing = false, done = false;
+};
+using coordinator_t = caf::stateful_actor<coordinator_state>;
+
+const net::address& me(coordinator_t* self) { return self->state.s.plan.coordinator; }
+
+void broadcast(coordinator_t* self, net::role role, wire::Control::Kind kind) {
+  auto& st = self->state;
+  for (const auto& [a, h] : st.dir->all())
+    if (a.role == role) send_to(*st.dir, a, make_control(me(self), a, kind));
+}
+
+void stop_training(coordinator_t* self) {
+  broadcast(self, net::role::worker, wire::Control::Kind::STOP);
+  broadcast(self, net::role::loader, wire::Control::Kind::STOP);
+}
+
+void stop_all(coordinator_t* self) {
+  stop_training(self);
+  broadcast(self, net::role::shard, wire::Control::Kind::STOP);
+  broadcast(self, net::role::evaluator, wire::Control::Kind::STOP);
+  self->quit();
+}
+
+void abort_run(coordinator_t* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.done) return;
+  st.done = true;
+  st.s.result->error = why;
+  stop_all(self);
+}
+
+/// Closes the epoch in progress and asks the evaluator for a snapshot of it.
+void close_epoch(coordinator_t* self) {
+  auto& st = self->state;
+  const settings& s = st.s.job->config();
+  const double lr = model::scheduled_lr(s.lr, s.schedule, st.acc->steps(), st.s.plan.total_updates);
+  epoch_metrics m = st.acc->close_epoch(lr, clock_type::now());
+  snapshot_request req;
+  req.epoch = static_cast<uint32_t>(m.epoch);
+  // Only a finished epoch counts: a run cut inside an epoch redoes it on resume.
+  req.epochs_done = static_cast<uint32_t>(st.acc->last_closed_complete() ? m.epoch : m.epoch - 1);
+  req.steps = static_cast<uint64_t>(m.steps);
+  req.evaluate = s.evaluate;
+  req.checkpoint = !s.checkpoint.empty();
+  st.pending[m.epoch] = m;
+  send_to(*st.dir, st.s.plan.evaluator, make_snapshot(me(self), st.s.plan.evaluator, req));
+}
+
+void finish_run(coordinator_t* self) {
+  auto& st = self->state;
+  const auto& per_worker = st.acc->worker_samples();
+  if (per_worker.size() > 1) {
+    auto [lo, hi] = std::minmax_element(per_worker.begin(), per_worker.end());
+    *st.s.log << "samples trained per worker: min " << *lo << " (worker " << lo - per_worker.begin() << "), max "
+              << *hi << " (worker " << hi - per_worker.begin() << ")" << std::endl;
+  }
+  st.done = true;
+  stop_all(self);
+}
+
+void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
+  auto& st = self->state;
+  if (st.finishing) return;  // steps finished after the stop do not count
+  const train::step_report rep = read_metrics(r);
+  const settings& s = st.s.job->config();
+  st.last_progress = clock_type::now();
+  if (const auto& f = st.s.job->step_callback()) {
+    bool stop = false;
+    f(step_event{st.acc->steps() + 1, st.acc->epoch() + 1, rep.loss, rep.worker, &stop});
+    if (stop) st.acc->request_stop();
+  }
+  const auto verdict = st.acc->add(rep);
+  st.progress->update(st.acc->epoch() + 1, s.epochs, st.acc->batches_done(s.batch_size), st.s.plan.batches_per_epoch,
+                      st.acc->mean_loss(), st.acc->samples_per_s(clock_type::now()));
+  if (verdict == train::epoch_accumulator::verdict::train_on) return;
+  if (verdict == train::epoch_accumulator::verdict::end_run) {
+    // The workers stop first, so that the last snapshot holds the final parameters.
+    st.finishing = true;
+    stop_training(self);
+  }
+  close_epoch(self);
+}
+
+void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
+  auto& st = self->state;
+  const evaluation_result e = read_evaluation(r);
+  auto it = st.pending.find(static_cast<int>(e.epoch));
+  if (it == st.pending.end()) return;
+  epoch_metrics m = it->second;
+  st.pending.erase(it);
+  st.last_progress = clock_type::now();
+  m.test_accuracy = e.test_accuracy;
+  m.wall_s = train::seconds_since(st.start);
+  m.peak_rss_mb = train::peak_rss_mb();
+  st.progress->finish_line();
+  *st.s.log << train::describe(m, st.s.info) << std::endl;
+  st.metrics->write(m, st.s.info);
+  st.s.result->epochs.push_back(m);
+  if (train::epoch_callback(*st.s.job, m) && !st.finishing) {
+    st.finishing = true;
+    stop_training(self);
+  }
+  if (st.finishing && st.pending.empty()) finish_run(self);
+}
+
+void on_start(coordinator_t* self) {
+  auto& st = self->state;
+  st.metrics = std::make_unique<train::metrics_file>(st.s.job->config().metrics_out, st.s.resuming);
+  for (const auto& [a, h] : st.dir->all())
+    if (a != me(self)) self->monitor(h);
+  broadcast(self, net::role::worker, wire::Control::Kind::START);
+  self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
+}
+
+caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, std::shared_ptr<const directory> dir) {
+  auto& st = self->state;
+  st.s = std::move(setup);
+  st.dir = std::move(dir);
+  st.start = st.last_progress = clock_type::now();
+  const settings& s = st.s.job->config();
+  st.acc = std::make_unique<train::epoch_accumulator>(
+      train::epoch_accumulator::limits{st.s.plan.samples_per_epoch, st.s.plan.batches_per_epoch, s.epochs,
+                                       st.s.first_epoch, st.s.first_steps, s.max_steps,
+                                       static_cast<int>(st.s.plan.workers.size())},
+      st.start);
+  st.progress = std::make_unique<train::progress_reporter>(*st.s.log, s.progress);
+  self->set_down_handler([self](caf::down_msg& d) {
+    // Workers and loaders stop normally once the run has begun to finish.
+    if (self->state.done || (self->state.finishing && !d.reason)) return;
+    abort_run(self, "an actor of the run stopped unexpectedly: " + self->system().render(d.reason));
+  });
+  return {
+      [self](watchdog_atom) {
+        auto& st = self->state;
+        if (st.done) return;
+        if (clock_type::now() - st.last_progress > stall_timeout) {
+          abort_run(self, "no progress for " + std::to_string(stall_timeout.count()) + " s: no worker reported a step" +
+                              (st.pending.empty() ? std::string() : " and the evaluator did not answer"));
+          return;
+        }
+        self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
+      },
+      [self](const net::message& m) {
+        auto& st = self->state;
+        if (st.done) return;
+        try {
+          net::envelope_reader r(m);
+          switch (r.root().which()) {
+            case wire::Envelope::METRICS: on_metrics(self, r); break;
+            case wire::Envelope::EVALUATION: on_evaluation(self, r); break;
+            case wire::Envelope::CONTROL: {
+              auto c = r.root().getControl();
+              if (c.getKind() == wire::Control::Kind::ERROR) abort_run(self, c.getDetail());
+              if (c.getKind() == wire::Control::Kind::START) on_start(self);
+              break;
+            }
+            default:
+              break;
+          }
+        } catch (const std::exception& e) {
+          abort_run(self, std::string("coordinator: ") + e.what());
+        }
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_coordinator(caf::actor_system& sys, coordinator_setup setup, std::shared_ptr<const directory> dir) {
+  return sys.spawn(coordinator_actor, std::move(setup), std::move(dir));
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+
+#include "data/dataset.hpp"
+#include "net/message.hpp"
+#include "train/plan.hpp"
+
+namespace troupe::actors {
+
+/// A data loader: its part [begin, end) of the training set, reshuffled every
+/// epoch from (seed, epoch); makes Batch messages for its worker without end
+/// (the epochs roll over), so that the coordinator alone decides when training
+/// stops. Each batch is made straight into its message.
+class loader_core {
+public:
+  /// `ds` must outlive the loader.
+  loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
+              const train::loader_plan& p, int first_epoch = 0);
+  net::message next();
+  int epoch() const { return epoch_; }
+  int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
+  const net::address& address() const { return p_.address; }
+  const net::address& worker() const { return p_.worker; }
+
+private:
+  data::batcher batches_;
+  data::batch tmp_;  // its images view the message being built while next() fills it
+  shape sample_;
+  train::loader_plan p_;
+  int epoch_ = 0;
+  uint64_t index_ = 0;
+};
+
+} // namespace troupe::actors

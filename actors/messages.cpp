@@ -1,0 +1,90 @@
+#include "actors/messages.hpp"
+
+#include <cmath>
+
+namespace troupe::actors {
+
+namespace {
+
+[[noreturn]] void reject(net::reject_reason r, const std::string& what) { throw net::message_error(r, what); }
+
+} // namespace
+
+net::message make_pull(const net::address& from, const net::address& shard, bool with_state) {
+  auto b = net::make_builder();
+  auto p = net::init_envelope(*b, from, shard).initPullParams();
+  p.setShard(shard.index);
+  p.setWithState(with_state);
+  return net::message::from_builder(std::move(b));
+}
+
+net::message make_control(const net::address& from, const net::address& to, wire::Control::Kind kind,
+                          uint32_t amount, const std::string& detail) {
+  auto b = net::make_builder(detail.size());
+  auto c = net::init_envelope(*b, from, to).initControl();
+  c.setKind(kind);
+  c.setAmount(amount);
+  c.setDetail(detail);
+  return net::message::from_builder(std::move(b));
+}
+
+net::message make_metrics(const net::address& from, const net::address& to, const train::step_report& r) {
+  auto b = net::make_builder();
+  auto m = net::init_envelope(*b, from, to).initMetrics();
+  m.setStep(r.step);
+  m.setLoss(static_cast<float>(r.loss));
+  m.setSamples(r.samples);
+  m.setMeanStaleness(static_cast<float>(r.mean_staleness));
+  m.setMaxStaleness(r.max_staleness);
+  m.setRejected(r.rejected);
+  return net::message::from_builder(std::move(b));
+}
+
+train::step_report read_metrics(const net::envelope_reader& r) {
+  const net::address from = net::read_address(r.root().getSource());
+  if (from.role != net::role::worker) reject(net::reject_reason::malformed, "metrics from a " + net::to_string(from));
+  auto m = r.root().getMetrics();
+  train::step_report out;
+  out.worker = from.index;
+  out.step = m.getStep();
+  out.loss = m.getLoss();
+  out.samples = m.getSamples();
+  out.mean_staleness = m.getMeanStaleness();
+  out.max_staleness = m.getMaxStaleness();
+  out.rejected = m.getRejected();
+  if (!std::isfinite(out.loss) || !std::isfinite(out.mean_staleness))
+    reject(net::reject_reason::non_finite, "metrics: non-finite loss or staleness");
+  return out;
+}
+
+net::message make_snapshot(const net::address& from, const net::address& to, const snapshot_request& s) {
+  auto b = net::make_builder();
+  auto m = net::init_envelope(*b, from, to).initSnapshot();
+  m.setEpoch(s.epoch);
+  m.setEpochsDone(s.epochs_done);
+  m.setSteps(s.steps);
+  m.setEvaluate(s.evaluate);
+  m.setCheckpoint(s.checkpoint);
+  return net::message::from_builder(std::move(b));
+}
+
+snapshot_request read_snapshot(const net::envelope_reader& r) {
+  auto m = r.root().getSnapshot();
+  return {m.getEpoch(), m.getEpochsDone(), m.getSteps(), m.getEvaluate(), m.getCheckpoint()};
+}
+
+net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e) {
+  auto b = net::make_builder();
+  auto m = net::init_envelope(*b, from, to).initEvaluation();
+  m.setEpoch(e.epoch);
+  m.setTestAccuracy(e.test_accuracy);
+  m.setCheckpointed(e.checkpointed);
+  return net::message::from_builder(std::move(b));
+}
+
+evaluation_result read_evaluation(const net::envelope_reader& r) {
+  auto m = r.root().getEvaluation();
+  return {m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed()};
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,44 @@
+#pragma once
+
+// Builders and readers of the messages the roles exchange (net/messages.capnp;
+// docs/protocol.md says who sends which to whom). Every message starts with
+// the schema version and its source and destination addresses.
+
+#include <cstdint>
+#include <string>
+
+#include "net/message.hpp"
+#include "train/epoch_accumulator.hpp"
+
+namespace troupe::actors {
+
+/// A request for shard `shard`'s parameters; `with_state`: the reply carries
+/// the update rule's state too (for a checkpoint).
+net::message make_pull(const net::address& from, const net::address& shard, bool with_state = false);
+net::message make_control(const net::address& from, const net::address& to, wire::Control::Kind kind,
+                          uint32_t amount = 0, const std::string& detail = {});
+/// A worker's report to the coordinator.
+net::message make_metrics(const net::address& from, const net::address& to, const train::step_report& r);
+/// Throws net::message_error for a report with non-finite numbers or from a non-worker.
+train::step_report read_metrics(const net::envelope_reader& r);
+
+/// What a Snapshot asks the evaluator to do.
+struct snapshot_request {
+  uint32_t epoch = 0;        ///< 1-based epoch this snapshot closes
+  uint32_t epochs_done = 0;  ///< the checkpoint's completed epochs
+  uint64_t steps = 0;
+  bool evaluate = true, checkpoint = false;
+};
+net::message make_snapshot(const net::address& from, const net::address& to, const snapshot_request& s);
+snapshot_request read_snapshot(const net::envelope_reader& r);
+
+/// What the evaluator found.
+struct evaluation_result {
+  uint32_t epoch = 0;
+  double test_accuracy = -1;  ///< -1 when not evaluated
+  bool checkpointed = false;
+};
+net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e);
+evaluation_result read_evaluation(const net::envelope_reader& r);
+
+} // namespace troupe::actors

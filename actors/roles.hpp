@@ -1,0 +1,70 @@
+#pragma once
+
+// The roles of a run as CAF actors. Each actor owns one CAF-free core
+// (loader_core, worker_core, shard_core, evaluator_core) or, for the
+// coordinator, the epoch accumulator, and only moves net::message values
+// between mailboxes: every message is a Cap'n Proto Envelope addressed by
+// (node, role, index) and routed through the node's directory. Including this
+// costs a CAF compile: actors/fit.hpp is the cheap entry point.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <iosfwd>
+#include <memory>
+
+#include "actors/directory.hpp"
+#include "actors/evaluator_core.hpp"
+#include "actors/loader_core.hpp"
+#include "actors/shard_core.hpp"
+#include "actors/worker_core.hpp"
+#include "train/job.hpp"
+#include "train/metrics.hpp"
+#include "train/plan.hpp"
+
+namespace troupe::actors {
+
+/// Makes Batch messages for its worker, one per credit the worker sends.
+caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> core,
+                        std::shared_ptr<const directory> dir);
+
+/// Trains on its loader's batches; reports to the coordinator after every
+/// answered push. `speed` > 1 holds each step's result (speed - 1) x its
+/// compute time, emulating a slower device.
+caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<worker_core> core, net::address loader,
+                        net::address coordinator, int prefetch, std::shared_ptr<const directory> dir);
+
+/// Answers pulls and pushes; the first rejected message is written to `log`
+/// (which must outlive the actor system).
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<shard_core> core,
+                       std::shared_ptr<const directory> dir, std::ostream* log);
+
+/// Evaluates and checkpoints snapshots on a thread of its own; answers the coordinator.
+caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<evaluator_core> core, net::address coordinator,
+                           std::shared_ptr<const directory> dir);
+
+/// What a run ends with: its records, or the error that stopped it.
+struct outcome {
+  history epochs;
+  std::string error;
+};
+
+/// What the coordinator needs; it shares the job and the outcome with the runtime.
+struct coordinator_setup {
+  std::shared_ptr<const troupe::job> job;
+  train::plan plan;
+  train::run_info info;
+  int first_epoch = 0;
+  int64_t first_steps = 0;
+  bool resuming = false;
+  std::ostream* log = nullptr;  ///< fit's log stream: outlives the actor system
+  std::shared_ptr<outcome> result;
+};
+
+/// Owns epochs and the run's end: sums the workers' reports into epochs,
+/// asks the evaluator for a snapshot at every epoch's end, writes the
+/// records, and stops every actor when the run is over or an actor failed.
+/// It starts on a Control start message addressed to itself.
+caf::actor spawn_coordinator(caf::actor_system& sys, coordinator_setup setup, std::shared_ptr<const directory> dir);
+
+} // namespace troupe::actors

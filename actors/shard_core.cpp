@@ -1,0 +1,197 @@
+#include "actors/shard_core.hpp"
+
+#include <cstring>
+#include <ostream>
+
+#include "kernels/kernels.hpp"
+#include "net/tensor_codec.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+[[noreturn]] void reject(net::reject_reason r, const std::string& what) { throw net::message_error(r, what); }
+
+} // namespace
+
+shard_core::shard_core(const train::shard_plan& p, const std::vector<named_tensor>& tensors,
+                       const model::update_config& rule, model::lr_schedule schedule, int64_t total_updates,
+                       const kernels::context& ctx, net::reader_limits limits)
+    : p_(p), cfg_(rule), schedule_(schedule), total_updates_(total_updates), limits_(limits), stats_(rule.workers) {
+  const std::string who = net::to_string(p.address);
+  if (tensors.empty()) throw error(who + " holds no tensors");
+  if (tensors.size() != p.range.last - p.range.first)
+    throw error(who + ": " + std::to_string(tensors.size()) + " tensors for the range [" +
+                std::to_string(p.range.first) + ", " + std::to_string(p.range.last) + ")");
+  std::vector<float> flat;
+  for (const auto& t : tensors) {
+    names_.push_back(t.name);
+    shapes_.push_back(t.value.shape());
+    flat.insert(flat.end(), t.value.data(), t.value.data() + t.value.numel());
+  }
+  n_ = static_cast<int64_t>(flat.size());
+  if (n_ != p.range.numel())
+    throw error(who + ": " + std::to_string(n_) + " parameters for a range of " + std::to_string(p.range.numel()));
+  // The first message is built on the thread that makes the shard (a node's
+  // main thread, which runs no kernels): one thread, so no OpenMP team starts there.
+  ctx_ = kernels::context::with_threads(1);
+  current_ = build_params(p_.address, flat.data(), 0, false, false, &w_);
+  ctx_ = ctx;
+  limits_.threads = ctx_.threads;
+  rule_ = model::make_update_rule(cfg_, n_, ctx_);
+}
+
+std::vector<named_tensor> shard_core::snapshot() const {
+  std::vector<named_tensor> out;
+  const float* src = w_;
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    tensor t = tensor::empty(shapes_[i]);
+    std::memcpy(t.data(), src, t.numel() * sizeof(float));
+    src += t.numel();
+    out.push_back({names_[i], std::move(t)});
+  }
+  return out;
+}
+
+void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule_state) {
+  rule_->load_state(rule_state);
+  version_ = version;
+}
+
+net::message shard_core::build_params(const net::address& to, const float* w, uint64_t tau, bool rejected,
+                                      bool with_state, float** payload) const {
+  const std::vector<named_tensor> state = with_state ? rule_->state() : std::vector<named_tensor>{};
+  std::size_t bytes = n_ * sizeof(float) + 64 * shapes_.size();
+  for (const auto& t : state) bytes += t.value.numel() * sizeof(float) + 64 + t.name.size();
+  auto b = net::make_builder(bytes);
+  auto p = net::init_envelope(*b, p_.address, to).initParams();
+  p.setShard(id());
+  p.setVersion(version_);
+  p.setAppliedStaleness(tau);
+  p.setRejected(rejected);
+  float* dst = net::init_flat(p.initValues(), p_.range.first, p_.range.begin, shapes_);
+  kernels::copy(ctx_, n_, w, dst);
+  if (with_state) net::encode(state, p.initRuleState(static_cast<unsigned>(state.size())));
+  if (payload) *payload = dst;
+  return net::message::from_builder(std::move(b));
+}
+
+void shard_core::own_parameters() {
+  if (current_.exclusive_builder()) return;
+  current_ = build_params(p_.address, w_, current_tau_, current_rejected_, false, &w_);
+  current_version_ = version_;
+}
+
+net::message shard_core::reply_params(const net::address& to, uint64_t tau, bool rejected) {
+  if (auto* b = current_.exclusive_builder()) {
+    auto env = b->getRoot<wire::Envelope>();
+    net::write_address(env.getDestination(), to);
+    auto p = env.getParams();
+    p.setVersion(version_);
+    p.setAppliedStaleness(tau);
+    p.setRejected(rejected);
+  } else if (current_version_ != version_ || current_tau_ != tau || current_rejected_ != rejected) {
+    // current_ stays held until the copy is made: w_ lies in its payload, and
+    // the workers that hold it too may let it go at any moment.
+    net::message next = build_params(to, w_, tau, rejected, false, &w_);
+    current_ = std::move(next);
+  }
+  current_version_ = version_;
+  current_tau_ = tau;
+  current_rejected_ = rejected;
+  return current_;
+}
+
+uint32_t shard_core::worker_index(const net::address& from, const char* what) const {
+  if (from.role != net::role::worker || from.index >= static_cast<uint32_t>(cfg_.workers))
+    reject(net::reject_reason::malformed, std::string(what) + " from " + net::to_string(from) + ", not one of the " +
+                                              std::to_string(cfg_.workers) + " workers");
+  return from.index;
+}
+
+std::vector<shard_core::reply> shard_core::on_pull(const net::envelope_reader& r, const net::address& from) {
+  auto p = r.root().getPullParams();
+  if (p.getShard() != id()) reject(net::reject_reason::wrong_shape, "pull for shard " + std::to_string(p.getShard()));
+  if (from.role == net::role::worker) rule_->on_send(w_, n_, static_cast<int>(worker_index(from, "pull")));
+  net::message params = p.getWithState() ? build_params(from, w_, 0, false, true) : reply_params(from, 0, false);
+  return {{from, std::move(params)}};
+}
+
+std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r, const net::address& from) {
+  const uint32_t w = worker_index(from, "push");
+  auto p = r.root().getPushGradient();
+  if (p.getShard() != id()) reject(net::reject_reason::wrong_shape, "push for shard " + std::to_string(p.getShard()));
+  if (p.getBaseVersion() > version_)
+    reject(net::reject_reason::malformed, "push: base version " + std::to_string(p.getBaseVersion()) +
+                                              " is ahead of the shard's " + std::to_string(version_));
+  const net::flat_view g = net::view(p.getValues(), "push");
+  net::require_range(g, p_.range.first, p_.range.begin, shapes_, "push to shard " + std::to_string(id()));
+  const uint64_t tau = version_ - p.getBaseVersion();
+  rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version_), total_updates_));
+  own_parameters();
+  const bool updated = rule_->apply(w_, g.data, n_, static_cast<int>(w), static_cast<int64_t>(tau));
+  stats_.record(static_cast<int>(w), static_cast<int64_t>(tau));
+  if (updated) ++version_;
+  if (cfg_.rule != model::rule_kind::ssgd) return {{from, reply_params(from, tau, false)}};
+  // SSGD: every worker of the round gets the same, once-built message.
+  waiting_.emplace_back(from, tau);
+  std::vector<reply> out;
+  if (updated) {
+    net::message params = reply_params(from, 0, false);
+    for (auto& [worker, t] : waiting_) out.push_back({worker, params});
+    waiting_.clear();
+  }
+  return out;
+}
+
+std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
+  net::address from;
+  bool known = false;
+  try {
+    from = net::read_header(m).source;
+    known = true;
+    net::envelope_reader r(m, limits_);
+    switch (r.root().which()) {
+      case wire::Envelope::PULL_PARAMS: return on_pull(r, from);
+      case wire::Envelope::PUSH_GRADIENT: return on_push(r, from);
+      default:
+        reject(net::reject_reason::unknown_kind, "shard " + std::to_string(id()) + ": unexpected message kind " +
+                                                     std::to_string(static_cast<int>(r.root().which())));
+    }
+  } catch (const net::message_error& e) {
+    rejects_.count(e.reason());
+    last_error_ = e.what();
+  } catch (const error& e) {  // e.g. SSGD: two gradients of one worker in a round
+    rejects_.count(net::reject_reason::malformed);
+    last_error_ = e.what();
+  }
+  // A worker still waits for an answer: the current parameters, flagged. It
+  // trains on them, so they are what it holds now (DC rules: w_bak).
+  if (!known || from.role != net::role::worker || from.index >= static_cast<uint32_t>(cfg_.workers)) return {};
+  rule_->on_send(w_, n_, static_cast<int>(from.index));
+  return {{from, reply_params(from, 0, true)}};
+}
+
+void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,
+                  std::ostream& log) {
+  const std::string fresh = "shard " + std::to_string(shard.id()) + ": the update rule's state starts fresh: ";
+  if (c.optimizer_kind != algorithm) {
+    log << fresh << "the checkpoint was written by '" << c.optimizer_kind << "', not " << algorithm << "\n";
+    return;
+  }
+  if (c.shard_versions.size() != static_cast<std::size_t>(shards)) {
+    log << fresh << "the checkpoint has " << c.shard_versions.size() << " shard(s), this run " << shards << "\n";
+    return;
+  }
+  const std::string prefix = "shard" + std::to_string(shard.id()) + "/";
+  std::vector<named_tensor> mine;
+  for (const auto& t : c.optimizer)
+    if (t.name.rfind(prefix, 0) == 0) mine.push_back({t.name.substr(prefix.size()), t.value});
+  try {
+    shard.restore(c.shard_versions[shard.id()], mine);
+  } catch (const error& e) {
+    log << fresh << e.what() << "\n";
+  }
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,104 @@
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/context.hpp"
+#include "model/optimizer.hpp"
+#include "model/update_rule.hpp"
+#include "net/checkpoint.hpp"
+#include "net/message.hpp"
+#include "train/plan.hpp"
+
+namespace troupe::actors {
+
+/// One parameter shard: its range of the parameter layout, the update rule
+/// with its per-worker state, the version, staleness statistics and counts of
+/// rejected messages. Takes PullParams and PushGradient messages and returns
+/// the replies; replies go to the source address of the message they answer.
+class shard_core {
+public:
+  struct reply {
+    net::address to;
+    net::message msg;
+  };
+
+  /// `tensors`: the shard's tensors (names, shapes, initial values), which
+  /// must be p.range of the layout.
+  shard_core(const train::shard_plan& p, const std::vector<named_tensor>& tensors, const model::update_config& rule,
+             model::lr_schedule schedule, int64_t total_updates, const kernels::context& ctx,
+             net::reader_limits limits = net::peer_limits());
+
+  /// Handles one message. A message that is rejected (malformed, NaN/Inf,
+  /// wrong range, base version ahead, ...) is counted and, when its source is
+  /// a known worker, answered with the current parameters flagged `rejected`,
+  /// so that the worker keeps training; a message whose source cannot be
+  /// read is only counted.
+  std::vector<reply> handle(const net::message& m);
+
+  const net::address& address() const { return p_.address; }
+  uint32_t id() const { return p_.address.index; }
+  uint64_t version() const { return version_; }
+  const model::staleness_stats& staleness() const { return stats_; }
+  const net::reject_counter& rejects() const { return rejects_; }
+  const std::string& last_error() const { return last_error_; }
+  /// The shard's tensors now (copies).
+  std::vector<named_tensor> snapshot() const;
+  /// Continues from a checkpoint: the version (the learning-rate schedule
+  /// goes on from it) and the rule's state. Throws troupe::error if it does not fit.
+  void restore(uint64_t version, const std::vector<named_tensor>& rule_state);
+
+private:
+  /// A new Params message for `to` holding the parameters at `w`, with this
+  /// header; `*payload` (when given) points at its payload.
+  net::message build_params(const net::address& to, const float* w, uint64_t tau, bool rejected, bool with_state,
+                            float** payload = nullptr) const;
+  /// Before an update: makes the parameters this shard's alone. While a
+  /// worker still holds current_ (the message they live in), the update goes
+  /// to a copy: a message a peer holds never changes.
+  void own_parameters();
+  /// current_ with this reply's header: set in place when nobody else holds
+  /// it, shared as it is when its header already fits, else a new message.
+  /// A shared message keeps the destination of its first recipient: routing
+  /// uses the address of the reply, not the envelope's (docs/protocol.md).
+  net::message reply_params(const net::address& to, uint64_t tau, bool rejected);
+  std::vector<reply> on_pull(const net::envelope_reader& r, const net::address& from);
+  std::vector<reply> on_push(const net::envelope_reader& r, const net::address& from);
+  uint32_t worker_index(const net::address& from, const char* what) const;
+
+  train::shard_plan p_;
+  std::vector<std::string> names_;
+  std::vector<shape> shapes_;
+  int64_t n_ = 0;
+  // The parameters live in the payload of current_, the Params message that
+  // answers the next request, and are updated there in place once the
+  // workers have let it go (copy on write): a reply builds nothing and copies nothing.
+  net::message current_;
+  uint64_t current_version_ = 0, current_tau_ = 0;  // current_'s header
+  bool current_rejected_ = false;
+  float* w_ = nullptr;  // current_'s payload
+  model::update_config cfg_;
+  std::unique_ptr<model::update_rule> rule_;
+  model::lr_schedule schedule_;
+  int64_t total_updates_;
+  kernels::context ctx_;
+  net::reader_limits limits_;
+  uint64_t version_ = 0;
+  model::staleness_stats stats_;
+  net::reject_counter rejects_;
+  std::string last_error_;
+  std::vector<std::pair<net::address, uint64_t>> waiting_;  // SSGD: (worker, staleness) until the round completes
+};
+
+/// Continues `shard` from checkpoint `c` of an `algorithm` run with `shards`
+/// shards: its version and its rule's state (entries "shard<s>/<name>"). A
+/// checkpoint of another algorithm or shard count, or a state that does not
+/// fit (other --workers), leaves the shard fresh and says so in `log`.
+void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,
+                  std::ostream& log);
+
+} // namespace troupe::actors

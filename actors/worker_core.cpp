@@ -1,0 +1,367 @@
+#include "actors/worker_core.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "actors/messages.hpp"
+#include "kernels/kernels.hpp"
+#include "net/tensor_codec.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+[[noreturn]] void reject(net::reject_reason r, const std::string& what) { throw net::message_error(r, what); }
+
+/// A replica borrowed for one scope.
+class borrowed {
+public:
+  explicit borrowed(replica_pool& p) : pool_(p), r_(p.acquire()) {}
+  ~borrowed() { pool_.release(r_); }
+  borrowed(const borrowed&) = delete;
+  borrowed& operator=(const borrowed&) = delete;
+  replica& operator*() { return *r_; }
+  replica* operator->() { return r_; }
+
+private:
+  replica_pool& pool_;
+  replica* r_;
+};
+
+/// A worker's conversation with the parameter shards: the pulls, the Params
+/// replies (validated against each shard's range of the layout), and the
+/// pushes, built once and then reused in place once the shard let them go.
+class shard_exchange {
+public:
+  explicit shard_exchange(const shard_source_config& c)
+      : c_(c), version_(c.shards.size(), 0), push_(c.shards.size()), waiting_(static_cast<int>(c.shards.size())) {
+    for (const auto& s : c_.shards) shapes_.push_back(c_.layout.shapes(s.range.first, s.range.last));
+    limits_ = net::peer_limits();
+    limits_.threads = c.threads;
+  }
+
+  std::vector<outgoing> pulls() const {
+    std::vector<outgoing> out;
+    for (const auto& s : c_.shards) out.push_back({s.address, make_pull(c_.self, s.address)});
+    return out;
+  }
+
+  struct accepted {
+    uint32_t shard;
+    const float* values;  ///< the shard's range, valid while the message lives
+  };
+  /// Validates a Params; records its version and, when it answers a push, its staleness.
+  accepted accept(const net::message& m, staleness_tally& tally, bool& report_due) {
+    net::envelope_reader r(m, limits_);
+    if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
+    auto p = r.root().getParams();
+    const uint32_t s = p.getShard();
+    if (s >= c_.shards.size()) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
+    const net::flat_view v = net::view(p.getValues(), "params");
+    const model::shard_range& range = c_.shards[s].range;
+    net::require_range(v, range.first, range.begin, shapes_[s], "params of shard " + std::to_string(s));
+    version_[s] = p.getVersion();
+    if (waiting_ > 0) {
+      --waiting_;
+      if (pushed_) tally.add(p.getAppliedStaleness(), p.getRejected());
+      if (waiting_ == 0 && pushed_) report_due = true;
+    }
+    return {s, v.data};
+  }
+
+  bool ready() const { return waiting_ == 0; }
+  const std::vector<train::shard_plan>& shards() const { return c_.shards; }
+  const model::param_layout& layout() const { return c_.layout; }
+
+  /// The payload of shard s's next PushGradient, to be written in place.
+  float* open_push(std::size_t s) {
+    capnp::MallocMessageBuilder* b = push_[s].exclusive_builder();
+    if (!b) {
+      const train::shard_plan& sp = c_.shards[s];
+      auto nb = net::make_builder(sp.range.numel() * sizeof(float) + 64 * shapes_[s].size());
+      auto p = net::init_envelope(*nb, c_.self, sp.address).initPushGradient();
+      p.setShard(sp.address.index);
+      net::init_flat(p.initValues(), sp.range.first, sp.range.begin, shapes_[s]);
+      push_[s] = net::message::from_builder(std::move(nb));
+      b = push_[s].exclusive_builder();
+    }
+    return net::payload(b->getRoot<wire::Envelope>().getPushGradient().getValues());
+  }
+
+  /// Sends the pushes opened for this step (their headers set now) and waits for every shard.
+  void push(uint64_t step, std::vector<outgoing>& out) {
+    for (std::size_t s = 0; s < c_.shards.size(); ++s) {
+      auto p = push_[s].exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
+      p.setBaseVersion(version_[s]);
+      p.setStep(step);
+      out.push_back({c_.shards[s].address, push_[s]});
+    }
+    waiting_ = static_cast<int>(c_.shards.size());
+    pushed_ = true;
+  }
+
+private:
+  shard_source_config c_;
+  net::reader_limits limits_;
+  std::vector<std::vector<shape>> shapes_;  // per shard: its tensors' shapes
+  std::vector<uint64_t> version_;           // per shard: version of the parameters held
+  std::vector<net::message> push_;          // per shard: the last PushGradient, reused in place
+  int waiting_;                             // shards whose Params have not arrived
+  bool pushed_ = false;                     // waiting for the answers to a push (not the first pull)
+};
+
+/// Push every step, nothing copied: weights read in place from the shards'
+/// Params (validated when they arrived; read-only), gradients written in place
+/// into the pushes. The Params are let go when the worker pushes, so that the
+/// shard can update them in place.
+class shard_weights_source final : public weight_source {
+public:
+  explicit shard_weights_source(const shard_source_config& c)
+      : x_(c), latest_(c.shards.size()), values_(c.shards.size(), nullptr) {}
+  std::vector<outgoing> start() override { return x_.pulls(); }
+  void on_params(const net::message& m) override {
+    const auto a = x_.accept(m, tally_, report_due_);
+    latest_[a.shard] = m;
+    values_[a.shard] = a.values;
+  }
+  bool ready() const override { return x_.ready(); }
+  void bind(replica& r, bound_tensors& b) override {
+    const std::vector<model::parameter*> params = r.net.parameters();
+    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+      const model::shard_range& range = x_.shards()[s].range;
+      float* grads = x_.open_push(s);
+      for (uint32_t i = range.first; i < range.last; ++i) {
+        const model::layout_entry& e = x_.layout()[i];
+        b.bind_read_only(params[i]->value, e.dims, values_[s] + (e.offset - range.begin));
+        b.bind(params[i]->grad, e.dims, grads + (e.offset - range.begin));
+      }
+    }
+  }
+  void update(const kernels::context&, replica&, uint64_t step, std::vector<outgoing>& out) override {
+    x_.push(step, out);
+    for (auto& m : latest_) m = net::message();  // trained on: the shard may now update it in place
+    std::fill(values_.begin(), values_.end(), nullptr);
+  }
+
+private:
+  shard_exchange x_;
+  std::vector<net::message> latest_;
+  std::vector<const float*> values_;
+};
+
+/// k local steps with the worker's own optimizer on its own copy of the
+/// parameters, then the accumulated change as a gradient at the worker's lr:
+/// the server applies w <- w - eta * g, so eta = worker lr replays it.
+class local_steps_source final : public weight_source {
+public:
+  local_steps_source(const shard_source_config& c, int k, float lr, float momentum)
+      : x_(c), k_(k), lr_(lr), w_(static_cast<std::size_t>(c.layout.numel())), start_(w_.size()),
+        opt_(optim::sgd(lr).momentum(momentum).make()) {}
+  std::vector<outgoing> start() override { return x_.pulls(); }
+  void on_params(const net::message& m) override {
+    const auto a = x_.accept(m, tally_, report_due_);
+    const model::shard_range& range = x_.shards()[a.shard].range;
+    std::memcpy(w_.data() + range.begin, a.values, range.numel() * sizeof(float));
+    if (x_.ready()) start_ = w_;
+  }
+  bool ready() const override { return x_.ready(); }
+  void bind(replica& r, bound_tensors&) override {
+    std::memcpy(r.flat.values.data(), w_.data(), w_.size() * sizeof(float));
+  }
+  void update(const kernels::context& ctx, replica& r, uint64_t step, std::vector<outgoing>& out) override {
+    opt_->step(ctx, r.net.parameters());
+    std::memcpy(w_.data(), r.flat.values.data(), w_.size() * sizeof(float));
+    if (++local_ < k_) return;
+    local_ = 0;
+    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+      const model::shard_range& range = x_.shards()[s].range;
+      float* g = x_.open_push(s);
+      for (int64_t j = 0; j < range.numel(); ++j) g[j] = (start_[range.begin + j] - w_[range.begin + j]) / lr_;
+    }
+    x_.push(step, out);
+  }
+
+private:
+  shard_exchange x_;
+  int k_;
+  float lr_;
+  std::vector<float> w_, start_;  // the worker's parameters; and at the last pull
+  std::unique_ptr<model::optimizer> opt_;
+  int local_ = 0;
+};
+
+class hogwild_source final : public weight_source {
+public:
+  hogwild_source(std::shared_ptr<hogwild_store> store, float lr, model::lr_schedule schedule, int64_t total)
+      : store_(std::move(store)), lr_(lr), schedule_(schedule), total_(total) {}
+  bool ready() const override { return true; }
+  void bind(replica& r, bound_tensors&) override {
+    seen_ = store_->updates.load(std::memory_order_relaxed);
+    store_->read(r.flat.values.data());
+  }
+  void update(const kernels::context&, replica& r, uint64_t, std::vector<outgoing>&) override {
+    store_->subtract(model::scheduled_lr(lr_, schedule_, static_cast<int64_t>(seen_), total_), r.flat.grads.data());
+    const uint64_t before = store_->updates.fetch_add(1, std::memory_order_relaxed);
+    tally_.add(before - seen_, false);
+    report_due_ = true;
+  }
+
+private:
+  std::shared_ptr<hogwild_store> store_;
+  float lr_;
+  model::lr_schedule schedule_;
+  int64_t total_;
+  uint64_t seen_ = 0;
+};
+
+} // namespace
+
+// --- replicas, the Hogwild! store, bound tensors ---
+
+replica* replica_pool::acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) {
+    auto r = std::make_unique<replica>();
+    r->net = make_();
+    if (!r->net.built()) throw error("replica_pool: the factory must return a built model");
+    r->flat = r->net.flatten();
+    all_.push_back(std::move(r));
+    return all_.back().get();
+  }
+  replica* r = free_.back();
+  free_.pop_back();
+  return r;
+}
+
+void replica_pool::release(replica* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(r);
+}
+
+std::size_t replica_pool::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return all_.size();
+}
+
+hogwild_store::hogwild_store(const float* init, int64_t n) : w_(new std::atomic<float>[n]), n_(n) {
+  for (int64_t i = 0; i < n; ++i) w_[i].store(init[i], std::memory_order_relaxed);
+}
+
+void hogwild_store::read(float* out) const {
+  for (int64_t i = 0; i < n_; ++i) out[i] = w_[i].load(std::memory_order_relaxed);
+}
+
+void hogwild_store::subtract(float lr, const float* g) {
+  for (int64_t i = 0; i < n_; ++i)
+    w_[i].store(w_[i].load(std::memory_order_relaxed) - lr * g[i], std::memory_order_relaxed);
+}
+
+void staleness_tally::add(uint64_t tau, bool was_rejected) {
+  sum += tau;
+  ++count;
+  max = std::max(max, tau);
+  if (was_rejected) ++rejected;
+}
+
+bound_tensors::~bound_tensors() {
+  for (std::size_t i = 0; i < slots_.size(); ++i) *slots_[i] = std::move(own_[i]);
+}
+
+void bound_tensors::bind(tensor& slot, const shape& s, float* data) {
+  slots_.push_back(&slot);
+  own_.push_back(slot);
+  slot = tensor::wrap(s, data);
+}
+
+void bound_tensors::bind_read_only(tensor& slot, const shape& s, const float* data) {
+  slots_.push_back(&slot);
+  own_.push_back(slot);
+  slot = tensor::wrap_read_only(s, data);
+}
+
+// --- weight sources ---
+
+void weight_source::on_params(const net::message&) {
+  reject(net::reject_reason::unknown_kind, "worker: Params, but its weights do not come from parameter shards");
+}
+
+staleness_tally weight_source::take_tally() {
+  staleness_tally t = tally_;
+  tally_ = {};
+  report_due_ = false;
+  return t;
+}
+
+std::unique_ptr<weight_source> shard_weights(const shard_source_config& c) {
+  return std::make_unique<shard_weights_source>(c);
+}
+
+std::unique_ptr<weight_source> local_steps(const shard_source_config& c, int k, float lr, float momentum) {
+  if (k < 1) throw error("--push-every must be at least 1, got " + std::to_string(k));
+  return std::make_unique<local_steps_source>(c, k, lr, momentum);
+}
+
+std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> store, float lr,
+                                               model::lr_schedule schedule, int64_t total_updates) {
+  return std::make_unique<hogwild_source>(std::move(store), lr, schedule, total_updates);
+}
+
+// --- worker ---
+
+worker_core::worker_core(const train::worker_plan& p, std::shared_ptr<replica_pool> pool,
+                         std::unique_ptr<weight_source> source)
+    : p_(p), pool_(std::move(pool)), source_(std::move(source)), ctx_(kernels::context::with_threads(p.threads)) {
+  borrowed r(*pool_);
+  input_ = r->net.input_shape();
+}
+
+worker_core::step_out worker_core::step(const net::message& m) {
+  const std::string who = net::to_string(p_.address);
+  if (!ready()) throw error(who + ": step() before its parameters arrived");
+  net::reader_limits limits = net::peer_limits();
+  limits.threads = ctx_.threads;
+  net::envelope_reader r(m, limits);
+  if (r.root().which() != wire::Envelope::BATCH) reject(net::reject_reason::unknown_kind, who + ": expected a Batch");
+  auto b = r.root().getBatch();
+  net::tensor_view img = net::view(b.getImages(), "batch images");
+  if (img.dims.rank() < 1 || img.dims[0] < 1) reject(net::reject_reason::wrong_shape, "batch: no images");
+  const shape per_sample(std::vector<int64_t>(img.dims.dims().begin() + 1, img.dims.dims().end()));
+  if (per_sample != input_)
+    reject(net::reject_reason::wrong_shape,
+           "batch images " + img.dims.to_string() + " do not fit the model input " + input_.to_string());
+  // The images are read in place: the batch message lives through the step.
+  const tensor x = tensor::wrap_read_only(img.dims, img.data);
+  auto labels = b.getLabels();
+  labels_.assign(labels.begin(), labels.end());
+
+  borrowed replica(*pool_);
+  bound_tensors bound;
+  source_->bind(*replica, bound);
+  step_out out;
+  const tensor& logits = replica->net.forward(ctx_, x, true);
+  out.loss = kernels::softmax_cross_entropy(ctx_, logits, labels_, &dlogits_);
+  replica->net.backward(ctx_, dlogits_);
+  ++steps_;
+  loss_sum_ += out.loss;
+  ++loss_n_;
+  samples_ += labels_.size();
+  source_->update(ctx_, *replica, steps_, out.pushes);
+  return out;
+}
+
+train::step_report worker_core::report() {
+  const staleness_tally t = source_->take_tally();
+  train::step_report r;
+  r.worker = p_.address.index;
+  r.step = steps_;
+  r.loss = loss_n_ ? loss_sum_ / loss_n_ : 0.0;
+  r.samples = samples_;
+  r.mean_staleness = t.count ? static_cast<double>(t.sum) / t.count : 0.0;
+  r.max_staleness = static_cast<uint32_t>(std::min<uint64_t>(t.max, UINT32_MAX));
+  r.rejected = static_cast<uint32_t>(t.rejected);
+  loss_sum_ = 0;
+  loss_n_ = samples_ = 0;
+  return r;
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,177 @@
+#pragma once
+
+// A data-parallel worker: trains on the batches of its loader with a model
+// replica borrowed per step, and gets its weights from (and sends its update
+// to) one of three small parts: the parameter shards every step, the shards
+// every k local steps, or a Hogwild! buffer shared in this process.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "kernels/context.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "net/message.hpp"
+#include "train/epoch_accumulator.hpp"
+#include "train/plan.hpp"
+
+namespace troupe::actors {
+
+/// A message to send and its destination.
+struct outgoing {
+  net::address to;
+  net::message msg;
+};
+
+/// A model replica whose parameters live in one flat buffer of values and one
+/// of gradients, in the model's layout order.
+struct replica {
+  model::model net;
+  model::model::flat_buffers flat;
+};
+
+/// Model replicas shared by the workers of one process. A worker borrows a
+/// replica (its activation and gradient buffers) for one step, so memory grows
+/// with the steps that run at once, not with the number of workers. Thread-safe.
+class replica_pool {
+public:
+  /// `make` returns a built model; every replica must have the same layout.
+  explicit replica_pool(std::function<model::model()> make) : make_(std::move(make)) {}
+  replica* acquire();
+  void release(replica* r);
+  /// Replicas created so far.
+  std::size_t size() const;
+
+private:
+  std::function<model::model()> make_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<replica>> all_;
+  std::vector<replica*> free_;
+};
+
+/// The parameters Hogwild! workers of one process share: one flat buffer that
+/// every worker reads and updates without locks. The races between workers
+/// are the algorithm; each element is a relaxed atomic, so that they are
+/// well-defined races (no torn floats, no undefined behaviour) and cost plain
+/// loads and stores. `updates` gives each update its staleness.
+class hogwild_store {
+public:
+  hogwild_store(const float* init, int64_t n);
+  int64_t size() const { return n_; }
+  void read(float* out) const;
+  /// w -= lr * g, element by element, racing with the other workers.
+  void subtract(float lr, const float* g);
+  std::atomic<uint64_t> updates{0};
+
+private:
+  std::unique_ptr<std::atomic<float>[]> w_;
+  int64_t n_;
+};
+
+/// Staleness and rejections of the updates since the last report.
+struct staleness_tally {
+  uint64_t sum = 0, count = 0, max = 0, rejected = 0;
+  void add(uint64_t tau, bool was_rejected);
+};
+
+/// Points a replica's tensors at memory it does not own for one step, and
+/// gives them their own tensors back at the end.
+class bound_tensors {
+public:
+  bound_tensors() = default;
+  bound_tensors(const bound_tensors&) = delete;
+  bound_tensors& operator=(const bound_tensors&) = delete;
+  ~bound_tensors();
+  void bind(tensor& slot, const shape& s, float* data);
+  void bind_read_only(tensor& slot, const shape& s, const float* data);
+
+private:
+  std::vector<tensor*> slots_;
+  std::vector<tensor> own_;
+};
+
+/// Where a worker's weights come from and where its update goes.
+class weight_source {
+public:
+  virtual ~weight_source() = default;
+  /// The first messages: a PullParams to every shard.
+  virtual std::vector<outgoing> start() { return {}; }
+  /// A shard's Params reply. Throws net::message_error for one that does not fit.
+  virtual void on_params(const net::message& m);
+  /// True when a step may start: weights present, no push unanswered.
+  virtual bool ready() const = 0;
+  /// Before forward: the replica's parameters hold, or view, this step's
+  /// weights; its gradients are where backward should write them.
+  virtual void bind(replica& r, bound_tensors& b) = 0;
+  /// After backward: applies the update or appends the pushes for the shards to `out`.
+  virtual void update(const kernels::context& ctx, replica& r, uint64_t step, std::vector<outgoing>& out) = 0;
+  /// True when an update was applied, or a push answered by every shard, since the last report.
+  bool report_due() const { return report_due_; }
+  /// The tally since the last report; starts a new one.
+  staleness_tally take_tally();
+
+protected:
+  staleness_tally tally_;
+  bool report_due_ = false;
+};
+
+/// What the shard-based sources need to know.
+struct shard_source_config {
+  net::address self;
+  std::vector<train::shard_plan> shards;
+  model::param_layout layout;
+  int threads = 1;  ///< for the NaN scan of Params
+};
+/// Push every step: the replica reads its weights in place from the shards'
+/// Params and backward writes its gradients in place into the pushes.
+std::unique_ptr<weight_source> shard_weights(const shard_source_config& c);
+/// A local optimizer: k steps on the worker's own copy, then the accumulated
+/// change (as a gradient at lr) goes to the shards (multi-granular updates).
+std::unique_ptr<weight_source> local_steps(const shard_source_config& c, int k, float lr, float momentum);
+/// Hogwild!: reads and updates `store` directly, lr from the server's schedule.
+std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> store, float lr,
+                                               model::lr_schedule schedule, int64_t total_updates);
+
+/// A worker: steps on Batch messages with a borrowed replica and its weight source.
+class worker_core {
+public:
+  worker_core(const train::worker_plan& p, std::shared_ptr<replica_pool> pool, std::unique_ptr<weight_source> source);
+
+  std::vector<outgoing> start() { return source_->start(); }
+  /// A shard's Params. Throws net::message_error for a message that does not fit.
+  void on_params(const net::message& m) { source_->on_params(m); }
+  bool ready() const { return source_->ready(); }
+
+  struct step_out {
+    double loss = 0;
+    std::vector<outgoing> pushes;  ///< empty between pushes
+  };
+  /// Trains on one Batch message. Requires ready().
+  step_out step(const net::message& batch);
+  /// True when report() has something to say.
+  bool report_due() const { return source_->report_due(); }
+  /// The steps since the last report.
+  train::step_report report();
+
+  const net::address& address() const { return p_.address; }
+  const train::worker_plan& plan() const { return p_; }
+
+private:
+  train::worker_plan p_;
+  std::shared_ptr<replica_pool> pool_;
+  std::unique_ptr<weight_source> source_;
+  kernels::context ctx_;
+  shape input_;
+  uint64_t steps_ = 0;
+  tensor dlogits_;
+  std::vector<int32_t> labels_;
+  double loss_sum_ = 0;
+  uint64_t samples_ = 0, loss_n_ = 0;
+};
+
+} // namespace troupe::actors

@@ -1,0 +1,56 @@
+#include "train/epoch_accumulator.hpp"
+
+#include <algorithm>
+
+namespace troupe::train {
+
+epoch_accumulator::epoch_accumulator(const limits& l, time_point start)
+    : l_(l), epoch_start_(start), epoch_(l.first_epoch), steps_(l.first_steps),
+      worker_samples_(static_cast<std::size_t>(std::max(1, l.workers)), 0) {}
+
+epoch_accumulator::verdict epoch_accumulator::add(const step_report& r) {
+  if (done_) return verdict::end_run;
+  ++steps_;
+  ++reports_;
+  samples_ += r.samples;
+  loss_ += r.loss;
+  tau_sum_ += r.mean_staleness;
+  ++tau_n_;
+  tau_max_ = std::max<int64_t>(tau_max_, r.max_staleness);
+  rejected_ += r.rejected;
+  if (r.worker < worker_samples_.size()) worker_samples_[r.worker] += r.samples;
+  const bool last_step = l_.max_steps > 0 && steps_ >= l_.max_steps;
+  const bool epoch_full = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
+  if (stop_ || last_step || (epoch_full && epoch_ + 1 >= l_.epochs)) {
+    done_ = true;
+    return verdict::end_run;
+  }
+  return epoch_full ? verdict::end_epoch : verdict::train_on;
+}
+
+epoch_metrics epoch_accumulator::close_epoch(double lr, time_point now) {
+  epoch_metrics m;
+  m.epoch = epoch_ + 1;
+  m.train_s = std::chrono::duration<double>(now - epoch_start_).count();
+  m.train_loss = reports_ ? loss_ / reports_ : 0;
+  m.samples_per_s = m.train_s > 0 ? samples_ / m.train_s : 0;
+  m.steps = steps_;
+  m.lr = lr;
+  m.mean_staleness = tau_n_ ? tau_sum_ / tau_n_ : 0;
+  m.max_staleness = tau_max_;
+  m.rejected = rejected_;
+  last_complete_ = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
+  ++epoch_;
+  epoch_start_ = now;
+  samples_ = reports_ = 0;
+  loss_ = tau_sum_ = 0;
+  tau_n_ = tau_max_ = rejected_ = 0;
+  return m;
+}
+
+double epoch_accumulator::samples_per_s(time_point now) const {
+  const double s = std::chrono::duration<double>(now - epoch_start_).count();
+  return s > 0 ? samples_ / s : 0;
+}
+
+} // namespace troupe::train

@@ -1,0 +1,78 @@
+#pragma once
+
+// Turns step reports into epochs: sums each epoch's loss, samples and
+// staleness and says when an epoch, or the run, is over. Pure (no clock of its
+// own, no I/O): the sequential loop and the coordinator actor feed it.
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "train/metrics.hpp"
+
+namespace troupe::train {
+
+/// A worker's report of its steps since its last report (the sequential loop: one step).
+struct step_report {
+  uint32_t worker = 0;
+  uint64_t step = 0;          ///< the worker's steps so far
+  double loss = 0;            ///< mean training loss of the steps in this report
+  uint64_t samples = 0;       ///< samples trained in this report
+  double mean_staleness = 0;  ///< over the shards that answered its push
+  uint32_t max_staleness = 0;
+  uint32_t rejected = 0;      ///< pushes of this report the shards rejected
+};
+
+class epoch_accumulator {
+public:
+  using time_point = std::chrono::steady_clock::time_point;
+  struct limits {
+    int64_t samples_per_epoch = 1;  ///< an epoch ends when this many samples were trained
+    int64_t batches_per_epoch = 1;  ///< for progress
+    int epochs = 1;
+    int first_epoch = 0;            ///< epochs a resumed run skips
+    int64_t first_steps = 0;        ///< steps a resumed run had taken
+    int64_t max_steps = 0;          ///< 0: no limit
+    int workers = 1;
+  };
+  /// What the caller does after a report.
+  enum class verdict { train_on, end_epoch, end_run };
+
+  epoch_accumulator(const limits& l, time_point start);
+
+  /// Adds a report; says whether the epoch in progress (or the run) is over.
+  /// Reports after end_run are ignored (the steps finished after a stop).
+  verdict add(const step_report& r);
+  /// Ends the run at the next report (a callback asked to stop).
+  void request_stop() { stop_ = true; }
+  bool stopped() const { return done_; }
+
+  /// The record of the epoch in progress (no accuracy, wall time or memory
+  /// yet), with `lr` the learning rate at its end; the next epoch starts at `now`.
+  epoch_metrics close_epoch(double lr, time_point now);
+  /// True when the epoch close_epoch() closed last trained all of its samples
+  /// (a run cut by max_steps or a stop ends with a partial epoch).
+  bool last_closed_complete() const { return last_complete_; }
+
+  int epoch() const { return epoch_; }  ///< 0-based epoch in progress
+  int64_t steps() const { return steps_; }
+  /// Progress of the epoch in progress.
+  int64_t batches_done(int64_t batch_size) const { return samples_ / batch_size; }
+  double mean_loss() const { return reports_ ? loss_ / reports_ : 0; }
+  double samples_per_s(time_point now) const;
+  /// Samples each worker trained over the run.
+  const std::vector<uint64_t>& worker_samples() const { return worker_samples_; }
+
+private:
+  limits l_;
+  time_point epoch_start_;
+  int epoch_;
+  int64_t steps_;
+  uint64_t samples_ = 0, reports_ = 0;
+  double loss_ = 0, tau_sum_ = 0;
+  int64_t tau_n_ = 0, tau_max_ = 0, rejected_ = 0;
+  bool stop_ = false, done_ = false, last_complete_ = false;
+  std::vector<uint64_t> worker_samples_;
+};
+
+} // namespace troupe::train

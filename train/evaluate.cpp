@@ -1,0 +1,29 @@
+#include "train/evaluate.hpp"
+
+#include <ostream>
+
+#include "kernels/kernels.hpp"
+#include "net/checkpoint.hpp"
+#include "train/loop.hpp"
+
+namespace troupe {
+
+evaluation evaluate(const job& j, const std::string& path, std::ostream& log) {
+  j.validate();
+  const settings& s = j.config();
+  const kernels::context ctx = kernels::context::with_threads(s.threads);
+  const train::loaded_data d = train::load_data(j, log);
+  model::model net = j.build_model(d.sets.train.sample_shape());
+  const net::checkpoint c = net::load_checkpoint(path);
+  net.load_state(c.architecture, c.params);
+  const train::test_score t = train::score(net, ctx, d.sets.test, d.norm, s.batch_size);
+  evaluation e;
+  e.epochs = c.epoch;
+  e.steps = c.step;
+  e.test_accuracy = t.accuracy;
+  e.test_loss = t.loss;
+  e.samples = t.samples;
+  return e;
+}
+
+} // namespace troupe

@@ -1,0 +1,164 @@
+#include "train/loop.hpp"
+
+#include <sys/stat.h>
+
+#include <ostream>
+
+#include "kernels/kernels.hpp"
+#include "model/optimizer.hpp"
+#include "net/checkpoint.hpp"
+#include "train/epoch_accumulator.hpp"
+#include "train/progress.hpp"
+
+namespace troupe::train {
+
+loaded_data load_data(const job& j, std::ostream& log) {
+  loaded_data d{j.data_source().load(), {}};
+  d.norm = data::compute_normalization(d.sets.train);
+  log << "data: " << d.sets.train.count << " train / " << d.sets.test.count << " test samples from "
+      << j.data_source().description() << "\n";
+  return d;
+}
+
+run_info info_of(const job& j, int threads) {
+  const settings& s = j.config();
+  run_info r;
+  r.model = j.model_name();
+  r.algorithm = to_string(s.algo.kind);
+  r.epochs = s.epochs;
+  r.batch_size = s.batch_size;
+  r.threads = threads;
+  r.workers = s.algo.workers;
+  r.asynchronous = runs_on_actors(s.algo.kind);
+  return r;
+}
+
+test_score score(model::model& net, const kernels::context& ctx, const data::image_dataset& test,
+                 const data::normalization& norm, int64_t batch_size) {
+  // The training batch size: evaluation reuses the layers' buffers instead
+  // of growing them (with batches of 1000 the CNN peaked at 726 MB RSS).
+  data::batcher batches(test, batch_size, norm, 0, false);
+  data::batch b;
+  int64_t correct = 0;
+  double loss_sum = 0;
+  test_score out;
+  while (batches.next(b)) {
+    const tensor& logits = net.forward(ctx, b.images, false);
+    correct += kernels::count_correct(ctx, logits, b.labels);
+    loss_sum += kernels::softmax_cross_entropy(ctx, logits, b.labels, nullptr) * static_cast<double>(b.size());
+    out.samples += b.size();
+  }
+  if (out.samples) {
+    out.accuracy = static_cast<double>(correct) / out.samples;
+    out.loss = loss_sum / out.samples;
+  }
+  return out;
+}
+
+bool resumes(const settings& s) {
+  struct stat st {};
+  return !s.checkpoint.empty() && ::stat(s.checkpoint.c_str(), &st) == 0;
+}
+
+bool epoch_callback(const job& j, const epoch_metrics& m) {
+  if (!j.epoch_callback()) return false;
+  bool stop = false;
+  epoch_event e;
+  static_cast<epoch_metrics&>(e) = m;
+  e.stop_ = &stop;
+  j.epoch_callback()(e);
+  return stop;
+}
+
+namespace {
+
+void save(const std::string& path, model::model& net, const model::optimizer& opt, uint32_t epochs_done,
+          int64_t steps) {
+  net::checkpoint c;
+  c.architecture = net.architecture();
+  c.epoch = epochs_done;
+  c.step = static_cast<uint64_t>(steps);
+  c.params = net.state();
+  c.optimizer = opt.state();
+  c.optimizer_kind = opt.describe();
+  net::save_checkpoint(path, c);
+}
+
+} // namespace
+
+history run_sequential(const job& j, std::ostream& log) {
+  j.validate();
+  const settings& s = j.config();
+  if (runs_on_actors(s.algo.kind)) throw error("run_sequential: algorithm " + std::string(to_string(s.algo.kind)) + " runs on actors");
+  const auto start = std::chrono::steady_clock::now();
+  const kernels::context ctx = kernels::context::with_threads(s.threads);
+  const run_info info = info_of(j, ctx.threads);
+
+  // Open the metrics file first: a bad path fails before minutes of training.
+  const bool resuming = resumes(s);
+  metrics_file metrics(s.metrics_out, resuming);
+  const loaded_data d = load_data(j, log);
+  const data::train_test& ds = d.sets;
+
+  model::model net = j.build_model(ds.train.sample_shape());
+  auto params = net.parameters();
+  std::unique_ptr<model::optimizer> opt =
+      optim::sgd(s.lr).momentum(s.momentum).weight_decay(s.weight_decay).make();
+  int first_epoch = 0;
+  int64_t first_steps = 0;
+  if (resuming) {
+    net::checkpoint c = net::load_checkpoint(s.checkpoint);
+    net.load_state(c.architecture, c.params);
+    opt->load_state(params, c.optimizer);
+    first_epoch = static_cast<int>(c.epoch);
+    first_steps = static_cast<int64_t>(c.step);
+    log << "resumed from " << s.checkpoint << " after epoch " << first_epoch << " (" << first_steps << " steps)\n";
+  }
+  log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
+      << ctx.threads << " threads\n";
+  if (first_epoch >= s.epochs) return {};
+
+  data::batcher train_batches(ds.train, s.batch_size, d.norm, s.seed);
+  const int64_t per_epoch = train_batches.batches_per_epoch();
+  const int64_t total_steps = per_epoch * s.epochs;
+  epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1}, start);
+  progress_reporter progress(log, s.progress);
+  history out;
+  data::batch b;
+  tensor dlogits;
+  bool stop = false;
+  for (int epoch = first_epoch; epoch < s.epochs; ++epoch) {
+    train_batches.start_epoch(epoch);
+    auto verdict = epoch_accumulator::verdict::train_on;
+    while (verdict == epoch_accumulator::verdict::train_on && train_batches.next(b)) {
+      opt->set_learning_rate(model::scheduled_lr(s.lr, s.schedule, acc.steps(), total_steps));
+      const tensor& logits = net.forward(ctx, b.images, true);
+      const double loss = kernels::softmax_cross_entropy(ctx, logits, b.labels, &dlogits);
+      net.backward(ctx, dlogits);
+      opt->step(ctx, params);
+      if (j.step_callback()) {
+        step_event e{acc.steps() + 1, epoch + 1, loss, 0, &stop};
+        j.step_callback()(e);
+        if (stop) acc.request_stop();
+      }
+      verdict = acc.add({0, static_cast<uint64_t>(acc.steps() + 1), loss, static_cast<uint64_t>(b.size())});
+      progress.update(epoch + 1, s.epochs, acc.batches_done(s.batch_size), per_epoch, acc.mean_loss(),
+                      acc.samples_per_s(std::chrono::steady_clock::now()));
+    }
+    epoch_metrics m = acc.close_epoch(opt->learning_rate(), std::chrono::steady_clock::now());
+    if (s.evaluate) m.test_accuracy = score(net, ctx, ds.test, d.norm, s.batch_size).accuracy;
+    // Only a finished epoch counts: a run cut inside an epoch redoes it on resume.
+    if (!s.checkpoint.empty())
+      save(s.checkpoint, net, *opt, static_cast<uint32_t>(acc.last_closed_complete() ? epoch + 1 : epoch), m.steps);
+    m.wall_s = seconds_since(start);
+    m.peak_rss_mb = peak_rss_mb();
+    progress.finish_line();
+    log << describe(m, info) << std::endl;
+    metrics.write(m, info);
+    out.push_back(m);
+    if (epoch_callback(j, m) || verdict == epoch_accumulator::verdict::end_run) break;
+  }
+  return out;
+}
+
+} // namespace troupe::train

@@ -1,0 +1,47 @@
+#pragma once
+
+// The sequential training loop and what it shares with the actors' runtime:
+// loading a job's data, evaluating, the records' common fields.
+
+#include <iosfwd>
+#include <string>
+
+#include "data/dataset.hpp"
+#include "kernels/context.hpp"
+#include "model/model.hpp"
+#include "train/job.hpp"
+#include "train/metrics.hpp"
+
+namespace troupe::train {
+
+/// A job's data, loaded once: both sets and the training set's normalization.
+struct loaded_data {
+  data::train_test sets;
+  data::normalization norm;
+};
+/// Loads `j`'s data and logs what it loaded.
+loaded_data load_data(const job& j, std::ostream& log);
+
+/// What every record of `j`'s run shares; `threads` are the CPU threads it uses.
+run_info info_of(const job& j, int threads);
+
+/// How well a model does on a test set.
+struct test_score {
+  double accuracy = 0;  ///< in [0, 1]
+  double loss = 0;      ///< mean cross-entropy
+  int64_t samples = 0;
+};
+/// Scores `net` over `test`, in batches of `batch_size`.
+test_score score(model::model& net, const kernels::context& ctx, const data::image_dataset& test,
+                 const data::normalization& norm, int64_t batch_size);
+
+/// True when the job names a checkpoint file that exists: the run resumes from it.
+bool resumes(const settings& s);
+
+/// Calls the job's epoch callback with `m`; true when it asked to stop.
+bool epoch_callback(const job& j, const epoch_metrics& m);
+
+/// Trains `j` in one plain loop on this thread (algorithm sequential).
+history run_sequential(const job& j, std::ostream& log);
+
+} // namespace troupe::train

@@ -1,0 +1,78 @@
+#pragma once
+
+// The plan: who runs what where. A pure function of the job's settings, the
+// topology (the nodes of a run), the model's parameter layout and the size of
+// the training set. Every node of a cluster computes the same plan from the
+// same inputs; in one process there is one node.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/layout.hpp"
+#include "net/address.hpp"
+#include "train/job.hpp"
+
+namespace troupe::train {
+
+/// One node of a run.
+struct node_spec {
+  std::string name = "local";
+  int threads = 1;          ///< CPU threads the node's actors may use (>= 1)
+  bool run_workers = true;  ///< may host loaders and workers
+  bool run_shards = true;   ///< may host parameter shards
+};
+
+/// The nodes of a run. Node 0 hosts the coordinator and the evaluator.
+struct topology {
+  std::vector<node_spec> nodes;
+  /// This process alone, with `threads` threads (0: every core).
+  static topology local(int threads = 0);
+};
+
+/// A data loader: a part of the training set for one worker.
+struct loader_plan {
+  net::address address, worker;
+  int64_t begin = 0, end = 0;  ///< samples [begin, end) of the training set
+  uint64_t seed = 0;           ///< shuffles its part, per epoch
+};
+
+struct worker_plan {
+  net::address address, loader;
+  int threads = 1;   ///< kernel threads of its steps
+  float speed = 1;   ///< slowdown factor (emulates a slower device)
+};
+
+struct shard_plan {
+  net::address address;
+  model::shard_range range;  ///< its part of the parameter layout
+};
+
+/// Per node: how many actors it hosts and the threads of its actor runtime.
+struct node_plan {
+  int workers = 0, shards = 0;
+  int scheduler_threads = 1;
+};
+
+struct plan {
+  net::address coordinator, evaluator;
+  std::vector<loader_plan> loaders;   ///< loaders[i] feeds workers[i]
+  std::vector<worker_plan> workers;
+  std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer)
+  std::vector<node_plan> nodes;
+  int64_t samples_per_epoch = 0;      ///< the training set's size
+  int64_t batches_per_epoch = 0;      ///< over all loaders
+  int64_t total_updates = 1;          ///< updates a shard applies over the whole run (the lr schedule's length)
+
+  /// The shard holding parameter tensor `tensor` of the layout.
+  uint32_t shard_of(std::size_t tensor) const;
+  /// A few lines for the log: roles per node, data ranges, shard ranges.
+  std::string describe() const;
+};
+
+/// Throws troupe::error when the job cannot run on `t` (no node may host
+/// workers or shards, more workers than samples, more shards than parameter
+/// tensors, ...), naming what is short.
+plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples);
+
+} // namespace troupe::train

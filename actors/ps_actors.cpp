@@ -306,8 +306,10 @@ void coordinator_finish_epoch(caf::stateful_actor<coordinator_state>* self) {
   m.mean_staleness = st.tau_n ? st.tau_sum / st.tau_n : 0;
   m.max_staleness = st.tau_max;
   m.rejected = st.epoch_rejected;
-  kernels::set_num_threads(1);
-  if (o.evaluate) m.test_accuracy = train::evaluate(net, st.s.data->sets.test, st.s.data->norm, o.batch_size);
+  const kernels::context one_thread = kernels::context::with_threads(1);
+  m.threads = one_thread.threads;
+  if (o.evaluate)
+    m.test_accuracy = train::evaluate(one_thread, net, st.s.data->sets.test, st.s.data->norm, o.batch_size);
   if (!o.checkpoint.empty()) {
     net::checkpoint c;
     c.architecture = net.architecture();
@@ -477,13 +479,8 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
   // This thread only sets up and waits; the kernels run on the scheduler's
   // threads. A kernel thread team started here would stay, and with more
   // OpenMP threads than cores libgomp stops spinning between parallel regions:
-  // every region of the workers' teams then waits for a woken thread (the one
-  // worker's step measured half as fast).
-  struct single_thread_here {
-    int before = kernels::num_threads();
-    single_thread_here() { kernels::set_num_threads(1); }
-    ~single_thread_here() { kernels::set_num_threads(before); }
-  } main_thread_waits;
+  // every region of the workers' teams then waits for a woken thread. Nothing
+  // here runs kernels in a context of more than one thread.
 
   train::run_data data = train::load_data(o, log);
   const data::image_dataset& train_set = data.sets.train;
@@ -562,8 +559,10 @@ std::vector<train::epoch_metrics> run_async(const train::options& o, std::ostrea
       for (int s = 0; s < plan.shards; ++s) {
         std::vector<named_tensor> mine;
         for (int i : plan.members[s]) mine.push_back({params[i]->name, params[i]->value.clone()});
+        // The shard runs on the scheduler's threads, as many kernel threads as a worker.
         auto core = std::make_shared<shard_core>(static_cast<uint32_t>(s), std::move(mine), rc, o.lr_schedule,
-                                                 total_updates);
+                                                 total_updates, net::reader_limits{},
+                                                 kernels::context::with_threads(per_worker));
         if (resuming) resume_shard(*core, c, o.algorithm, plan.shards, log);
         shards.push_back(spawn_shard(sys, core, o.workers, &log));
       }

@@ -223,7 +223,8 @@ private:
 } // namespace
 
 worker_core::worker_core(std::shared_ptr<replica_pool> replicas, shard_plan plan, worker_config c)
-    : pool_(std::move(replicas)), plan_(std::move(plan)), c_(std::move(c)) {
+    : pool_(std::move(replicas)), plan_(std::move(plan)), c_(std::move(c)),
+      ctx_(kernels::context::with_threads(c_.threads)) {
   std::vector<model::parameter*> params;
   {
     borrowed r(*pool_);
@@ -310,7 +311,6 @@ worker_core::step_out worker_core::step(const net::message& m) {
   labels_.resize(labels.size());
   for (unsigned i = 0; i < labels.size(); ++i) labels_[i] = labels[i];
 
-  kernels::set_num_threads(c_.threads);
   borrowed replica(*pool_);
   const std::vector<model::parameter*> params = (*replica).parameters();
   uint64_t seen = 0;
@@ -343,9 +343,9 @@ worker_core::step_out worker_core::step(const net::message& m) {
     }
   }
   step_out out;
-  const tensor& logits = (*replica).forward(x_, true);
-  out.loss = kernels::softmax_cross_entropy(logits, labels_, &dlogits_);
-  (*replica).backward(dlogits_);
+  const tensor& logits = (*replica).forward(ctx_, x_, true);
+  out.loss = kernels::softmax_cross_entropy(ctx_, logits, labels_, &dlogits_);
+  (*replica).backward(ctx_, dlogits_);
   ++steps_;
   loss_sum_ += out.loss;
   ++loss_n_;
@@ -365,7 +365,7 @@ worker_core::step_out worker_core::step(const net::message& m) {
     return out;
   }
   if (local_opt_) {
-    local_opt_->step(params);
+    local_opt_->step(ctx_, params);
     for (std::size_t i = 0; i < params.size(); ++i)
       std::memcpy(w_[i].data(), params[i]->value.data(), w_[i].numel() * sizeof(float));
     if (++local_steps_ < c_.push_every) return out;
@@ -436,9 +436,10 @@ step_report worker_core::report() {
 // --- shard ---
 
 shard_core::shard_core(uint32_t id, std::vector<named_tensor> tensors, const model::update_config& rule,
-                       std::string lr_schedule, int64_t total_updates, net::reader_limits limits)
-    : id_(id), cfg_(rule), schedule_(std::move(lr_schedule)), total_updates_(total_updates), limits_(limits),
-      stats_(rule.workers) {
+                       std::string lr_schedule, int64_t total_updates, net::reader_limits limits,
+                       const kernels::context& ctx)
+    : id_(id), cfg_(rule), ctx_(kernels::context::with_threads(1)), schedule_(std::move(lr_schedule)),
+      total_updates_(total_updates), limits_(limits), stats_(rule.workers) {
   if (tensors.empty()) throw error("shard " + std::to_string(id) + " holds no tensors");
   for (auto& t : tensors) {
     names_.push_back(t.name);
@@ -447,7 +448,9 @@ shard_core::shard_core(uint32_t id, std::vector<named_tensor> tensors, const mod
   }
   n_ = static_cast<int64_t>(flat_.size());
   float* payload = nullptr;
+  // On this thread alone: a kernel thread team started here (the run's main thread) would stay.
   current_ = build_params(flat_.data(), 0, false, false, &payload);
+  ctx_ = ctx;
   in_message_ = payload != nullptr;
   if (in_message_) {
     w_ = payload;
@@ -455,7 +458,7 @@ shard_core::shard_core(uint32_t id, std::vector<named_tensor> tensors, const mod
   } else {
     w_ = flat_.data();
   }
-  rule_ = model::make_update_rule(cfg_, n_);
+  rule_ = model::make_update_rule(cfg_, n_, ctx_);
 }
 
 std::vector<named_tensor> shard_core::snapshot() const {
@@ -489,7 +492,7 @@ net::message shard_core::build_params(const float* w, uint64_t tau, bool rejecte
   const std::vector<float*> dst = net::init_tensors(p.initTensors(static_cast<unsigned>(shapes_.size())), shapes_);
   float* flat = net::flat_payload(dst, shapes_);
   if (flat) {
-    kernels::copy(n_, w, flat);
+    kernels::copy(ctx_, n_, w, flat);
   } else {
     for (std::size_t i = 0; i < shapes_.size(); ++i) {
       std::memcpy(dst[i], w, shapes_[i].numel() * sizeof(float));

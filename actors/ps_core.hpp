@@ -167,6 +167,7 @@ private:
   shape input_;
   shard_plan plan_;
   worker_config c_;
+  kernels::context ctx_;               // c_.threads
   bool hogwild_ = false;
   std::vector<uint64_t> version_;      // per shard: version of the params held
   // push_every == 1: the latest Params of each shard, validated. A step's
@@ -194,8 +195,11 @@ private:
 /// state, the version, staleness statistics and rejected-message counts.
 class shard_core {
 public:
+  /// `ctx`: where the update rule and the replies' copies run (the constructor's
+  /// first copy runs on the calling thread alone).
   shard_core(uint32_t id, std::vector<named_tensor> tensors, const model::update_config& rule,
-             std::string lr_schedule, int64_t total_updates, net::reader_limits limits = {});
+             std::string lr_schedule, int64_t total_updates, net::reader_limits limits = {},
+             const kernels::context& ctx = kernels::context{});
 
   /// Handles a PullParams or PushGradient from `sender_hint` (the worker id the
   /// transport knows, or -1). Returns the replies as (worker id, message).
@@ -244,6 +248,7 @@ private:
   std::vector<float> flat_;
   std::vector<float> grad_;    // a pushed gradient whose payloads are not adjacent, concatenated
   model::update_config cfg_;
+  kernels::context ctx_;
   std::unique_ptr<model::update_rule> rule_;
   std::string schedule_;
   int64_t total_updates_;

@@ -1,5 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
+
 #include "kernels/kernels.hpp"
 #include "tests/gradcheck.hpp"
 
@@ -8,6 +14,15 @@ namespace k = troupe::kernels;
 
 namespace {
 const k::context ctx = testing::test_context();
+
+/// Row-major m x n reference product of a [m, kk] and b [kk, n], in double.
+std::vector<double> naive_product(const tensor& a, const tensor& b, int64_t m, int64_t n, int64_t kk) {
+  std::vector<double> c(static_cast<std::size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < kk; ++p)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += double(a.at(i * kk + p)) * b.at(p * n + j);
+  return c;
+}
 } // namespace
 
 TEST_CASE("gemm matches a naive product for every transpose and both backends", "[kernels][gemm]") {
@@ -109,4 +124,55 @@ TEST_CASE("kernels give the same result in a 1-thread and a 2-thread context", "
   CHECK(y1.to_vector() == y2.to_vector());
   CHECK(dx1.to_vector() == dx2.to_vector());
   for (int64_t i = 0; i < dw1.numel(); ++i) CHECK(dw1.at(i) == Approx(dw2.at(i)).epsilon(1e-5));
+}
+
+TEST_CASE("two contexts with different thread counts run at once on two threads", "[kernels]") {
+  // Large enough that GEMM and axpy split over the context's threads.
+  const int64_t m = 96, n = 80, kk = 128, len = (int64_t{1} << 17) + 5;
+  tensor a = testing::random_tensor({m, kk}, 21), b = testing::random_tensor({kk, n}, 22);
+  const std::vector<double> want = naive_product(a, b, m, n, kk);
+  std::vector<float> x(len);
+  for (int64_t i = 0; i < len; ++i) x[i] = static_cast<float>(i % 11) - 5.0f;
+
+  struct result {
+    int64_t gemm_wrong = 0, axpy_wrong = 0;
+  };
+  auto run = [&](k::context c, result& r) {
+    for (int rep = 0; rep < 20; ++rep) {
+      tensor out;
+      k::matmul(c, a, b, out);
+      for (int64_t i = 0; i < m * n; ++i)
+        r.gemm_wrong += std::abs(out.at(i) - want[i]) > 1e-3 * std::max(1.0, std::abs(want[i]));
+      std::vector<float> y(len, 1.0f);
+      k::axpy(c, len, 0.5f, x.data(), y.data());
+      for (int64_t i = 0; i < len; ++i) r.axpy_wrong += y[i] != 1.0f + 0.5f * x[i];
+    }
+  };
+  k::context one = k::context::with_threads(1), two = k::context::with_threads(2);
+  one.gemm = two.gemm = GENERATE(k::gemm_backend::openblas, k::gemm_backend::eigen);
+  result r1, r2;
+  std::thread t1(run, one, std::ref(r1));
+  std::thread t2(run, two, std::ref(r2));
+  t1.join();
+  t2.join();
+  CHECK(r1.gemm_wrong == 0);
+  CHECK(r1.axpy_wrong == 0);
+  CHECK(r2.gemm_wrong == 0);
+  CHECK(r2.axpy_wrong == 0);
+}
+
+TEST_CASE("a context's thread count: 0 is every core, a negative one is an error", "[kernels]") {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CHECK(k::context::with_threads(0).threads == cores);
+  CHECK(k::context::all_cores().threads == cores);
+  CHECK(k::context::with_threads(3).threads == 3);
+  CHECK(k::context{}.threads == 1);
+  CHECK(k::context{}.gemm == k::gemm_backend::openblas);
+  CHECK_THROWS_AS(k::context::with_threads(-1), error);
+  CHECK_THROWS_WITH(k::context::with_threads(-2), Catch::Contains("-2") && Catch::Contains("0 for every core"));
+  // A context filled in by hand is checked where the kernels use it.
+  k::context zero;
+  zero.threads = 0;
+  std::vector<float> x(1 << 16, 1.0f), y(1 << 16, 0.0f);
+  CHECK_THROWS_WITH(k::axpy(zero, 1 << 16, 1.0f, x.data(), y.data()), Catch::Contains("must be >= 1"));
 }

@@ -98,7 +98,7 @@ double cores_only(const train::options& o) {
   rc.rule = "asgd";
   rc.lr = o.lr;
   rc.workers = 1;
-  actors::shard_core shard(0, ts, rc, "constant", 1);
+  actors::shard_core shard(0, ts, rc, "constant", 1, {}, kernels::context::with_threads(o.threads));
   actors::loader_core loader(ds, data.norm, o.batch_size, o.seed, 0, ds.count, 0);
   actors::worker_config wc;
   wc.threads = o.threads;
@@ -165,7 +165,7 @@ void message_cost(const std::string& model_name, int reps) {
   const int64_t n = m.num_parameters();
   model::update_config c;
   c.workers = 1;
-  actors::shard_core shard(0, ts, c, "constant", 1);
+  actors::shard_core shard(0, ts, c, "constant", 1, {}, kernels::context::all_cores());
   const net::message push = zero_push(ts);
   // An ASGD push answered: validated, applied, replied. In place when the
   // worker has let its last Params go; else the update goes to a copy.

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::ostringstream log;
-    kernels::set_num_threads(0);
+    const kernels::context ctx = kernels::context::all_cores();
     train::run_data data = train::load_data(o, log);
     const auto& ds = data.sets.train;
     auto fresh = [&] { return train::build_model(o, ds); };
@@ -62,10 +62,10 @@ int main(int argc, char** argv) {
     model::update_config rc;
     rc.rule = "asgd";
     rc.lr = lr;
-    actors::shard_core shard(0, ts, rc, "constant", 1);
+    actors::shard_core shard(0, ts, rc, "constant", 1, {}, ctx);
     actors::loader_core loader(ds, data.norm, o.batch_size, o.seed, 0, ds.count, 0);
     actors::worker_config wc;
-    wc.threads = kernels::num_threads();
+    wc.threads = ctx.threads;
     actors::worker_core worker(std::make_shared<actors::replica_pool>(fresh), actors::plan_shards(sizes, 1), wc);
     for (auto& pull : worker.pull())
       for (auto& r : shard.handle(pull)) worker.on_params(r.second);
@@ -81,10 +81,10 @@ int main(int argc, char** argv) {
           batches.next(batch);
         }
         const double b = now();
-        kernels::softmax_cross_entropy(seq.forward(batch.images, true), batch.labels, &dlogits);
-        seq.backward(dlogits);
+        kernels::softmax_cross_entropy(ctx, seq.forward(ctx, batch.images, true), batch.labels, &dlogits);
+        seq.backward(ctx, dlogits);
         const double c = now();
-        for (auto* p : seq.parameters()) kernels::sgd_step(p->value, p->grad, lr, 0.0f);
+        for (auto* p : seq.parameters()) kernels::sgd_step(ctx, p->value, p->grad, lr, 0.0f);
         const double d = now();
         if (count) t[0] += b - a, t[1] += c - b, t[2] += d - c;
       }
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     const double us = 1e6 / ((rounds - warm) * per_round);
     const double seq_total = (t[0] + t[1] + t[2]) * us, cores_total = (t[3] + t[4] + t[5] + t[6]) * us;
     std::printf("%s, per step, %d steps of each interleaved, %d kernel threads\n", o.model.c_str(),
-                (rounds - warm) * per_round, kernels::num_threads());
+                (rounds - warm) * per_round, ctx.threads);
     std::printf("  sequential:  batch %.1f us, forward+backward %.1f us, SGD %.1f us; total %.1f us\n", t[0] * us,
                 t[1] * us, t[2] * us, seq_total);
     std::printf("  cores:       loader %.1f us, worker step %.1f us, shard (validate, update, reply) %.1f us, "

@@ -1,18 +1,26 @@
-#include <omp.h>
-
+#include <algorithm>
+#include <string>
 #include <thread>
 
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
 
-void set_num_threads(int n) {
-  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // OpenBLAS's OpenMP build and Eigen both follow OpenMP's thread count.
-  omp_set_num_threads(n);
+context context::all_cores() {
+  context c;
+  c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return c;
 }
 
-int num_threads() { return omp_get_max_threads(); }
+context context::with_threads(int n) {
+  if (n < 0)
+    throw error("kernel threads: " + std::to_string(n) +
+                " is negative; give a thread count >= 1, or 0 for every core");
+  if (n == 0) return all_cores();
+  context c;
+  c.threads = n;
+  return c;
+}
 
 void ensure_shape(tensor& t, const shape& s) {
   if (t.defined() && t.shape() == s && t.dev().kind == device_kind::cpu) return;

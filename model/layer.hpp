@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/context.hpp"
 #include "tensor/tensor.hpp"
 
 namespace troupe::model {
@@ -39,10 +40,11 @@ public:
   virtual shape infer(const shape& in, const std::string& source) = 0;
   /// Allocates parameters (after infer) and draws their initial values.
   virtual void initialize(std::mt19937_64& rng) {}
-  virtual const tensor& forward(const tensor& x, bool training) = 0;
+  /// The layer's output for the batch x, computed by kernels in `ctx`.
+  virtual const tensor& forward(const kernels::context& ctx, const tensor& x, bool training) = 0;
   /// Gradient of the loss w.r.t. the input; undefined when the layer was told
   /// its input needs none. Parameter gradients are written, not accumulated.
-  virtual const tensor& backward(const tensor& dy) = 0;
+  virtual const tensor& backward(const kernels::context& ctx, const tensor& dy) = 0;
   virtual std::vector<parameter*> parameters() { return {}; }
   /// Non-trainable state saved in checkpoints (batch norm's running statistics).
   virtual std::vector<named_tensor> buffers() { return {}; }

@@ -66,13 +66,13 @@ public:
     init_weights(w_.value, o_.in_features, o_.out_features, o_.init_, rng);
     if (o_.bias_) b_.value = tensor::zeros({o_.out_features});
   }
-  const tensor& forward(const tensor& x, bool) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_ = x;
-    k::dense_forward(x, w_.value, b_.value, y_);
+    k::dense_forward(ctx, x, w_.value, b_.value, y_);
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
-    k::dense_backward(x_, w_.value, dy, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    k::dense_backward(ctx, x_, w_.value, dy, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
                       o_.bias_ ? &b_.grad : nullptr);
     if (!needs_input_grad_) dx_ = tensor();
     return dx_;
@@ -128,14 +128,14 @@ public:
     init_weights(w_.value, o_.in_channels * kk, o_.out_channels * kk, o_.init_, rng);
     if (o_.bias_) b_.value = tensor::zeros({o_.out_channels});
   }
-  const tensor& forward(const tensor& x, bool) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_shape_ = x.shape();
-    k::conv2d_forward(x, w_.value, b_.value, g_, y_, cols_);
+    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, y_, cols_);
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
-    k::conv2d_backward(w_.value, cols_, dy, g_, x_shape_, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
-                       o_.bias_ ? &b_.grad : nullptr);
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    k::conv2d_backward(ctx, w_.value, cols_, dy, g_, x_shape_, needs_input_grad_ ? &dx_ : nullptr,
+                       w_.grad, o_.bias_ ? &b_.grad : nullptr);
     if (!needs_input_grad_) dx_ = tensor();
     return dx_;
   }
@@ -172,19 +172,19 @@ public:
       throw shape_error("window " + n2s(g_.kernel) + " does not fit, " + source + " gives " + in.to_string());
     return per_sample(k::pool2d_output_shape(batched(1, in), g_));
   }
-  const tensor& forward(const tensor& x, bool) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_shape_ = x.shape();
     if (Max)
-      k::max_pool2d_forward(x, g_, y_, argmax_);
+      k::max_pool2d_forward(ctx, x, g_, y_, argmax_);
     else
-      k::avg_pool2d_forward(x, g_, y_);
+      k::avg_pool2d_forward(ctx, x, g_, y_);
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
     if (Max)
-      k::max_pool2d_backward(dy, argmax_, x_shape_, dx_);
+      k::max_pool2d_backward(ctx, dy, argmax_, x_shape_, dx_);
     else
-      k::avg_pool2d_backward(dy, g_, x_shape_, dx_);
+      k::avg_pool2d_backward(ctx, dy, g_, x_shape_, dx_);
     return dx_;
   }
 
@@ -203,16 +203,16 @@ public:
   std::string kind() const override { return A == act::relu ? "relu" : A == act::tanh ? "tanh" : "sigmoid"; }
   std::string describe() const override { return kind(); }
   shape infer(const shape& in, const std::string&) override { return in; }
-  const tensor& forward(const tensor& x, bool) override {
-    if (A == act::relu) k::relu_forward(x, y_);
-    if (A == act::tanh) k::tanh_forward(x, y_);
-    if (A == act::sigmoid) k::sigmoid_forward(x, y_);
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
+    if (A == act::relu) k::relu_forward(ctx, x, y_);
+    if (A == act::tanh) k::tanh_forward(ctx, x, y_);
+    if (A == act::sigmoid) k::sigmoid_forward(ctx, x, y_);
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
-    if (A == act::relu) k::relu_backward(y_, dy, dx_);
-    if (A == act::tanh) k::tanh_backward(y_, dy, dx_);
-    if (A == act::sigmoid) k::sigmoid_backward(y_, dy, dx_);
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    if (A == act::relu) k::relu_backward(ctx, y_, dy, dx_);
+    if (A == act::tanh) k::tanh_backward(ctx, y_, dy, dx_);
+    if (A == act::sigmoid) k::sigmoid_backward(ctx, y_, dy, dx_);
     return dx_;
   }
 
@@ -225,12 +225,12 @@ public:
   std::string kind() const override { return "flatten"; }
   std::string describe() const override { return "flatten"; }
   shape infer(const shape& in, const std::string&) override { return {in.numel()}; }
-  const tensor& forward(const tensor& x, bool) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_shape_ = x.shape();
     y_ = x.reshape({x.dim(0), -1});
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
     dx_ = dy.reshape(x_shape_);
     return dx_;
   }
@@ -253,15 +253,15 @@ public:
   }
   shape infer(const shape& in, const std::string&) override { return in; }
   void initialize(std::mt19937_64& rng) override { seed_ = rng(); counter_ = 0; }
-  const tensor& forward(const tensor& x, bool training) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
     training_ = training && p_ > 0.0f;
     if (!training_) return x;
-    k::dropout_forward(x, p_, seed_, counter_++, mask_, y_);
+    k::dropout_forward(ctx, x, p_, seed_, counter_++, mask_, y_);
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
     if (!training_) return dy;
-    k::dropout_backward(dy, mask_, dx_);
+    k::dropout_backward(ctx, dy, mask_, dx_);
     return dx_;
   }
 
@@ -293,17 +293,18 @@ public:
     running_mean_ = tensor::zeros({o_.features});
     running_var_ = tensor::full({o_.features}, 1.0f);
   }
-  const tensor& forward(const tensor& x, bool training) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
     x_ = x;
     if (training)
-      k::batch_norm_forward_train(x, gamma_.value, beta_.value, o_.eps_, o_.momentum_, running_mean_,
-                                  running_var_, y_, mean_, invstd_);
+      k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps_, o_.momentum_,
+                                  running_mean_, running_var_, y_, mean_, invstd_);
     else
-      k::batch_norm_forward_eval(x, gamma_.value, beta_.value, o_.eps_, running_mean_, running_var_, y_);
+      k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps_, running_mean_,
+                                 running_var_, y_);
     return y_;
   }
-  const tensor& backward(const tensor& dy) override {
-    k::batch_norm_backward(x_, gamma_.value, mean_, invstd_, dy, dx_, gamma_.grad, beta_.grad);
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    k::batch_norm_backward(ctx, x_, gamma_.value, mean_, invstd_, dy, dx_, gamma_.grad, beta_.grad);
     return dx_;
   }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }

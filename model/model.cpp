@@ -48,7 +48,7 @@ void model::require_built(const char* what) const {
   if (!built_) throw error(std::string("model::") + what + ": call build(input_shape) first");
 }
 
-const tensor& model::forward(const tensor& x, bool training) {
+const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool training) {
   require_built("forward");
   bool ok = x.rank() == input_.rank() + 1;
   for (std::size_t i = 0; ok && i < input_.rank(); ++i) ok = x.dim(i + 1) == input_[i];
@@ -56,15 +56,15 @@ const tensor& model::forward(const tensor& x, bool training) {
     throw shape_error("model input has shape " + x.shape().to_string() + ", the model was built for [n, " +
                       input_.to_string().substr(1));
   const tensor* cur = &x;
-  for (auto& l : layers_) cur = &l->forward(*cur, training);
+  for (auto& l : layers_) cur = &l->forward(ctx, *cur, training);
   return *cur;
 }
 
-void model::backward(const tensor& dout) {
+void model::backward(const kernels::context& ctx, const tensor& dout) {
   require_built("backward");
   const tensor* cur = &dout;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    cur = &(*it)->backward(*cur);
+    cur = &(*it)->backward(ctx, *cur);
     if (!(*it)->needs_input_grad()) break;  // nothing before it learns
   }
 }

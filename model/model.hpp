@@ -27,11 +27,11 @@ public:
   model& build(const shape& input, uint64_t seed = 1);
   bool built() const { return built_; }
 
-  /// Forward pass over a batch [n, input...]. The result stays valid until the
-  /// next forward call.
-  const tensor& forward(const tensor& x, bool training);
-  /// Backward pass from d(loss)/d(output); fills every parameter's grad.
-  void backward(const tensor& dout);
+  /// Forward pass over a batch [n, input...], its kernels run in `ctx`. The
+  /// result stays valid until the next forward call.
+  const tensor& forward(const kernels::context& ctx, const tensor& x, bool training);
+  /// Backward pass from d(loss)/d(output) in `ctx`; fills every parameter's grad.
+  void backward(const kernels::context& ctx, const tensor& dout);
 
   std::vector<parameter*> parameters();
   /// The declared layout of parameters(): names, shapes and offsets in one

@@ -52,14 +52,14 @@ void require_grad(const parameter& p) {
 class sgd_optimizer final : public optimizer {
 public:
   explicit sgd_optimizer(const optim::sgd& o) : optimizer(o.lr_), o_(o), velocity_("velocity") {}
-  void step(const std::vector<parameter*>& params) override {
+  void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
     for (parameter* p : params) {
       require_grad(*p);
       if (o_.momentum_ == 0.0f)
-        kernels::sgd_step(p->value, p->grad, lr_, o_.weight_decay_);
+        kernels::sgd_step(ctx, p->value, p->grad, lr_, o_.weight_decay_);
       else
-        kernels::momentum_step(p->value, p->grad, velocity_.get(*p), lr_, o_.momentum_, o_.weight_decay_,
-                               o_.nesterov_);
+        kernels::momentum_step(ctx, p->value, p->grad, velocity_.get(*p), lr_, o_.momentum_,
+                               o_.weight_decay_, o_.nesterov_);
     }
   }
   std::vector<named_tensor> state() const override {
@@ -82,12 +82,12 @@ private:
 class adam_optimizer final : public optimizer {
 public:
   explicit adam_optimizer(const optim::adam& o) : optimizer(o.lr_), o_(o), m_("adam.m"), v_("adam.v") {}
-  void step(const std::vector<parameter*>& params) override {
+  void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
     ++step_;
     for (parameter* p : params) {
       require_grad(*p);
-      kernels::adam_step(p->value, p->grad, m_.get(*p), v_.get(*p), lr_, o_.beta1_, o_.beta2_, o_.eps_,
-                         o_.weight_decay_, step_);
+      kernels::adam_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, o_.beta1_, o_.beta2_,
+                         o_.eps_, o_.weight_decay_, step_);
     }
   }
   std::vector<named_tensor> state() const override {

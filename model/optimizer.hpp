@@ -14,7 +14,8 @@ namespace troupe::model {
 class optimizer {
 public:
   virtual ~optimizer() = default;
-  virtual void step(const std::vector<parameter*>& params) = 0;
+  /// Updates `params` from their gradients with kernels run in `ctx`.
+  virtual void step(const kernels::context& ctx, const std::vector<parameter*>& params) = 0;
   /// Optimizer state by name ("velocity/0.dense.weight", "adam.step", ...).
   virtual std::vector<named_tensor> state() const = 0;
   /// Restores state saved by state(); throws when it does not fit `params`.

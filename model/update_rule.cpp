@@ -68,12 +68,13 @@ private:
 
 class asgd final : public update_rule {
 public:
-  asgd(const update_config& c, bool staleness_aware) : c_(c), aware_(staleness_aware) {}
+  asgd(const update_config& c, bool staleness_aware, const kernels::context& ctx)
+      : c_(c), aware_(staleness_aware), ctx_(ctx) {}
   bool apply(float* w, const float* g, int64_t n, int worker, int64_t tau) override {
     check_worker(worker, c_.workers);
     // Zhang et al. 2016: eta / max(1, tau).
     const float lr = aware_ ? c_.lr / static_cast<float>(std::max<int64_t>(1, tau)) : c_.lr;
-    kernels::axpy(n, -lr, g, w);
+    kernels::axpy(ctx_, n, -lr, g, w);
     return true;
   }
   std::string name() const override { return aware_ ? "sa-asgd" : "asgd"; }
@@ -82,6 +83,7 @@ public:
 private:
   update_config c_;
   bool aware_;
+  kernels::context ctx_;
 };
 
 /// DC-ASGD-c, DC-ASGD-a and DDC-ASGD: one loop, three settings.
@@ -199,13 +201,13 @@ const char* to_string(rule_kind k) {
   return "unknown";
 }
 
-std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n) {
+std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n, const kernels::context& ctx) {
   validate(c);
   using dc = delay_compensated;
   switch (c.rule) {
     case rule_kind::ssgd: return std::make_unique<ssgd>(c, n);
-    case rule_kind::asgd: return std::make_unique<asgd>(c, false);
-    case rule_kind::sa_asgd: return std::make_unique<asgd>(c, true);
+    case rule_kind::asgd: return std::make_unique<asgd>(c, false, ctx);
+    case rule_kind::sa_asgd: return std::make_unique<asgd>(c, true, ctx);
     case rule_kind::dc_asgd_c: return std::make_unique<dc>(c, n, dc::kind::constant);
     case rule_kind::dc_asgd_a: return std::make_unique<dc>(c, n, dc::kind::adaptive);
     case rule_kind::ddc_asgd: return std::make_unique<dc>(c, n, dc::kind::dynamic);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/context.hpp"
 #include "tensor/tensor.hpp"
 
 namespace troupe::model {
@@ -59,8 +60,10 @@ public:
   virtual void load_state(const std::vector<named_tensor>& s);
 };
 
-/// The rule `c.rule` for a shard of `n` parameters. Throws troupe::error for invalid constants.
-std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n);
+/// The rule `c.rule` for a shard of `n` parameters; its kernels run in `ctx`.
+/// Throws troupe::error for invalid constants.
+std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n,
+                                              const kernels::context& ctx = kernels::context{});
 
 /// DDC-ASGD's trust in a gradient of staleness tau.
 float ddc_rho(float alpha, int64_t tau);

@@ -88,14 +88,14 @@ run_data load_data(const options& o, std::ostream& log) {
   return d;
 }
 
-double evaluate(model::model& net, const data::image_dataset& test, const data::normalization& norm,
-                int64_t batch_size) {
+double evaluate(const kernels::context& ctx, model::model& net, const data::image_dataset& test,
+                const data::normalization& norm, int64_t batch_size) {
   // The training batch size: evaluation reuses the layers' buffers instead
   // of growing them (with batches of 1000 the CNN peaked at 726 MB RSS).
   data::batcher batches(test, batch_size, norm, 0, false);
   data::batch b;
   int64_t correct = 0;
-  while (batches.next(b)) correct += kernels::count_correct(net.forward(b.images, false), b.labels);
+  while (batches.next(b)) correct += kernels::count_correct(ctx, net.forward(ctx, b.images, false), b.labels);
   return test.count ? static_cast<double>(correct) / test.count : 0.0;
 }
 
@@ -192,7 +192,7 @@ std::string to_json(const epoch_metrics& m, const options& o) {
      << ",\"samples_per_s\":" << json_number(m.samples_per_s, 6) << ",\"train_s\":" << json_number(m.train_s, 6)
      << ",\"wall_s\":" << json_number(m.wall_s, 6) << ",\"steps\":" << m.steps
      << ",\"lr\":" << json_number(m.lr, 6) << ",\"batch_size\":" << o.batch_size
-     << ",\"threads\":" << kernels::num_threads() << ",\"peak_rss_mb\":" << json_number(m.peak_rss_mb, 5)
+     << ",\"threads\":" << m.threads << ",\"peak_rss_mb\":" << json_number(m.peak_rss_mb, 5)
      << ",\"algorithm\":\"" << o.algorithm << "\",\"workers\":" << o.workers
      << ",\"mean_staleness\":" << json_number(m.mean_staleness, 6) << ",\"max_staleness\":" << m.max_staleness
      << ",\"rejected\":" << m.rejected << "}";
@@ -202,7 +202,7 @@ std::string to_json(const epoch_metrics& m, const options& o) {
 std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
   validate(o);
   const auto start = clock_type::now();
-  kernels::set_num_threads(o.threads);
+  const kernels::context ctx = kernels::context::with_threads(o.threads);
 
   // Open the metrics file first: a bad path fails before minutes of training.
   const bool resuming = resumes(o);
@@ -229,7 +229,7 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     log << "resumed from " << o.checkpoint << " after epoch " << first_epoch << " (" << steps << " steps)\n";
   }
   log << "model " << o.model << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
-      << kernels::num_threads() << " threads\n";
+      << ctx.threads << " threads\n";
 
   data::batcher train_batches(ds.train, o.batch_size, norm, o.seed);
   const int64_t per_epoch = train_batches.batches_per_epoch();
@@ -247,11 +247,11 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     int64_t batches = 0, samples = 0;
     while (train_batches.next(b)) {
       opt->set_learning_rate(model::scheduled_lr(o.lr, o.lr_schedule, steps, total_steps));
-      const tensor& logits = net.forward(b.images, true);
-      const double loss = kernels::softmax_cross_entropy(logits, b.labels, &dlogits);
+      const tensor& logits = net.forward(ctx, b.images, true);
+      const double loss = kernels::softmax_cross_entropy(ctx, logits, b.labels, &dlogits);
       loss_sum += loss;
-      net.backward(dlogits);
-      opt->step(params);
+      net.backward(ctx, dlogits);
+      opt->step(ctx, params);
       ++steps;
       ++batches;
       if (o.on_step) o.on_step(steps, loss);
@@ -266,7 +266,8 @@ std::vector<epoch_metrics> run(const options& o, std::ostream& log) {
     m.samples_per_s = m.train_s > 0 ? samples / m.train_s : 0;
     m.steps = steps;
     m.lr = opt->learning_rate();
-    if (o.evaluate) m.test_accuracy = evaluate(net, ds.test, norm, o.batch_size);
+    m.threads = ctx.threads;
+    if (o.evaluate) m.test_accuracy = evaluate(ctx, net, ds.test, norm, o.batch_size);
     if (!o.checkpoint.empty()) {
       net::checkpoint c;
       c.architecture = net.architecture();

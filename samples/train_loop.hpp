@@ -69,6 +69,7 @@ struct epoch_metrics {
   double mean_staleness = 0;   ///< mean staleness of this epoch's updates (0 when sequential)
   int64_t max_staleness = 0;
   int64_t rejected = 0;        ///< async: pushes the shards rejected this epoch
+  int threads = 0;             ///< threads of the loop's kernel context (async: the evaluation's)
 };
 
 /// Trains as `o` says, logging to `log`; returns one record per epoch run.
@@ -92,9 +93,9 @@ run_data load_data(const options& o, std::ostream& log);
 /// The model `o.model` from the zoo, built (weights from `o.seed`) for the images of `train`.
 model::model build_model(const options& o, const data::image_dataset& train);
 
-/// Test accuracy of `net` over `test`, in batches of `batch_size`.
-double evaluate(model::model& net, const data::image_dataset& test, const data::normalization& norm,
-                int64_t batch_size);
+/// Test accuracy of `net` over `test`, in batches of `batch_size`, its kernels run in `ctx`.
+double evaluate(const kernels::context& ctx, model::model& net, const data::image_dataset& test,
+                const data::normalization& norm, int64_t batch_size);
 
 /// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"
 std::string describe(const epoch_metrics& m, const options& o);

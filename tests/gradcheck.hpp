@@ -8,9 +8,14 @@
 #include <functional>
 #include <random>
 
+#include "kernels/context.hpp"
 #include "tensor/tensor.hpp"
 
 namespace troupe::testing {
+
+/// The context kernel and model tests run in: two threads, so that the
+/// kernels' parallel paths run on any machine.
+inline kernels::context test_context() { return kernels::context::with_threads(2); }
 
 inline tensor random_tensor(const shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 rng(seed);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kernels/context.hpp"
 #include "tensor/tensor.hpp"
 
 namespace troupe::kernels::detail {
@@ -37,17 +38,28 @@ inline void require_same(const tensor& a, const tensor& b, const char* kernel, c
 /// Minimum element count for which an elementwise loop is split over threads.
 constexpr int64_t parallel_grain = 1 << 15;
 
-/// body(lo, hi) over [0, n): one contiguous range per thread when n is large,
-/// else all on this thread. Each range is a plain loop the compiler vectorizes
-/// (an `omp parallel for simd` loop ran ReLU's backward scalar, with a
-/// mispredicted branch per element: 2.8 ns per element).
+/// ctx.threads, checked: the value of every parallel region's num_threads clause.
+inline int threads(const context& ctx) {
+  if (ctx.threads < 1)
+    throw error("kernels: context.threads is " + std::to_string(ctx.threads) +
+                "; it must be >= 1 (context::with_threads(0) gives every core)");
+  return ctx.threads;
+}
+
+/// True when a loop over n elements is worth splitting over ctx's threads.
+inline bool split(const context& ctx, int64_t n) { return threads(ctx) > 1 && n > parallel_grain; }
+
+/// body(lo, hi) over [0, n): one contiguous range per thread of ctx when n is
+/// large, else all on this thread. Each range is a plain loop the compiler
+/// vectorizes (an `omp parallel for simd` loop ran ReLU's backward scalar, with
+/// a mispredicted branch per element).
 template <class B>
-void parallel_ranges(int64_t n, B body) {
-  if (n <= parallel_grain) {
+void parallel_ranges(const context& ctx, int64_t n, B body) {
+  if (!split(ctx, n)) {
     body(int64_t{0}, n);
     return;
   }
-#pragma omp parallel
+#pragma omp parallel num_threads(ctx.threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     body(n * t / nt, n * (t + 1) / nt);

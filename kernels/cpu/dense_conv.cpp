@@ -10,7 +10,8 @@ namespace troupe::kernels {
 
 // ---------------------------------------------------------------- dense
 
-void dense_forward(const tensor& x, const tensor& w, const tensor& bias, tensor& y) {
+void dense_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                   tensor& y) {
   detail::require_rank(x, 2, "dense_forward", "x");
   detail::require_rank(w, 2, "dense_forward", "w");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
@@ -24,18 +25,18 @@ void dense_forward(const tensor& x, const tensor& w, const tensor& bias, tensor&
     for (int64_t i = 0; i < n; ++i) std::memcpy(y.data() + i * out, bias.data(), out * sizeof(float));
     beta = 1.0f;
   }
-  gemm(false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, beta, y.data(), out);
+  gemm(ctx, false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, beta, y.data(), out);
 }
 
-void dense_backward(const tensor& x, const tensor& w, const tensor& dy, tensor* dx, tensor& dw,
-                    tensor* dbias) {
+void dense_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                    tensor* dx, tensor& dw, tensor* dbias) {
   detail::require_rank(x, 2, "dense_backward", "x");
   detail::require_rank(w, 2, "dense_backward", "w");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   detail::require(w.dim(1) == in, "dense_backward", "x " + x.shape().to_string() + " vs w " + w.shape().to_string());
   detail::require_shape(dy, {n, out}, "dense_backward", "dy");
   ensure_shape(dw, {out, in});
-  gemm(true, false, out, in, n, 1.0f, dy.data(), out, x.data(), in, 0.0f, dw.data(), in);
+  gemm(ctx, true, false, out, in, n, 1.0f, dy.data(), out, x.data(), in, 0.0f, dw.data(), in);
   if (dbias) {
     ensure_shape(*dbias, {out});
     float* db = dbias->data();
@@ -46,7 +47,7 @@ void dense_backward(const tensor& x, const tensor& w, const tensor& dy, tensor* 
   }
   if (dx) {
     ensure_shape(*dx, {n, in});
-    gemm(false, false, n, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx->data(), in);
+    gemm(ctx, false, false, n, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx->data(), in);
   }
 }
 
@@ -132,8 +133,8 @@ void col2im(const float* cols, int64_t c, int64_t h, int64_t w, const conv2d_geo
 
 } // namespace
 
-void conv2d_forward(const tensor& x, const tensor& w, const tensor& bias, const conv2d_geometry& g,
-                    tensor& y, tensor& cols) {
+void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                    const conv2d_geometry& g, tensor& y, tensor& cols) {
   shape ys = conv2d_output_shape(x.shape(), g);
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
   if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
@@ -148,7 +149,7 @@ void conv2d_forward(const tensor& x, const tensor& w, const tensor& bias, const 
   float* yp = y.data();
   float* cp = cols.data();
   // One image per thread; GEMM inside a parallel region runs single-threaded.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(detail::threads(ctx)) if (ctx.threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     float* ci = cp + i * ckk * ohw;
     float* yi = yp + i * oc * ohw;
@@ -158,11 +159,11 @@ void conv2d_forward(const tensor& x, const tensor& w, const tensor& bias, const 
       for (int64_t o = 0; o < oc; ++o) std::fill_n(yi + o * ohw, ohw, bp[o]);
       beta = 1.0f;
     }
-    gemm(false, false, oc, ohw, ckk, 1.0f, wp, ckk, ci, ohw, beta, yi, ohw);
+    gemm(ctx, false, false, oc, ohw, ckk, 1.0f, wp, ckk, ci, ohw, beta, yi, ohw);
   }
 }
 
-void conv2d_backward(const tensor& w, const tensor& cols, const tensor& dy,
+void conv2d_backward(const context& ctx, const tensor& w, const tensor& cols, const tensor& dy,
                      const conv2d_geometry& g, const shape& x_shape, tensor* dx, tensor& dw,
                      tensor* dbias) {
   shape ys = conv2d_output_shape(x_shape, g);
@@ -176,7 +177,7 @@ void conv2d_backward(const tensor& w, const tensor& cols, const tensor& dy,
   if (dbias) ensure_shape(*dbias, {oc});
   if (dx) ensure_shape(*dx, x_shape);
 
-  const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(n)));
+  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
   // Per-thread partial sums of dw and dbias, reduced afterwards.
   std::vector<float> partial(static_cast<std::size_t>(threads) * (oc * ckk + oc), 0.0f);
   std::vector<float> dcols(dx ? static_cast<std::size_t>(threads) * ckk * ohw : 0);
@@ -192,7 +193,7 @@ void conv2d_backward(const tensor& w, const tensor& cols, const tensor& dy,
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const float* dyi = dyp + i * oc * ohw;
-      gemm(false, true, oc, ckk, ohw, 1.0f, dyi, ohw, cp + i * ckk * ohw, ohw, 1.0f, pdw, ckk);
+      gemm(ctx, false, true, oc, ckk, ohw, 1.0f, dyi, ohw, cp + i * ckk * ohw, ohw, 1.0f, pdw, ckk);
       for (int64_t o = 0; o < oc; ++o) {
         float s = 0.0f;
         const float* r = dyi + o * ohw;
@@ -200,7 +201,7 @@ void conv2d_backward(const tensor& w, const tensor& cols, const tensor& dy,
         pdb[o] += s;
       }
       if (dc) {
-        gemm(true, false, ckk, ohw, oc, 1.0f, wp, ckk, dyi, ohw, 0.0f, dc, ohw);
+        gemm(ctx, true, false, ckk, ohw, oc, 1.0f, wp, ckk, dyi, ohw, 0.0f, dc, ohw);
         float* dxi = dx->data() + i * c * h * wd;
         std::fill_n(dxi, c * h * wd, 0.0f);
         col2im(dc, c, h, wd, g, oh, ow, dxi);

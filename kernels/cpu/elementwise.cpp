@@ -10,24 +10,24 @@ namespace {
 
 // y[i] = f(x[i]) over a whole tensor.
 template <class F>
-void map1(const tensor& x, tensor& y, F f) {
+void map1(const context& ctx, const tensor& x, tensor& y, F f) {
   ensure_shape(y, x.shape());
   const float* a = x.data();
   float* o = y.data();
-  detail::parallel_ranges(x.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i]);
   });
 }
 
 // dx[i] = f(y[i], dy[i]).
 template <class F>
-void map2(const tensor& y, const tensor& dy, tensor& dx, const char* kernel, F f) {
+void map2(const context& ctx, const tensor& y, const tensor& dy, tensor& dx, const char* kernel, F f) {
   detail::require_same(y, dy, kernel, "y", "dy");
   ensure_shape(dx, y.shape());
   const float* a = y.data();
   const float* b = dy.data();
   float* o = dx.data();
-  detail::parallel_ranges(y.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(ctx, y.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i], b[i]);
   });
 }
@@ -42,27 +42,27 @@ inline uint64_t splitmix(uint64_t z) {
 
 } // namespace
 
-void relu_forward(const tensor& x, tensor& y) {
-  map1(x, y, [](float v) { return std::max(v, 0.0f); });
+void relu_forward(const context& ctx, const tensor& x, tensor& y) {
+  map1(ctx, x, y, [](float v) { return std::max(v, 0.0f); });
 }
-void relu_backward(const tensor& y, const tensor& dy, tensor& dx) {
-  map2(y, dy, dx, "relu_backward", [](float v, float g) { return v > 0.0f ? g : 0.0f; });
+void relu_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
+  map2(ctx, y, dy, dx, "relu_backward", [](float v, float g) { return v > 0.0f ? g : 0.0f; });
 }
-void tanh_forward(const tensor& x, tensor& y) {
-  map1(x, y, [](float v) { return std::tanh(v); });
+void tanh_forward(const context& ctx, const tensor& x, tensor& y) {
+  map1(ctx, x, y, [](float v) { return std::tanh(v); });
 }
-void tanh_backward(const tensor& y, const tensor& dy, tensor& dx) {
-  map2(y, dy, dx, "tanh_backward", [](float v, float g) { return g * (1.0f - v * v); });
+void tanh_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
+  map2(ctx, y, dy, dx, "tanh_backward", [](float v, float g) { return g * (1.0f - v * v); });
 }
-void sigmoid_forward(const tensor& x, tensor& y) {
-  map1(x, y, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+void sigmoid_forward(const context& ctx, const tensor& x, tensor& y) {
+  map1(ctx, x, y, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
 }
-void sigmoid_backward(const tensor& y, const tensor& dy, tensor& dx) {
-  map2(y, dy, dx, "sigmoid_backward", [](float v, float g) { return g * v * (1.0f - v); });
+void sigmoid_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
+  map2(ctx, y, dy, dx, "sigmoid_backward", [](float v, float g) { return g * v * (1.0f - v); });
 }
 
-void dropout_forward(const tensor& x, float p, uint64_t seed, uint64_t counter, tensor& mask,
-                     tensor& y) {
+void dropout_forward(const context& ctx, const tensor& x, float p, uint64_t seed, uint64_t counter,
+                     tensor& mask, tensor& y) {
   detail::require(p >= 0.0f && p < 1.0f, "dropout_forward",
                   "probability must be in [0, 1), got " + std::to_string(p));
   ensure_shape(mask, x.shape());
@@ -80,11 +80,11 @@ void dropout_forward(const tensor& x, float p, uint64_t seed, uint64_t counter, 
   }
 }
 
-void dropout_backward(const tensor& dy, const tensor& mask, tensor& dx) {
-  map2(mask, dy, dx, "dropout_backward", [](float m, float g) { return m * g; });
+void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, tensor& dx) {
+  map2(ctx, mask, dy, dx, "dropout_backward", [](float m, float g) { return m * g; });
 }
 
-bool all_finite(const tensor& t) {
+bool all_finite(const context& ctx, const tensor& t) {
   const float* a = t.data();
   const int64_t n = t.numel();
   bool ok = true;

@@ -1,7 +1,7 @@
 #include <cblas.h>
+#include <omp.h>
 
 #include <Eigen/Core>
-#include <atomic>
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/kernels.hpp"
@@ -9,7 +9,6 @@
 namespace troupe::kernels {
 
 namespace {
-std::atomic<gemm_backend> backend{gemm_backend::openblas};
 
 using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using stride_t = Eigen::OuterStride<>;
@@ -37,14 +36,14 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 }
 } // namespace
 
-void set_gemm_backend(gemm_backend b) { backend = b; }
-gemm_backend get_gemm_backend() { return backend; }
-
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
+void gemm(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+          float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if (backend == gemm_backend::eigen) {
+  // OpenBLAS (OpenMP build) and Eigen read their thread count from this thread's OpenMP ICV.
+  const int threads = detail::threads(ctx);
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  if (ctx.gemm == gemm_backend::eigen) {
     eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
@@ -53,13 +52,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-void matmul(const tensor& a, const tensor& b, tensor& out) {
+void matmul(const context& ctx, const tensor& a, const tensor& b, tensor& out) {
   detail::require_rank(a, 2, "matmul", "a");
   detail::require_rank(b, 2, "matmul", "b");
   detail::require(a.dim(1) == b.dim(0), "matmul",
                   "inner dimensions differ: a " + a.shape().to_string() + ", b " + b.shape().to_string());
   ensure_shape(out, {a.dim(0), b.dim(1)});
-  gemm(false, false, a.dim(0), b.dim(1), a.dim(1), 1.0f, a.data(), a.dim(1), b.data(), b.dim(1),
+  gemm(ctx, false, false, a.dim(0), b.dim(1), a.dim(1), 1.0f, a.data(), a.dim(1), b.data(), b.dim(1),
        0.0f, out.data(), b.dim(1));
 }
 

@@ -25,9 +25,10 @@ bn_dims bn_check(const tensor& x, const tensor& gamma, const tensor& beta, const
 
 } // namespace
 
-void batch_norm_forward_train(const tensor& x, const tensor& gamma, const tensor& beta, float eps,
-                              float momentum, tensor& running_mean, tensor& running_var,
-                              tensor& y, tensor& saved_mean, tensor& saved_invstd) {
+void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
+                              const tensor& beta, float eps, float momentum, tensor& running_mean,
+                              tensor& running_var, tensor& y, tensor& saved_mean,
+                              tensor& saved_invstd) {
   const char* k = "batch_norm_forward_train";
   bn_dims d = bn_check(x, gamma, beta, k);
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
@@ -38,7 +39,7 @@ void batch_norm_forward_train(const tensor& x, const tensor& gamma, const tensor
   const float* xp = x.data();
   float* yp = y.data();
   const double m = static_cast<double>(d.n * d.inner);
-#pragma omp parallel for schedule(static) if (x.numel() > detail::parallel_grain)
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
     double s = 0, s2 = 0;
     for (int64_t i = 0; i < d.n; ++i) {
@@ -66,8 +67,9 @@ void batch_norm_forward_train(const tensor& x, const tensor& gamma, const tensor
   }
 }
 
-void batch_norm_forward_eval(const tensor& x, const tensor& gamma, const tensor& beta, float eps,
-                             const tensor& running_mean, const tensor& running_var, tensor& y) {
+void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
+                             const tensor& beta, float eps, const tensor& running_mean,
+                             const tensor& running_var, tensor& y) {
   const char* k = "batch_norm_forward_eval";
   bn_dims d = bn_check(x, gamma, beta, k);
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
@@ -84,9 +86,9 @@ void batch_norm_forward_eval(const tensor& x, const tensor& gamma, const tensor&
   }
 }
 
-void batch_norm_backward(const tensor& x, const tensor& gamma, const tensor& saved_mean,
-                         const tensor& saved_invstd, const tensor& dy, tensor& dx, tensor& dgamma,
-                         tensor& dbeta) {
+void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
+                         const tensor& saved_mean, const tensor& saved_invstd, const tensor& dy,
+                         tensor& dx, tensor& dgamma, tensor& dbeta) {
   const char* k = "batch_norm_backward";
   bn_dims d = bn_check(x, gamma, tensor(), k);
   detail::require_same(x, dy, k, "x", "dy");
@@ -96,7 +98,7 @@ void batch_norm_backward(const tensor& x, const tensor& gamma, const tensor& sav
   ensure_shape(dgamma, {d.c});
   ensure_shape(dbeta, {d.c});
   const float m = static_cast<float>(d.n * d.inner);
-#pragma omp parallel for schedule(static) if (x.numel() > detail::parallel_grain)
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
     const float mean = saved_mean.data()[c], invstd = saved_invstd.data()[c];
     double sdy = 0, sdyx = 0;
@@ -124,8 +126,8 @@ void batch_norm_backward(const tensor& x, const tensor& gamma, const tensor& sav
   }
 }
 
-float softmax_cross_entropy(const tensor& logits, const std::vector<int32_t>& labels,
-                            tensor* dlogits) {
+float softmax_cross_entropy(const context& ctx, const tensor& logits,
+                            const std::vector<int32_t>& labels, tensor* dlogits) {
   const char* k = "softmax_cross_entropy";
   detail::require_rank(logits, 2, k, "logits");
   const int64_t n = logits.dim(0), classes = logits.dim(1);
@@ -160,7 +162,7 @@ float softmax_cross_entropy(const tensor& logits, const std::vector<int32_t>& la
   return loss;
 }
 
-int64_t count_correct(const tensor& logits, const std::vector<int32_t>& labels) {
+int64_t count_correct(const context& ctx, const tensor& logits, const std::vector<int32_t>& labels) {
   detail::require_rank(logits, 2, "count_correct", "logits");
   const int64_t n = logits.dim(0), classes = logits.dim(1);
   detail::require(static_cast<int64_t>(labels.size()) == n, "count_correct",

@@ -6,33 +6,33 @@
 
 namespace troupe::kernels {
 
-void sgd_step(tensor& w, const tensor& g, float lr, float weight_decay) {
+void sgd_step(const context& ctx, tensor& w, const tensor& g, float lr, float weight_decay) {
   detail::require_same(w, g, "sgd_step", "w", "g");
   float* wp = w.data();
   const float* gp = g.data();
-  detail::parallel_ranges(w.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(ctx, w.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) wp[i] -= lr * (gp[i] + weight_decay * wp[i]);
   });
 }
 
-void axpy(int64_t n, float a, const float* x, float* y) {
-  detail::parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+void axpy(const context& ctx, int64_t n, float a, const float* x, float* y) {
+  detail::parallel_ranges(ctx, n, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) y[i] += a * x[i];
   });
 }
 
-void copy(int64_t n, const float* x, float* y) {
-  detail::parallel_ranges(n, [&](int64_t lo, int64_t hi) { std::memcpy(y + lo, x + lo, (hi - lo) * sizeof(float)); });
+void copy(const context& ctx, int64_t n, const float* x, float* y) {
+  detail::parallel_ranges(ctx, n, [&](int64_t lo, int64_t hi) { std::memcpy(y + lo, x + lo, (hi - lo) * sizeof(float)); });
 }
 
-void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float momentum,
-                   float weight_decay, bool nesterov) {
+void momentum_step(const context& ctx, tensor& w, const tensor& g, tensor& v, float lr,
+                   float momentum, float weight_decay, bool nesterov) {
   detail::require_same(w, g, "momentum_step", "w", "g");
   detail::require_same(w, v, "momentum_step", "w", "velocity");
   float* wp = w.data();
   float* vp = v.data();
   const float* gp = g.data();
-  detail::parallel_ranges(w.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(ctx, w.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float d = gp[i] + weight_decay * wp[i];
       vp[i] = momentum * vp[i] + d;
@@ -41,8 +41,8 @@ void momentum_step(tensor& w, const tensor& g, tensor& v, float lr, float moment
   });
 }
 
-void adam_step(tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float beta1,
-               float beta2, float eps, float weight_decay, int64_t step) {
+void adam_step(const context& ctx, tensor& w, const tensor& g, tensor& m, tensor& v, float lr,
+               float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   detail::require_same(w, g, "adam_step", "w", "g");
   detail::require_same(w, m, "adam_step", "w", "m");
   detail::require_same(w, v, "adam_step", "w", "v");
@@ -53,7 +53,7 @@ void adam_step(tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float
   float* mp = m.data();
   float* vp = v.data();
   const float* gp = g.data();
-  detail::parallel_ranges(w.numel(), [&](int64_t lo, int64_t hi) {
+  detail::parallel_ranges(ctx, w.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float d = gp[i] + weight_decay * wp[i];
       mp[i] = beta1 * mp[i] + (1 - beta1) * d;

@@ -15,7 +15,7 @@ shape pool2d_output_shape(const shape& x, const pool2d_geometry& g) {
   return {x[0], x[1], (x[2] - g.kernel) / g.stride + 1, (x[3] - g.kernel) / g.stride + 1};
 }
 
-void max_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y,
+void max_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geometry& g, tensor& y,
                         std::vector<int32_t>& argmax) {
   shape ys = pool2d_output_shape(x.shape(), g);
   ensure_shape(y, ys);
@@ -25,7 +25,7 @@ void max_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y,
   const float* xp = x.data();
   float* yp = y.data();
   int32_t* ap = argmax.data();
-#pragma omp parallel for schedule(static) if (x.numel() > detail::parallel_grain)
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* in = xp + pl * h * w;
     if (k == 2 && s == 2) {
@@ -65,7 +65,7 @@ void max_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y,
   }
 }
 
-void max_pool2d_backward(const tensor& dy, const std::vector<int32_t>& argmax,
+void max_pool2d_backward(const context& ctx, const tensor& dy, const std::vector<int32_t>& argmax,
                          const shape& x_shape, tensor& dx) {
   detail::require(static_cast<int64_t>(argmax.size()) == dy.numel(), "max_pool2d_backward",
                   "dy " + dy.shape().to_string() + " does not match the forward pass's " +
@@ -79,14 +79,14 @@ void max_pool2d_backward(const tensor& dy, const std::vector<int32_t>& argmax,
   // Each plane's maxima lie in the same plane of the input: planes split over threads.
   const int64_t planes = x_shape[0] * x_shape[1], in_plane = x_shape[2] * x_shape[3];
   const int64_t out_plane = planes ? dy.numel() / planes : 0;
-#pragma omp parallel for schedule(static) if (dx.numel() > detail::parallel_grain)
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, dx.numel()))
   for (int64_t pl = 0; pl < planes; ++pl) {
     std::fill_n(d + pl * in_plane, in_plane, 0.0f);
     for (int64_t i = pl * out_plane; i < (pl + 1) * out_plane; ++i) d[argmax[i]] += g[i];
   }
 }
 
-void avg_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y) {
+void avg_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geometry& g, tensor& y) {
   shape ys = pool2d_output_shape(x.shape(), g);
   ensure_shape(y, ys);
   const int64_t planes = ys[0] * ys[1], h = x.dim(2), w = x.dim(3), oh = ys[2], ow = ys[3];
@@ -94,7 +94,7 @@ void avg_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y) {
   const float inv = 1.0f / static_cast<float>(k * k);
   const float* xp = x.data();
   float* yp = y.data();
-#pragma omp parallel for schedule(static) if (x.numel() > detail::parallel_grain)
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* in = xp + pl * h * w;
     for (int64_t r = 0; r < oh; ++r)
@@ -107,8 +107,8 @@ void avg_pool2d_forward(const tensor& x, const pool2d_geometry& g, tensor& y) {
   }
 }
 
-void avg_pool2d_backward(const tensor& dy, const pool2d_geometry& g, const shape& x_shape,
-                         tensor& dx) {
+void avg_pool2d_backward(const context& ctx, const tensor& dy, const pool2d_geometry& g,
+                         const shape& x_shape, tensor& dx) {
   shape ys = pool2d_output_shape(x_shape, g);
   detail::require_shape(dy, ys, "avg_pool2d_backward", "dy");
   ensure_shape(dx, x_shape);
@@ -118,7 +118,7 @@ void avg_pool2d_backward(const tensor& dy, const pool2d_geometry& g, const shape
   const float inv = 1.0f / static_cast<float>(k * k);
   const float* gp = dy.data();
   float* dp = dx.data();
-#pragma omp parallel for schedule(static) if (dx.numel() > detail::parallel_grain)
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, dx.numel()))
   for (int64_t pl = 0; pl < planes; ++pl) {
     float* out = dp + pl * h * w;
     for (int64_t r = 0; r < oh; ++r)

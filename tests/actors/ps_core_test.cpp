@@ -19,6 +19,11 @@ using namespace troupe::actors;
 using namespace troupe::testing;
 using Catch::Matchers::Contains;
 
+namespace {
+/// The references' context: one thread, as a worker_config's default.
+const kernels::context ctx{};
+} // namespace
+
 TEST_CASE("plan_shards balances tensors by size, largest first", "[actors]") {
   shard_plan p = plan_shards({10, 3, 7, 5}, 2);
   // 10 -> s0; 7 -> s1; 5 -> s1 (7 < 10); 3 -> s0 (10 < 12).
@@ -293,8 +298,8 @@ TEST_CASE("worker: pushes gradients per shard, or the accumulated change with pu
     tensor x = tiny_images(), dl;
     std::vector<float> expect_w(6, 0.0f);
     for (int i = 0; i < k; ++i) {
-      kernels::softmax_cross_entropy(m.forward(x, true), tiny_labels, &dl);
-      m.backward(dl);
+      kernels::softmax_cross_entropy(ctx, m.forward(ctx, x, true), tiny_labels, &dl);
+      m.backward(ctx, dl);
       for (int j = 0; j < 6; ++j) expect_w[j] += mp[0]->grad.at(j);
       if (k > 1) {
         for (int j = 0; j < 6; ++j) mp[0]->value.at(j) -= 0.1f * mp[0]->grad.at(j);
@@ -328,8 +333,8 @@ TEST_CASE("worker and shard: weights read in place, gradients written into a reu
     INFO("step " << step);
     // The reference: the same step on a plain model, then plain SGD.
     tensor dl;
-    kernels::softmax_cross_entropy(ref.forward(x, true), tiny_labels, &dl);
-    ref.backward(dl);
+    kernels::softmax_cross_entropy(ctx, ref.forward(ctx, x, true), tiny_labels, &dl);
+    ref.backward(ctx, dl);
     worker_core::step_out out = w.step(batch_msg);
     REQUIRE(out.pushes.size() == 1);
     {
@@ -346,7 +351,7 @@ TEST_CASE("worker and shard: weights read in place, gradients written into a reu
       if (push_at) CHECK(at == push_at);  // the shard let the last push go: the same buffer again
       push_at = at;
     }
-    for (auto* p : rp) kernels::sgd_step(p->value, p->grad, 0.1f, 0.0f);
+    for (auto* p : rp) kernels::sgd_step(ctx, p->value, p->grad, 0.1f, 0.0f);
     net::message push = std::move(out.pushes[0].second);
     out.pushes.clear();
     auto replies = shard.handle(push);

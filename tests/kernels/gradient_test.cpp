@@ -10,6 +10,7 @@ using namespace troupe::testing;
 namespace k = troupe::kernels;
 
 namespace {
+const k::context ctx = test_context();
 // Double-precision friendly step for float kernels.
 constexpr double eps = 1e-2;
 } // namespace
@@ -17,10 +18,10 @@ constexpr double eps = 1e-2;
 TEST_CASE("dense backward matches numerical gradients", "[kernels][grad]") {
   tensor x = random_tensor({3, 5}, 1), w = random_tensor({4, 5}, 2), b = random_tensor({4}, 3);
   tensor y, dx, dw, db;
-  k::dense_forward(x, w, b, y);
+  k::dense_forward(ctx, x, w, b, y);
   tensor r = random_tensor(y.shape(), 4);
-  k::dense_backward(x, w, r, &dx, dw, &db);
-  auto loss = [&] { k::dense_forward(x, w, b, y); return dot(y, r); };
+  k::dense_backward(ctx, x, w, r, &dx, dw, &db);
+  auto loss = [&] { k::dense_forward(ctx, x, w, b, y); return dot(y, r); };
   check_gradient(x, dx, loss, eps);
   check_gradient(w, dw, loss, eps);
   check_gradient(b, db, loss, eps);
@@ -29,10 +30,10 @@ TEST_CASE("dense backward matches numerical gradients", "[kernels][grad]") {
 TEST_CASE("dense without bias or input gradient", "[kernels][grad]") {
   tensor x = random_tensor({2, 3}, 5), w = random_tensor({2, 3}, 6);
   tensor y, dw;
-  k::dense_forward(x, w, tensor(), y);
+  k::dense_forward(ctx, x, w, tensor(), y);
   tensor r = random_tensor(y.shape(), 7);
-  k::dense_backward(x, w, r, nullptr, dw, nullptr);
-  check_gradient(w, dw, [&] { k::dense_forward(x, w, tensor(), y); return dot(y, r); }, eps);
+  k::dense_backward(ctx, x, w, r, nullptr, dw, nullptr);
+  check_gradient(w, dw, [&] { k::dense_forward(ctx, x, w, tensor(), y); return dot(y, r); }, eps);
 }
 
 TEST_CASE("conv2d backward matches numerical gradients", "[kernels][grad]") {
@@ -43,10 +44,10 @@ TEST_CASE("conv2d backward matches numerical gradients", "[kernels][grad]") {
   tensor x = random_tensor({2, c.c, c.h, c.w}, 11), w = random_tensor({c.oc, c.c, c.k, c.k}, 12),
          b = random_tensor({c.oc}, 13);
   tensor y, cols, dx, dw, db;
-  k::conv2d_forward(x, w, b, g, y, cols);
+  k::conv2d_forward(ctx, x, w, b, g, y, cols);
   tensor r = random_tensor(y.shape(), 14);
-  k::conv2d_backward(w, cols, r, g, x.shape(), &dx, dw, &db);
-  auto loss = [&] { k::conv2d_forward(x, w, b, g, y, cols); return dot(y, r); };
+  k::conv2d_backward(ctx, w, cols, r, g, x.shape(), &dx, dw, &db);
+  auto loss = [&] { k::conv2d_forward(ctx, x, w, b, g, y, cols); return dot(y, r); };
   check_gradient(x, dx, loss, eps);
   check_gradient(w, dw, loss, eps);
   check_gradient(b, db, loss, eps);
@@ -56,7 +57,7 @@ TEST_CASE("conv2d forward matches a direct convolution", "[kernels]") {
   k::conv2d_geometry g{2, 3, 3, 2, 1};
   tensor x = random_tensor({2, 2, 6, 5}, 21), w = random_tensor({3, 2, 3, 3}, 22), b = random_tensor({3}, 23);
   tensor y, cols;
-  k::conv2d_forward(x, w, b, g, y, cols);
+  k::conv2d_forward(ctx, x, w, b, g, y, cols);
   REQUIRE(y.shape() == shape{2, 3, 3, 3});
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t o = 0; o < 3; ++o)
@@ -82,16 +83,16 @@ TEST_CASE("pooling backward matches numerical gradients", "[kernels][grad]") {
   tensor y, dx;
   std::vector<int32_t> argmax;
   SECTION("max") {
-    k::max_pool2d_forward(x, g, y, argmax);
+    k::max_pool2d_forward(ctx, x, g, y, argmax);
     tensor r = random_tensor(y.shape(), 31);
-    k::max_pool2d_backward(r, argmax, x.shape(), dx);
-    check_gradient(x, dx, [&] { k::max_pool2d_forward(x, g, y, argmax); return dot(y, r); }, 1e-2);
+    k::max_pool2d_backward(ctx, r, argmax, x.shape(), dx);
+    check_gradient(x, dx, [&] { k::max_pool2d_forward(ctx, x, g, y, argmax); return dot(y, r); }, 1e-2);
   }
   SECTION("average") {
-    k::avg_pool2d_forward(x, g, y);
+    k::avg_pool2d_forward(ctx, x, g, y);
     tensor r = random_tensor(y.shape(), 32);
-    k::avg_pool2d_backward(r, g, x.shape(), dx);
-    check_gradient(x, dx, [&] { k::avg_pool2d_forward(x, g, y); return dot(y, r); }, eps);
+    k::avg_pool2d_backward(ctx, r, g, x.shape(), dx);
+    check_gradient(x, dx, [&] { k::avg_pool2d_forward(ctx, x, g, y); return dot(y, r); }, eps);
   }
 }
 
@@ -102,25 +103,25 @@ TEST_CASE("activation backward passes match numerical gradients", "[kernels][gra
     if (std::abs(x.at(i)) < 0.05f) x.at(i) = 0.3f;
   tensor r = random_tensor(x.shape(), 42), y, dx;
   SECTION("relu") {
-    k::relu_forward(x, y);
-    k::relu_backward(y, r, dx);
-    check_gradient(x, dx, [&] { k::relu_forward(x, y); return dot(y, r); }, 1e-3);
+    k::relu_forward(ctx, x, y);
+    k::relu_backward(ctx, y, r, dx);
+    check_gradient(x, dx, [&] { k::relu_forward(ctx, x, y); return dot(y, r); }, 1e-3);
   }
   SECTION("tanh") {
-    k::tanh_forward(x, y);
-    k::tanh_backward(y, r, dx);
-    check_gradient(x, dx, [&] { k::tanh_forward(x, y); return dot(y, r); }, eps);
+    k::tanh_forward(ctx, x, y);
+    k::tanh_backward(ctx, y, r, dx);
+    check_gradient(x, dx, [&] { k::tanh_forward(ctx, x, y); return dot(y, r); }, eps);
   }
   SECTION("sigmoid") {
-    k::sigmoid_forward(x, y);
-    k::sigmoid_backward(y, r, dx);
-    check_gradient(x, dx, [&] { k::sigmoid_forward(x, y); return dot(y, r); }, eps);
+    k::sigmoid_forward(ctx, x, y);
+    k::sigmoid_backward(ctx, y, r, dx);
+    check_gradient(x, dx, [&] { k::sigmoid_forward(ctx, x, y); return dot(y, r); }, eps);
   }
   SECTION("dropout (fixed mask)") {
     tensor mask;
-    k::dropout_forward(x, 0.4f, 7, 0, mask, y);
-    k::dropout_backward(r, mask, dx);
-    check_gradient(x, dx, [&] { k::dropout_forward(x, 0.4f, 7, 0, mask, y); return dot(y, r); }, eps);
+    k::dropout_forward(ctx, x, 0.4f, 7, 0, mask, y);
+    k::dropout_backward(ctx, r, mask, dx);
+    check_gradient(x, dx, [&] { k::dropout_forward(ctx, x, 0.4f, 7, 0, mask, y); return dot(y, r); }, eps);
   }
 }
 
@@ -130,12 +131,12 @@ TEST_CASE("batch norm backward matches numerical gradients", "[kernels][grad]") 
   tensor x = random_tensor(s, 51), gamma = random_tensor({c}, 52, 0.5f, 1.5f), beta = random_tensor({c}, 53);
   tensor rm = tensor::zeros({c}), rv = tensor::full({c}, 1.0f);
   tensor y, mean, invstd, dx, dgamma, dbeta;
-  k::batch_norm_forward_train(x, gamma, beta, 1e-5f, 0.1f, rm, rv, y, mean, invstd);
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, y, mean, invstd);
   tensor r = random_tensor(y.shape(), 54);
-  k::batch_norm_backward(x, gamma, mean, invstd, r, dx, dgamma, dbeta);
+  k::batch_norm_backward(ctx, x, gamma, mean, invstd, r, dx, dgamma, dbeta);
   auto loss = [&] {
     tensor m2 = rm.clone(), v2 = rv.clone();
-    k::batch_norm_forward_train(x, gamma, beta, 1e-5f, 0.1f, m2, v2, y, mean, invstd);
+    k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, m2, v2, y, mean, invstd);
     return dot(y, r);
   };
   check_gradient(x, dx, loss, 1e-2, 3e-2);
@@ -146,23 +147,23 @@ TEST_CASE("batch norm backward matches numerical gradients", "[kernels][grad]") 
 TEST_CASE("softmax cross-entropy gradient and value", "[kernels][grad]") {
   tensor z = random_tensor({5, 4}, 61, -2.0f, 2.0f), dz;
   std::vector<int32_t> labels{0, 3, 1, 2, 3};
-  k::softmax_cross_entropy(z, labels, &dz);
-  check_gradient(z, dz, [&] { return k::softmax_cross_entropy(z, labels, nullptr); }, 1e-2);
+  k::softmax_cross_entropy(ctx, z, labels, &dz);
+  check_gradient(z, dz, [&] { return k::softmax_cross_entropy(ctx, z, labels, nullptr); }, 1e-2);
 
   // Uniform logits: loss = log(classes).
   tensor u = tensor::zeros({2, 4});
-  CHECK(k::softmax_cross_entropy(u, {1, 2}, nullptr) == Approx(std::log(4.0)));
-  CHECK_THROWS_WITH(k::softmax_cross_entropy(u, {1, 4}, nullptr), Catch::Contains("label 4"));
+  CHECK(k::softmax_cross_entropy(ctx, u, {1, 2}, nullptr) == Approx(std::log(4.0)));
+  CHECK_THROWS_WITH(k::softmax_cross_entropy(ctx, u, {1, 4}, nullptr), Catch::Contains("label 4"));
 }
 
 TEST_CASE("batch norm running statistics and evaluation mode", "[kernels]") {
   tensor x = tensor::from({4, 1}, {1, 2, 3, 4}), g = tensor::full({1}, 1.0f), b = tensor::zeros({1});
   tensor rm = tensor::zeros({1}), rv = tensor::full({1}, 1.0f), y, m, is;
-  k::batch_norm_forward_train(x, g, b, 0.0f, 0.5f, rm, rv, y, m, is);
+  k::batch_norm_forward_train(ctx, x, g, b, 0.0f, 0.5f, rm, rv, y, m, is);
   CHECK(m.at(0) == Approx(2.5));
   CHECK(rm.at(0) == Approx(1.25));             // 0.5 * 0 + 0.5 * 2.5
   CHECK(rv.at(0) == Approx(0.5 + 0.5 * 5.0 / 3));  // unbiased variance 5/3
   CHECK(y.at(0) == Approx(-1.5 / std::sqrt(1.25)));
-  k::batch_norm_forward_eval(x, g, b, 0.0f, rm, rv, y);
+  k::batch_norm_forward_eval(ctx, x, g, b, 0.0f, rm, rv, y);
   CHECK(y.at(3) == Approx((4 - rm.at(0)) / std::sqrt(rv.at(0))));
 }

@@ -11,12 +11,14 @@ using namespace troupe::nn;
 using Catch::Contains;
 
 namespace {
+const kernels::context ctx = testing::test_context();
+
 /// Every parameter's gradient from backward() against central differences of the loss.
 void check_model_gradients(model::model& net, const tensor& x, const std::vector<int32_t>& labels) {
   tensor dlogits;
-  kernels::softmax_cross_entropy(net.forward(x, true), labels, &dlogits);
-  net.backward(dlogits);
-  auto loss = [&] { return kernels::softmax_cross_entropy(net.forward(x, true), labels, nullptr); };
+  kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), labels, &dlogits);
+  net.backward(ctx, dlogits);
+  auto loss = [&] { return kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), labels, nullptr); };
   for (auto* p : net.parameters()) {
     INFO("parameter " << p->name);
     tensor g = p->grad.clone();
@@ -37,7 +39,7 @@ TEST_CASE("shape inference names the layer that does not fit", "[model]") {
   CHECK_THROWS_WITH(noflat.build({1, 12, 12}), Contains("add flatten()"));
   auto pool = sequential(max_pool2d(5));
   CHECK_THROWS_WITH(pool.build({1, 3, 3}), Contains("max_pool2d #1"));
-  CHECK_THROWS_WITH(sequential(relu()).forward(tensor::zeros({1, 1}), false), Contains("build"));
+  CHECK_THROWS_WITH(sequential(relu()).forward(ctx, tensor::zeros({1, 1}), false), Contains("build"));
 }
 
 TEST_CASE("invalid layer options are rejected when the model is made", "[model]") {
@@ -115,8 +117,8 @@ TEST_CASE("dropout is identity at evaluation and scales kept units in training",
   auto net = sequential(dropout(0.5f));
   net.build({1000}, 1);
   tensor x = tensor::full({1, 1000}, 1.0f);
-  CHECK(net.forward(x, false).to_vector() == x.to_vector());
-  auto y = net.forward(x, true).to_vector();
+  CHECK(net.forward(ctx, x, false).to_vector() == x.to_vector());
+  auto y = net.forward(ctx, x, true).to_vector();
   int kept = 0;
   for (float v : y) {
     CHECK((v == 0.0f || v == 2.0f));
@@ -137,12 +139,12 @@ TEST_CASE("SGD with momentum drives a small model's loss down", "[model]") {
   tensor d;
   float first = 0, last = 0;
   for (int step = 0; step < 100; ++step) {
-    float l = kernels::softmax_cross_entropy(net.forward(x, true), y, &d);
+    float l = kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), y, &d);
     if (step == 0) first = l;
     last = l;
-    net.backward(d);
-    opt->step(net.parameters());
+    net.backward(ctx, d);
+    opt->step(ctx, net.parameters());
   }
   CHECK(last < 0.5f * first);
-  CHECK(kernels::count_correct(net.forward(x, false), y) >= 30);
+  CHECK(kernels::count_correct(ctx, net.forward(ctx, x, false), y) >= 30);
 }

@@ -26,6 +26,7 @@ namespace {
 
 using testing::message;
 using testing::temp_dir;
+const kernels::context ctx{};
 
 
 using bytes = std::vector<char>;
@@ -305,7 +306,7 @@ TEST_CASE("optimizer state round trip gives the identical next step", "[net]") {
   auto pa = a.parameters();
   auto opt_a = optim::sgd(0.1f).momentum(0.9f).make();
   set_grads(pa, 0.0f);
-  opt_a->step(pa);  // builds up a velocity
+  opt_a->step(ctx, pa);  // builds up a velocity
 
   net::checkpoint c;
   c.architecture = a.architecture();
@@ -317,7 +318,7 @@ TEST_CASE("optimizer state round trip gives the identical next step", "[net]") {
   net::save_checkpoint(path, c);
 
   set_grads(pa, 1.0f);
-  opt_a->step(pa);
+  opt_a->step(ctx, pa);
   std::vector<tensor> want = snapshot(pa);
 
   net::checkpoint r = net::load_checkpoint(path);
@@ -331,7 +332,7 @@ TEST_CASE("optimizer state round trip gives the identical next step", "[net]") {
   auto opt_b = optim::sgd(0.1f).momentum(0.9f).make();
   opt_b->load_state(pb, r.optimizer);
   set_grads(pb, 1.0f);
-  opt_b->step(pb);
+  opt_b->step(ctx, pb);
   REQUIRE(pb.size() == want.size());
   for (std::size_t i = 0; i < pb.size(); ++i) {
     INFO(pb[i]->name);
@@ -345,7 +346,7 @@ TEST_CASE("optimizer state round trip gives the identical next step", "[net]") {
   d.load_state(r.architecture, r.params);
   auto opt_d = optim::sgd(0.1f).momentum(0.9f).make();
   set_grads(pd, 1.0f);
-  opt_d->step(pd);
+  opt_d->step(ctx, pd);
   CHECK_FALSE(same_bits(pd[0]->value, want[0]));
 }
 

@@ -13,7 +13,7 @@ evaluator_core::evaluator_core(config c, model::model net) : c_(std::move(c)), n
 }
 
 std::vector<outgoing> evaluator_core::begin(const snapshot_request& r) {
-  if (active_) throw error("evaluator: a snapshot is already in progress (epoch " + std::to_string(req_.epoch) + ")");
+  if (active_) throw error("a snapshot is already in progress (epoch " + std::to_string(req_.epoch) + ")");
   req_ = r;
   active_ = true;
   rule_state_.clear();
@@ -32,11 +32,11 @@ std::vector<outgoing> evaluator_core::begin(const snapshot_request& r) {
 void evaluator_core::on_params(const net::message& m) {
   net::envelope_reader r(m, net::peer_limits());
   if (r.root().which() != wire::Envelope::PARAMS)
-    throw net::message_error(net::reject_reason::unknown_kind, "evaluator: expected Params");
+    throw net::message_error(net::reject_reason::unknown_kind, "expected Params");
   auto p = r.root().getParams();
   const uint32_t s = p.getShard();
   if (!active_ || s >= c_.shards.size() || answered_[s])
-    throw net::message_error(net::reject_reason::malformed, "evaluator: Params of shard " + std::to_string(s) +
+    throw net::message_error(net::reject_reason::malformed, "Params of shard " + std::to_string(s) +
                                                                 " it did not ask for");
   const model::shard_range& range = c_.shards[s].range;
   const net::flat_view v = net::view(p.getValues(), "params");
@@ -58,7 +58,7 @@ std::string evaluator_core::missing() const {
 }
 
 evaluation_result evaluator_core::finish() {
-  if (!complete()) throw error("evaluator: the snapshot is not complete (waiting for " + missing() + ")");
+  if (!complete()) throw error("the snapshot is not complete (waiting for " + missing() + ")");
   active_ = false;
   evaluation_result e;
   e.epoch = req_.epoch;

@@ -34,7 +34,8 @@ control_view read_control(const net::message& m) {
 }
 
 /// Tells the coordinator why this actor fails, then stops it.
-void fail(caf::local_actor* self, const directory& dir, const net::address& me, const net::address& coordinator,
+template <class Self>
+void fail(Self* self, const directory& dir, const net::address& me, const net::address& coordinator,
           const std::string& why) {
   try {
     send_to(dir, coordinator, make_control(me, coordinator, wire::Control::Kind::ERROR, 0, why));
@@ -217,14 +218,26 @@ struct evaluator_state {
   std::shared_ptr<evaluator_core> core;
   std::shared_ptr<const directory> dir;
   net::address coordinator;
+  std::deque<snapshot_request> queued;  // snapshots asked for while one is in progress
 };
 using evaluator_actor_t = caf::stateful_actor<evaluator_state>;
 
-void evaluator_finish(evaluator_actor_t* self) {
+/// Starts the next queued snapshot when none is in progress; finishes the
+/// one in progress when every shard has answered.
+void evaluator_advance(evaluator_actor_t* self) {
   auto& st = self->state;
-  if (!st.core->complete()) return;
-  const evaluation_result e = st.core->finish();
-  send_to(*st.dir, st.coordinator, make_evaluation(st.core->address(), st.coordinator, e));
+  for (;;) {
+    if (!st.core->active()) {
+      if (st.queued.empty()) return;
+      const snapshot_request req = st.queued.front();
+      st.queued.pop_front();
+      for (auto& p : st.core->begin(req)) send_to(*st.dir, p.to, std::move(p.msg));
+      self->delayed_send(self, snapshot_timeout, timeout_atom::value, req.epoch);
+    }
+    if (!st.core->complete()) return;
+    const evaluation_result e = st.core->finish();
+    send_to(*st.dir, st.coordinator, make_evaluation(st.core->address(), st.coordinator, e));
+  }
 }
 
 caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator_core> core, net::address coordinator,
@@ -245,17 +258,13 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
         auto& st = self->state;
         try {
           switch (net::read_header(m).kind) {
-            case wire::Envelope::SNAPSHOT: {
-              net::envelope_reader r(m);
-              const snapshot_request req = read_snapshot(r);
-              for (auto& p : st.core->begin(req)) send_to(*st.dir, p.to, std::move(p.msg));
-              self->delayed_send(self, snapshot_timeout, timeout_atom::value, req.epoch);
-              evaluator_finish(self);
+            case wire::Envelope::SNAPSHOT:
+              st.queued.push_back(read_snapshot(net::envelope_reader(m)));
+              evaluator_advance(self);
               break;
-            }
             case wire::Envelope::PARAMS:
               st.core->on_params(m);
-              evaluator_finish(self);
+              evaluator_advance(self);
               break;
             case wire::Envelope::CONTROL:
               if (read_control(m).kind == wire::Control::Kind::STOP) self->quit();

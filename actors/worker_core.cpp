@@ -332,7 +332,8 @@ worker_core::step_out worker_core::step(const net::message& m) {
   // The images are read in place: the batch message lives through the step.
   const tensor x = tensor::wrap_read_only(img.dims, img.data);
   auto labels = b.getLabels();
-  labels_.assign(labels.begin(), labels.end());
+  labels_.resize(labels.size());
+  for (unsigned i = 0; i < labels.size(); ++i) labels_[i] = labels[i];
 
   borrowed replica(*pool_);
   bound_tensors bound;

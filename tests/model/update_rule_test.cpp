@@ -11,9 +11,18 @@ using namespace troupe::model;
 using Catch::Contains;
 
 namespace {
+/// The rule named `name` as the command line names it.
+rule_kind named(const std::string& name) {
+  for (rule_kind k : {rule_kind::ssgd, rule_kind::asgd, rule_kind::sa_asgd, rule_kind::dc_asgd_c, rule_kind::dc_asgd_a,
+                      rule_kind::ddc_asgd})
+    if (name == to_string(k)) return k;
+  FAIL("no rule named " << name);
+  return rule_kind::asgd;
+}
+
 update_config cfg(const std::string& rule, int workers = 1) {
   update_config c;
-  c.rule = rule;
+  c.rule = named(rule);
   c.lr = 0.1f;
   c.workers = workers;
   return c;
@@ -197,7 +206,6 @@ TEST_CASE("a state that does not fit is refused and changes nothing", "[model][r
 }
 
 TEST_CASE("update rule configuration errors", "[model][rules]") {
-  CHECK_THROWS_WITH(make_update_rule(cfg("adagrad"), 1), Contains("unknown update rule 'adagrad'"));
   auto c = cfg("ddc-asgd");
   c.mu0 = 1.0f;
   CHECK_THROWS_WITH(make_update_rule(c, 1), Contains("mu0"));

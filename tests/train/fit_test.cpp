@@ -1,0 +1,395 @@
+// troupe::fit end to end, in the sequential loop and on actors, on small
+// synthetic Fashion-MNIST-shaped data: training, records, checkpoints,
+// callbacks, errors, and the 1-worker equivalence of the two paths.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/fit.hpp"
+#include "model/nn.hpp"
+#include "model/zoo.hpp"
+#include "net/checkpoint.hpp"
+#include "train/evaluate.hpp"
+#include "tests/test_util.hpp"
+
+using namespace troupe;
+using Catch::Matchers::Contains;
+using testing::message;
+
+namespace {
+
+/// 256 training and 64 test images where class k lights up block k.
+struct small_data {
+  testing::temp_dir dir{"troupe_fit"};
+  small_data() { testing::write_dataset(dir.path()); }
+};
+
+/// 1024 training and 200 test images.
+struct larger_data {
+  testing::temp_dir dir{"troupe_fit"};
+  larger_data() {
+    testing::write_split(dir.path(), "train", 1024, 1);
+    testing::write_split(dir.path(), "t10k", 200, 2);
+  }
+};
+
+job mlp_job(const std::string& data_dir, algorithm a = sequential_sgd()) {
+  return job()
+      .model([] { return zoo::mlp(); }, "mlp")
+      .data(data::idx_dir(data_dir))
+      .algorithm(a)
+      .epochs(2)
+      .batch_size(32)
+      .lr(0.05f)
+      .momentum(0.9f)
+      // Constant: a resumed run must match an uninterrupted one step for step,
+      // and a cosine schedule depends on the run's total length.
+      .schedule(lr_schedule::constant)
+      .seed(7)
+      .threads(1)
+      .progress(progress_mode::none);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(f, line);) out.push_back(line);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("fit trains an MLP in the sequential loop and writes one record per epoch", "[train][fit]") {
+  small_data d;
+  job j = mlp_job(d.dir.path()).metrics_out(d.dir.file("metrics.jsonl"));
+  std::ostringstream log;
+  history h = fit(j, log);
+
+  REQUIRE(h.size() == 2);
+  CHECK(h[0].epoch == 1);
+  CHECK(h[1].epoch == 2);
+  CHECK(h[0].steps == 8);  // 256 / 32
+  CHECK(h[1].steps == 16);
+  for (const auto& m : h) {
+    CHECK(std::isfinite(m.train_loss));
+    CHECK(m.test_accuracy >= 0);
+    CHECK(m.test_accuracy <= 1);
+    CHECK(m.samples_per_s > 0);
+    CHECK(m.lr == Approx(0.05));
+  }
+  CHECK(h[1].wall_s >= h[0].wall_s);
+  CHECK(h[1].train_loss < h[0].train_loss);
+  CHECK(h[1].train_loss < 0.5);
+  CHECK(h[1].test_accuracy >= 0.9);
+
+  std::vector<std::string> lines = read_lines(j.config().metrics_out);
+  REQUIRE(lines.size() == 2);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK(lines[i].front() == '{');
+    CHECK(lines[i].back() == '}');
+    for (const char* key : {"\"train_loss\":", "\"test_accuracy\":", "\"samples_per_s\":", "\"train_s\":",
+                            "\"wall_s\":", "\"steps\":", "\"lr\":", "\"batch_size\":32", "\"threads\":1",
+                            "\"peak_rss_mb\":", "\"algorithm\":\"sequential\"", "\"workers\":1",
+                            "\"mean_staleness\":", "\"max_staleness\":", "\"rejected\":", "\"model\":\"mlp\""})
+      CHECK_THAT(lines[i], Contains(key));
+    CHECK_THAT(lines[i], Contains("\"epoch\":" + std::to_string(i + 1)));
+    CHECK_THAT(lines[i], !Contains("null"));
+  }
+  CHECK_THAT(log.str(), Contains("256 train / 64 test"));
+  CHECK_THAT(log.str(), Contains("epoch 2/2"));
+}
+
+TEST_CASE("fit measures accuracy on the test set", "[train][fit]") {
+  // Test labels shifted by one class: a model that learnt the training set gets almost all wrong.
+  testing::temp_dir dir;
+  testing::write_split(dir.path(), "train", 256, 1);
+  testing::write_split(dir.path(), "t10k", 64, 2, 1);
+  std::ostringstream log;
+  history h = fit(mlp_job(dir.path()), log);
+  REQUIRE(h.size() == 2);
+  CHECK(h[1].train_loss < 0.5);
+  CHECK(h[1].test_accuracy <= 0.2);
+}
+
+TEST_CASE("fit with the same seed gives the same losses", "[train][fit]") {
+  small_data d;
+  std::ostringstream log;
+  history a = fit(mlp_job(d.dir.path()), log);
+  history b = fit(mlp_job(d.dir.path()), log);
+  REQUIRE(a.size() == 2);
+  REQUIRE(b.size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(a[i].train_loss == b[i].train_loss);
+    CHECK(a[i].test_accuracy == b[i].test_accuracy);
+  }
+  history c = fit(mlp_job(d.dir.path()).seed(8), log);
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].train_loss != a[0].train_loss);
+}
+
+TEST_CASE("fit resumes the sequential loop from its checkpoint; evaluate reads it", "[train][fit]") {
+  small_data d;
+  const std::string ckpt = d.dir.file("run.ckpt");
+  std::ostringstream log1;
+  history first = fit(mlp_job(d.dir.path()).checkpoint(ckpt), log1);
+  REQUIRE(first.size() == 2);
+  CHECK(std::filesystem::exists(ckpt));
+  CHECK_THAT(log1.str(), !Contains("resumed"));
+
+  std::ostringstream log2;
+  history second = fit(mlp_job(d.dir.path()).checkpoint(ckpt).epochs(3), log2);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].epoch == 3);
+  CHECK(second[0].steps == 24);
+  CHECK_THAT(log2.str(), Contains("resumed from " + ckpt + " after epoch 2 (16 steps)"));
+
+  // The resumed run continues exactly where an uninterrupted one would be.
+  std::ostringstream log3;
+  history whole = fit(mlp_job(d.dir.path()).epochs(3), log3);
+  REQUIRE(whole.size() == 3);
+  CHECK(whole[1].train_loss == first[1].train_loss);
+  CHECK(whole[2].train_loss == second[0].train_loss);
+  CHECK(whole[2].test_accuracy == second[0].test_accuracy);
+
+  // Evaluating the checkpoint gives the accuracy the last epoch recorded.
+  evaluation e = evaluate(mlp_job(d.dir.path()), ckpt, log3);
+  CHECK(e.epochs == 3);
+  CHECK(e.steps == 24);
+  CHECK(e.samples == 64);
+  CHECK(e.test_accuracy == second[0].test_accuracy);
+  CHECK(e.test_loss > 0);
+
+  // Everything done: a further run trains nothing.
+  std::ostringstream log4;
+  CHECK(fit(mlp_job(d.dir.path()).checkpoint(ckpt).epochs(3), log4).empty());
+}
+
+TEST_CASE("fit honours max_steps, evaluate(false) and the cosine schedule", "[train][fit]") {
+  small_data d;
+  std::ostringstream log;
+  SECTION("max_steps stops inside the first epoch; its checkpoint does not claim the epoch") {
+    const std::string ckpt = d.dir.file("cut.ckpt");
+    history h = fit(mlp_job(d.dir.path()).max_steps(5).checkpoint(ckpt), log);
+    REQUIRE(h.size() == 1);
+    CHECK(h[0].steps == 5);
+    net::checkpoint c = net::load_checkpoint(ckpt);
+    CHECK(c.step == 5);
+    CHECK(c.epoch == 0);
+  }
+  SECTION("without evaluation the accuracy is -1 and null in JSON") {
+    job j = mlp_job(d.dir.path()).epochs(1).evaluate(false).metrics_out(d.dir.file("m.jsonl"));
+    history h = fit(j, log);
+    REQUIRE(h.size() == 1);
+    CHECK(h[0].test_accuracy == -1);
+    auto lines = read_lines(j.config().metrics_out);
+    REQUIRE(lines.size() == 1);
+    CHECK_THAT(lines[0], Contains("\"test_accuracy\":null"));
+  }
+  SECTION("cosine: the last step uses 0.5 lr (1 + cos(pi * 15 / 16))") {
+    history h = fit(mlp_job(d.dir.path()).schedule(lr_schedule::cosine), log);
+    REQUIRE(h.size() == 2);
+    const double pi = std::acos(-1.0);
+    CHECK(h[0].lr == Approx(0.5 * 0.05 * (1 + std::cos(pi * 7 / 16))).epsilon(1e-5));
+    CHECK(h[1].lr == Approx(0.5 * 0.05 * (1 + std::cos(pi * 15 / 16))).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("fit reports what is missing or wrong before it trains", "[train][fit]") {
+  testing::temp_dir dir;
+  std::ostringstream log;
+  CHECK_THROWS_MATCHES(fit(job().data(data::idx_dir(dir.path())), log), troupe::error,
+                       message(Contains("the job has no model")));
+  CHECK_THROWS_MATCHES(fit(job().model([] { return zoo::mlp(); }), log), troupe::error,
+                       message(Contains("the job has no data")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(dir.file("nothing-here")), log), troupe::error,
+                       message(Contains(dir.file("nothing-here")) && Contains("--data-dir")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(dir.path()).epochs(0), log), troupe::error, message(Contains("--epochs")));
+  testing::write_dataset(dir.path());
+  CHECK_THROWS_MATCHES(fit(mlp_job(dir.path()).metrics_out(dir.file("no-such-dir/m.jsonl")), log), troupe::error,
+                       message(Contains("--metrics-out") && Contains("no-such-dir/m.jsonl")));
+  // A checkpoint of another model.
+  fit(mlp_job(dir.path()).epochs(1).max_steps(1).evaluate(false).checkpoint(dir.file("mlp.ckpt")), log);
+  job cnn = mlp_job(dir.path()).model([] { return zoo::cnn(); }, "cnn").checkpoint(dir.file("mlp.ckpt"));
+  CHECK_THROWS_MATCHES(fit(cnn, log), troupe::error, message(Contains("another architecture")));
+  // A model that does not fit the data names the layer.
+  job bad = mlp_job(dir.path()).model([] { return nn::sequential(nn::flatten(), nn::dense(100, 10)); });
+  CHECK_THROWS_MATCHES(fit(bad, log), troupe::error, message(Contains("dense #2 expects 100 inputs")));
+}
+
+TEST_CASE("a user's model and in-memory data train with DDC-ASGD on 4 workers", "[train][fit][actors]") {
+  // Two Gaussian blobs in 8 dimensions, classes 0 and 1, generated here.
+  auto blobs = [](int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    tensor x = tensor::empty({n, 8});
+    std::vector<int32_t> y(n);
+    for (int i = 0; i < n; ++i) {
+      y[i] = i % 2;
+      for (int k = 0; k < 8; ++k) x.at(i * 8 + k) = noise(rng) + (y[i] ? 1.5f : -1.5f);
+    }
+    return std::make_pair(x, y);
+  };
+  auto [train_x, train_y] = blobs(512, 1);
+  auto [test_x, test_y] = blobs(128, 2);
+  job j = job()
+              .model([] { return nn::sequential(nn::dense(8, 16), nn::relu(), nn::dense(16, 2)); }, "blobs")
+              .data(data::in_memory(train_x, train_y, test_x, test_y, 2))
+              .algorithm(ddc_asgd().workers(4).shards(2))
+              .epochs(2)
+              .batch_size(16)
+              .lr(0.05f)
+              .threads(2)
+              .progress(progress_mode::none);
+  std::ostringstream log;
+  history h = fit(j, log);
+  REQUIRE(h.size() == 2);
+  CHECK(h.back().test_accuracy > 0.95);
+  CHECK(h.back().mean_staleness > 0);
+  CHECK_THAT(log.str(), Contains("512 train / 128 test samples from in-memory data"));
+  CHECK_THAT(log.str(), Contains("model blobs"));
+}
+
+TEST_CASE("callbacks see every step and epoch and can stop the run", "[train][fit]") {
+  larger_data d;
+  for (algorithm a : {sequential_sgd(), asgd().workers(2)}) {
+    const bool actors = a.settings().kind != algorithm_kind::sequential;
+    INFO(to_string(a.settings().kind));
+    std::ostringstream log;
+    std::vector<int64_t> steps;
+    std::vector<int> epochs;
+    job j = mlp_job(d.dir.path(), a).threads(2).epochs(5);
+    j.on_step([&](const step_event& e) { steps.push_back(e.step); });
+    j.on_epoch([&](const epoch_event& e) {
+      epochs.push_back(e.epoch);
+      if (e.epoch == 2) e.stop();
+    });
+    history h = fit(j, log);
+    // The sequential loop stops right after epoch 2. On actors training goes on
+    // while an epoch is evaluated: an epoch closed meanwhile is still recorded.
+    REQUIRE(h.size() >= 2);
+    CHECK(h.size() <= (actors ? 3u : 2u));
+    CHECK(h[1].epoch == 2);
+    CHECK(epochs.size() == h.size());
+    REQUIRE(steps.size() >= 64);  // 32 steps per epoch
+    for (std::size_t i = 0; i < steps.size(); ++i) CHECK(steps[i] == static_cast<int64_t>(i + 1));
+
+    // A step callback stops the run inside an epoch: that epoch is recorded, partial.
+    std::ostringstream log2;
+    job k = mlp_job(d.dir.path(), a).threads(2).epochs(3);
+    k.on_step([](const step_event& e) {
+      if (e.step == 5) e.stop();
+    });
+    history cut = fit(k, log2);
+    REQUIRE(cut.size() == 1);
+    CHECK(cut[0].steps == 5);
+  }
+}
+
+TEST_CASE("one ASGD worker on actors reproduces the sequential loop's losses for 100 steps", "[actors][fit]") {
+  larger_data d;
+  std::ostringstream log;
+  std::vector<double> expected, got;
+  job seq = mlp_job(d.dir.path()).momentum(0.0f).threads(2).epochs(4).max_steps(100);  // 32 steps per epoch
+  seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
+  fit(seq, log);
+  job async = seq;
+  async.algorithm(asgd());
+  async.on_step([&](const step_event& e) { got.push_back(e.loss); });
+  fit(async, log);
+  REQUIRE(expected.size() == 100);
+  REQUIRE(got.size() == 100);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(got[i] - expected[i]) <= 1e-5);
+  }
+}
+
+TEST_CASE("asynchronous algorithms train with several workers and report staleness", "[actors][fit]") {
+  larger_data d;
+  for (algorithm a : {asgd(), ssgd(), hogwild(), ddc_asgd(), dc_asgd_c(), sa_asgd(), dc_asgd_a()}) {
+    const std::string name = to_string(a.settings().kind);
+    INFO(name);
+    std::ostringstream log;
+    job j = mlp_job(d.dir.path(), a.workers(4)).momentum(0.0f).threads(2).metrics_out(d.dir.file(name + ".jsonl"));
+    history h = fit(j, log);
+    REQUIRE(h.size() == 2);
+    // The synthetic task is easy: every algorithm learns it.
+    CHECK(h.back().test_accuracy > 0.8);
+    const double tau = h.back().mean_staleness;
+    if (name == "ssgd") {
+      CHECK(tau == 0.0);
+    } else if (name == "asgd") {
+      // Each of 4 workers waits for its own reply while the 3 others are applied.
+      CHECK(tau > 1.5);
+      CHECK(tau < 4.5);
+    }
+    auto lines = read_lines(j.config().metrics_out);
+    REQUIRE(lines.size() == 2);
+    CHECK_THAT(lines[0], Contains("\"mean_staleness\":"));
+    CHECK_THAT(lines[0], Contains("\"algorithm\":\"" + name + "\""));
+    CHECK_THAT(lines[0], Contains("\"workers\":4"));
+  }
+}
+
+TEST_CASE("push-every, shards and speed factors run; staleness grows with slow workers", "[actors][fit]") {
+  larger_data d;
+  std::ostringstream log;
+  job j = mlp_job(d.dir.path(), dc_asgd_a().workers(3).shards(3).push_every(2).speeds({1, 1, 3})).momentum(0).threads(2);
+  history h = fit(j, log);
+  REQUIRE(h.size() == 2);
+  CHECK(h.back().test_accuracy > 0.8);
+  CHECK(h.back().max_staleness >= 2);
+}
+
+TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actors][fit]") {
+  larger_data d;
+  std::ostringstream log;
+  auto fails = [&](const job& j, const std::string& what) {
+    CHECK_THROWS_MATCHES(fit(j, log), troupe::error, message(Contains(what)));
+  };
+  fails(mlp_job(d.dir.path(), asgd().workers(2).speeds({1, 2, 4})), "--speeds: 3 factors for 2 workers");
+  fails(mlp_job(d.dir.path(), asgd().workers(2).shards(9)), "exceeds the model's 6");
+  fails(mlp_job(d.dir.path(), sequential_sgd().workers(2)), "need an asynchronous --algorithm");
+  fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");
+  fails(mlp_job(d.dir.path(), asgd().workers(2000)), "--workers must be in [1, 1024]");
+  // A worker whose loss diverges stops the run with its reason, not a hang.
+  fails(mlp_job(d.dir.path(), asgd().workers(2)).lr(1e6f).epochs(3), "worker");
+}
+
+TEST_CASE("an asynchronous run checkpoints the shards' parameters and state, and resumes", "[actors][fit]") {
+  larger_data d;
+  std::ostringstream log;
+  const std::string ckpt = d.dir.file("run.ckpt"), metrics = d.dir.file("run.jsonl");
+  job j = mlp_job(d.dir.path(), ddc_asgd().workers(2).shards(2)).momentum(0).threads(2).epochs(1).checkpoint(ckpt)
+              .metrics_out(metrics);
+  history first = fit(j, log);
+  REQUIRE(first.size() == 1);
+  {
+    // Each shard's version and its rule's state (v, and MS per worker) are in the checkpoint.
+    net::checkpoint c = net::load_checkpoint(ckpt);
+    CHECK(c.optimizer_kind == "ddc-asgd");
+    CHECK(c.epoch == 1);
+    REQUIRE(c.shard_versions.size() == 2);
+    CHECK(c.shard_versions[0] > 0);
+    std::vector<std::string> names;
+    for (auto& t : c.optimizer) names.push_back(t.name);
+    CHECK(names == std::vector<std::string>{"shard0/ms/0", "shard0/ms/1", "shard0/v", "shard1/ms/0", "shard1/ms/1",
+                                            "shard1/v"});
+    // The checkpoint evaluates to the accuracy the epoch recorded.
+    CHECK(evaluate(j, ckpt, log).test_accuracy == first[0].test_accuracy);
+  }
+  history second = fit(j.epochs(2), log);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].epoch == 2);
+  CHECK_THAT(log.str(), Contains("resumed from"));
+  CHECK_THAT(log.str(), !Contains("starts fresh"));
+  // The resumed run starts from the trained parameters, not from scratch.
+  CHECK(second[0].train_loss < first[0].train_loss);
+  CHECK(read_lines(metrics).size() == 2);
+}

@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "actors/async_train.hpp"
-#include "actors/ps_core.hpp"
+#include "actors/directory.hpp"
+#include "actors/fit.hpp"
+#include "actors/messages.hpp"
+#include "bench/one_of_each.hpp"
 #include "model/zoo.hpp"
 #include "net/tensor_codec.hpp"
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::message)
 
 using namespace troupe;
 using clock_type = std::chrono::steady_clock;
@@ -73,67 +73,49 @@ double in_fresh_process(const std::function<double()>& run) {
   return v;
 }
 
-double trained(const train::options& o) {
+/// The benchmark's job: `model` on Fashion-MNIST, plain SGD (momentum 0,
+/// constant lr), no evaluation, `steps` steps.
+job bench_job(const std::string& model, int64_t steps, int threads, algorithm a) {
+  return job()
+      .model([model] { return zoo::by_name(model); }, model)
+      .data(data::fashion_mnist())
+      .algorithm(a)
+      .epochs(1)
+      .lr(0.05f)
+      .momentum(0)
+      .schedule(lr_schedule::constant)
+      .max_steps(steps)
+      .threads(threads)
+      .progress(progress_mode::none)
+      .evaluate(false);
+}
+
+double trained(const job& j) {
   std::ostringstream log;
-  return (o.algorithm == "sequential" ? train::run(o, log) : actors::run_async(o, log)).at(0).samples_per_s;
+  return fit(j, log).at(0).samples_per_s;
 }
 
 /// samples/s of the actor path's cores called in turn on one thread, without
 /// CAF: loader, worker, shard and back, as the actors would. The gap to the
 /// sequential loop is the cost of the messages; the gap to the actors is CAF's.
-double cores_only(const train::options& o) {
+double cores_only(const job& j) {
   std::ostringstream log;
-  train::run_data data = train::load_data(o, log);
-  const auto& ds = data.sets.train;
-  auto fresh = [&] { return train::build_model(o, ds); };
-  model::model init = fresh();
-  std::vector<named_tensor> ts;
-  std::vector<int64_t> sizes;
-  for (auto* p : init.parameters()) {
-    ts.push_back({p->name, p->value.clone()});
-    sizes.push_back(p->value.numel());
-  }
-  const actors::shard_plan plan = actors::plan_shards(sizes, 1);
-  model::update_config rc;
-  rc.rule = "asgd";
-  rc.lr = o.lr;
-  rc.workers = 1;
-  actors::shard_core shard(0, ts, rc, "constant", 1, {}, kernels::context::with_threads(o.threads));
-  actors::loader_core loader(ds, data.norm, o.batch_size, o.seed, 0, ds.count, 0);
-  actors::worker_config wc;
-  wc.threads = o.threads;
-  actors::worker_core worker(std::make_shared<actors::replica_pool>(fresh), plan, wc);
-  for (auto& pull : worker.pull())
-    for (auto& r : shard.handle(pull)) worker.on_params(r.second);
-  auto one = [&] {
-    auto out = worker.step(loader.next());
-    for (auto& [s, push] : out.pushes)
-      for (auto& r : shard.handle(push)) worker.on_params(r.second);
-  };
-  for (int i = 0; i < 20; ++i) one();
+  const train::loaded_data d = train::load_data(j, log);
+  bench::one_of_each cores(j, d, j.config().threads);
+  for (int i = 0; i < 20; ++i) cores.step();
   const auto t0 = clock_type::now();
-  for (int64_t i = 0; i < o.max_steps; ++i) one();
-  return static_cast<double>(o.max_steps * o.batch_size) / seconds_since(t0);
+  for (int64_t i = 0; i < j.config().max_steps; ++i) cores.step();
+  return static_cast<double>(j.config().max_steps * j.config().batch_size) / seconds_since(t0);
 }
 
 void overhead(const std::string& model, int64_t steps, int reps, int threads) {
-  train::options o;
-  o.model = model;
-  o.epochs = 1;
-  o.lr = 0.05f;
-  o.momentum = 0;
-  o.lr_schedule = "constant";
-  o.max_steps = steps;
-  o.threads = threads;
-  o.progress = "none";
-  o.evaluate = false;
+  const job seq_job = bench_job(model, steps, threads, sequential_sgd());
+  const job actor_job = bench_job(model, steps, threads, asgd());
   std::vector<double> seq, act, cores;
   for (int r = 0; r < reps; ++r) {
-    o.algorithm = "sequential";
-    seq.push_back(in_fresh_process([o] { return trained(o); }));
-    o.algorithm = "asgd";
-    act.push_back(in_fresh_process([o] { return trained(o); }));
-    cores.push_back(in_fresh_process([o] { return cores_only(o); }));
+    seq.push_back(in_fresh_process([&] { return trained(seq_job); }));
+    act.push_back(in_fresh_process([&] { return trained(actor_job); }));
+    cores.push_back(in_fresh_process([&] { return cores_only(actor_job); }));
   }
   const double s = median(seq), a = median(act), c = median(cores);
   std::cout << std::fixed << std::setprecision(0) << model << ": sequential " << s << " samples/s, actors (1 worker, 1 shard, 1 loader) "
@@ -143,17 +125,12 @@ void overhead(const std::string& model, int64_t steps, int reps, int threads) {
             << " samples/s, ratio " << std::setprecision(3) << c / s << "\n";
 }
 
-/// A PushGradient of zeros for every tensor of `ts`, laid out as workers build them.
-net::message zero_push(const std::vector<named_tensor>& ts) {
-  std::size_t bytes = 0;
-  for (const auto& t : ts) bytes += t.value.numel() * sizeof(float);
-  auto b = net::make_builder(bytes);
-  auto env = b->initRoot<wire::Envelope>();
-  env.setSchemaVersion(wire::SCHEMA_VERSION);
-  auto p = env.initPushGradient();
-  std::vector<shape> shapes;
-  for (const auto& t : ts) shapes.push_back(t.value.shape());
-  net::init_tensors(p.initTensors(static_cast<unsigned>(shapes.size())), shapes);
+/// A PushGradient of zeros from worker 0 for all of shard `p`'s range, as workers build them.
+net::message zero_push(const train::shard_plan& p, const model::param_layout& layout) {
+  auto b = net::make_builder(p.range.numel() * sizeof(float));
+  auto push = net::init_envelope(*b, {0, net::role::worker, 0}, p.address).initPushGradient();
+  push.setShard(p.address.index);
+  net::init_flat(push.initValues(), p.range.first, p.range.begin, layout.shapes(p.range.first, p.range.last));
   return net::message::from_builder(std::move(b));
 }
 
@@ -162,30 +139,32 @@ void message_cost(const std::string& model_name, int reps) {
   m.build({1, 28, 28}, 1);
   std::vector<named_tensor> ts;
   for (auto* p : m.parameters()) ts.push_back({p->name, p->value.clone()});
-  const int64_t n = m.num_parameters();
+  const model::param_layout layout = m.layout();
+  const int64_t n = layout.numel();
+  const train::shard_plan sp{{0, net::role::shard, 0}, model::plan_shards(layout, 1).at(0)};
   model::update_config c;
   c.workers = 1;
-  actors::shard_core shard(0, ts, c, "constant", 1, {}, kernels::context::all_cores());
-  const net::message push = zero_push(ts);
+  actors::shard_core shard(sp, ts, c, lr_schedule::constant, 1, kernels::context::all_cores());
+  const net::message push = zero_push(sp, layout);
   // An ASGD push answered: validated, applied, replied. In place when the
   // worker has let its last Params go; else the update goes to a copy.
   std::vector<double> in_place_us, copy_us, read_us;
-  net::message params = shard.handle(actors::make_pull(0, 0)).at(0).second;
+  net::message params = shard.handle(actors::make_pull({0, net::role::worker, 0}, sp.address)).at(0).msg;
   for (int r = 0; r < reps; ++r) {
     auto t0 = clock_type::now();
     for (int i = 0; i < 20; ++i) {
       params = net::message();
-      params = std::move(shard.handle(push).at(0).second);
+      params = std::move(shard.handle(push).at(0).msg);
     }
     in_place_us.push_back(seconds_since(t0) / 20 * 1e6);
     t0 = clock_type::now();
-    for (int i = 0; i < 20; ++i) params = std::move(shard.handle(push).at(0).second);
+    for (int i = 0; i < 20; ++i) params = std::move(shard.handle(push).at(0).msg);
     copy_us.push_back(seconds_since(t0) / 20 * 1e6);
     t0 = clock_type::now();
     float sink = 0;
     for (int i = 0; i < 20; ++i) {
-      net::envelope_reader rd(params);
-      for (auto t : rd.root().getParams().getTensors()) sink += net::view(t, "p").data[0];
+      net::envelope_reader rd(params, net::peer_limits());
+      sink += net::view(rd.root().getParams().getValues(), "p").data[0];
     }
     read_us.push_back(seconds_since(t0) / 20 * 1e6);
     if (sink == 12345.f) std::cout << "";
@@ -207,7 +186,7 @@ void caf_round_trip(int reps) {
   auto echo = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
     return {[self](const net::message& m) { return m; }};
   });
-  net::message m = actors::make_pull(0, 0);
+  net::message m = actors::make_pull({0, net::role::worker, 0}, {0, net::role::shard, 0});
   std::vector<double> us;
   caf::scoped_actor self{sys};
   const int per_rep = 20000;

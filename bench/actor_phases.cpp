@@ -12,9 +12,9 @@
 #include <sstream>
 #include <string>
 
-#include "actors/ps_core.hpp"
+#include "bench/one_of_each.hpp"
 #include "kernels/kernels.hpp"
-#include "samples/train_loop.hpp"
+#include "model/zoo.hpp"
 
 using namespace troupe;
 
@@ -27,12 +27,11 @@ double now() {
 } // namespace
 
 int main(int argc, char** argv) {
-  train::options o;
-  o.model = "mlp";
+  std::string model = "mlp";
   int rounds = 40;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--model") o.model = v;
+    if (a == "--model") model = v;
     else if (a == "--rounds") rounds = std::stoi(v);
     else {
       std::cerr << "unknown option " << a << "\n";
@@ -42,33 +41,25 @@ int main(int argc, char** argv) {
   try {
     std::ostringstream log;
     const kernels::context ctx = kernels::context::all_cores();
-    train::run_data data = train::load_data(o, log);
-    const auto& ds = data.sets.train;
-    auto fresh = [&] { return train::build_model(o, ds); };
     const float lr = 0.05f;
+    const job j = job()
+                      .model([model] { return zoo::by_name(model); }, model)
+                      .data(data::fashion_mnist())
+                      .algorithm(asgd())
+                      .lr(lr)
+                      .schedule(lr_schedule::constant)
+                      .threads(ctx.threads);
+    const train::loaded_data data = train::load_data(j, log);
+    const auto& ds = data.sets.train;
+    const int64_t batch_size = j.config().batch_size;
     // The sequential loop.
-    model::model seq = fresh();
-    data::batcher batches(ds, o.batch_size, data.norm, o.seed, true);
+    model::model seq = j.build_model(ds.sample_shape());
+    data::batcher batches(ds, batch_size, data.norm, j.config().seed, true);
     batches.start_epoch(0);
     data::batch batch;
     tensor dlogits;
     // The cores of 1 loader, 1 worker, 1 shard.
-    std::vector<named_tensor> ts;
-    std::vector<int64_t> sizes;
-    for (auto* p : seq.parameters()) {
-      ts.push_back({p->name, p->value.clone()});
-      sizes.push_back(p->value.numel());
-    }
-    model::update_config rc;
-    rc.rule = "asgd";
-    rc.lr = lr;
-    actors::shard_core shard(0, ts, rc, "constant", 1, {}, ctx);
-    actors::loader_core loader(ds, data.norm, o.batch_size, o.seed, 0, ds.count, 0);
-    actors::worker_config wc;
-    wc.threads = ctx.threads;
-    actors::worker_core worker(std::make_shared<actors::replica_pool>(fresh), actors::plan_shards(sizes, 1), wc);
-    for (auto& pull : worker.pull())
-      for (auto& r : shard.handle(pull)) worker.on_params(r.second);
+    bench::one_of_each cores(j, data, ctx.threads);
 
     const int per_round = 25, warm = 2;
     double t[7] = {0};
@@ -90,22 +81,22 @@ int main(int argc, char** argv) {
       }
       for (int i = 0; i < per_round; ++i) {
         const double a = now();
-        net::message m = loader.next();
+        net::message m = cores.loader().next();
         const double b = now();
-        auto out = worker.step(m);
+        auto out = cores.worker().step(m);
         const double c = now();
-        std::vector<std::pair<uint32_t, net::message>> replies;
-        for (auto& [s, push] : out.pushes) replies = shard.handle(push);
+        std::vector<actors::shard_core::reply> replies;
+        for (auto& p : out.pushes) replies = cores.shard().handle(p.msg);
         out.pushes.clear();
         const double d = now();
-        for (auto& r : replies) worker.on_params(r.second);
+        for (auto& r : replies) cores.worker().on_params(r.msg);
         const double e = now();
         if (count) t[3] += b - a, t[4] += c - b, t[5] += d - c, t[6] += e - d;
       }
     }
     const double us = 1e6 / ((rounds - warm) * per_round);
     const double seq_total = (t[0] + t[1] + t[2]) * us, cores_total = (t[3] + t[4] + t[5] + t[6]) * us;
-    std::printf("%s, per step, %d steps of each interleaved, %d kernel threads\n", o.model.c_str(),
+    std::printf("%s, per step, %d steps of each interleaved, %d kernel threads\n", model.c_str(),
                 (rounds - warm) * per_round, ctx.threads);
     std::printf("  sequential:  batch %.1f us, forward+backward %.1f us, SGD %.1f us; total %.1f us\n", t[0] * us,
                 t[1] * us, t[2] * us, seq_total);

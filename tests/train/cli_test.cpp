@@ -1,0 +1,215 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tensor/error.hpp"
+#include "tests/test_util.hpp"
+#include "tests/train/spec_fields.hpp"
+#include "train/cli.hpp"
+
+using namespace troupe;
+using namespace troupe::train;
+using Catch::Matchers::Contains;
+using Catch::Matchers::Equals;
+using Catch::Matchers::StartsWith;
+using testing::differences;
+using testing::message;
+
+namespace {
+
+command_line parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "troupe_trainer");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  REQUIRE(f.good());
+}
+
+} // namespace
+
+TEST_CASE("no options is the default job", "[cli]") {
+  const command_line cl = parse({});
+  CHECK(differences(cl.spec, job_spec{}).empty());
+  CHECK_FALSE(cl.help);
+  CHECK_FALSE(cl.dump_config);
+}
+
+TEST_CASE("--name=value and --name value set the same", "[cli]") {
+  const command_line a = parse({"--model=mlp", "--epochs=3", "--lr=0.1", "--algorithm=asgd", "--workers=2",
+                                "--speeds=1,2.5", "--checkpoint=a=b.bin"});
+  const command_line b = parse({"--model", "mlp", "--epochs", "3", "--lr", "0.1", "--algorithm", "asgd", "--workers",
+                                "2", "--speeds", "1,2.5", "--checkpoint", "a=b.bin"});
+  CHECK(differences(a.spec, b.spec).empty());
+  CHECK(a.spec.model == "mlp");
+  CHECK(a.spec.train.epochs == 3);
+  CHECK(a.spec.train.lr == 0.1f);
+  CHECK(a.spec.train.algo.speeds == std::vector<float>{1.0f, 2.5f});
+  CHECK(a.spec.train.checkpoint == "a=b.bin");
+}
+
+TEST_CASE("every option name parses and sets its own field", "[cli]") {
+  struct option_case {
+    std::string name, value, field;
+  };
+  // On top of --algorithm asgd, so that the distributed options validate.
+  const std::vector<option_case> cases{
+      {"model", "mlp", "model"},
+      {"epochs", "2", "epochs"},
+      {"batch-size", "32", "batch_size"},
+      {"lr", "0.1", "lr"},
+      {"momentum", "0.5", "momentum"},
+      {"weight-decay", "0.001", "weight_decay"},
+      {"lr-schedule", "constant", "schedule"},
+      {"seed", "42", "seed"},
+      {"threads", "2", "threads"},
+      {"data-dir", "/data/idx", "data_dir"},
+      {"checkpoint", "ck.bin", "checkpoint"},
+      {"metrics-out", "run.jsonl", "metrics_out"},
+      {"max-steps", "100", "max_steps"},
+      {"evaluate", "false", "evaluate"},
+      {"progress", "none", "progress"},
+      {"algorithm", "ddc-asgd", "algorithm"},
+      {"workers", "3", "workers"},
+      {"shards", "2", "shards"},
+      {"push-every", "4", "push_every"},
+      {"worker-lr", "0.05", "worker_lr"},
+      {"worker-momentum", "0.5", "worker_momentum"},
+      {"speeds", "2", "speeds"},
+      {"prefetch", "4", "prefetch"},
+      {"dc-lambda", "0.1", "lambda"},
+      {"dc-lambda0", "1.5", "lambda0"},
+      {"dc-rho-ms", "0.5", "rho_ms"},
+      {"ddc-alpha", "0.4", "alpha"},
+      {"ddc-mu0", "0.5", "mu0"},
+  };
+  CHECK(cases.size() == job_keys().size());
+  const job_spec base = parse({"--algorithm", "asgd"}).spec;
+  for (const option_case& c : cases) {
+    INFO("--" << c.name << " " << c.value);
+    const command_line cl = parse({"--algorithm", "asgd", "--" + c.name, c.value});
+    const std::vector<std::string> changed = differences(cl.spec, base);
+    REQUIRE(changed.size() == 1);
+    CHECK_THAT(changed[0], StartsWith(c.field + ": "));
+  }
+}
+
+TEST_CASE("--config is read first wherever it appears; the options override it", "[cli]") {
+  testing::temp_dir dir;
+  const std::string path = dir.file("job.toml");
+  write_file(path, "algorithm = \"asgd\"\nworkers = 4\nepochs = 7\nmodel = \"mlp\"\n");
+  for (const auto& args : {std::vector<std::string>{"--workers", "2", "--config", path},
+                           std::vector<std::string>{"--config=" + path, "--workers=2"}}) {
+    const command_line cl = parse(args);
+    CHECK(cl.spec.train.algo.kind == algorithm_kind::asgd);
+    CHECK(cl.spec.train.algo.workers == 2);
+    CHECK(cl.spec.train.epochs == 7);
+    CHECK(cl.spec.model == "mlp");
+    CHECK(cl.spec.train.batch_size == 64);
+  }
+}
+
+TEST_CASE("a repeated option takes its last value", "[cli]") {
+  CHECK(parse({"--epochs", "2", "--epochs=3"}).spec.train.epochs == 3);
+}
+
+TEST_CASE("an unknown option is named, with a suggestion when one is close", "[cli]") {
+  CHECK_THROWS_MATCHES(parse({"--wokers", "4"}), error,
+                       message(Equals("unknown option --wokers (did you mean --workers?); see --help")));
+  CHECK_THROWS_MATCHES(parse({"--batch_size=4"}), error,
+                       message(Equals("unknown option --batch_size (did you mean --batch-size?); see --help")));
+  CHECK_THROWS_MATCHES(parse({"--colour", "blue"}), error, message(Equals("unknown option --colour; see --help")));
+  CHECK_THROWS_MATCHES(parse({"-x"}), error, message(StartsWith("unknown option -x")));
+  CHECK_THROWS_MATCHES(parse({"job.toml"}), error,
+                       message(Equals("unexpected argument 'job.toml' (give a job file with --config job.toml)")));
+  CHECK_THROWS_MATCHES(parse({"--epochs", "2", "3"}), error,
+                       message(Equals("unexpected argument '3' (options start with --; see --help)")));
+  CHECK_THROWS_MATCHES(parse({"--", "--epochs", "3"}), error, message(StartsWith("unexpected argument '")));
+}
+
+TEST_CASE("a missing value names the option", "[cli]") {
+  CHECK_THROWS_MATCHES(parse({"--epochs", "2", "--workers"}), error, message(Equals("--workers needs a value (N)")));
+  CHECK_THROWS_MATCHES(parse({"--workers", "--epochs", "3"}), error, message(Equals("--workers needs a value (N)")));
+  CHECK_THROWS_MATCHES(parse({"--config"}), error, message(Equals("--config needs a value (FILE)")));
+  CHECK_THROWS_MATCHES(parse({"--config="}), error, message(Equals("--config needs a value (FILE)")));
+}
+
+TEST_CASE("a bad value names the option, what it expects and what it got", "[cli]") {
+  CHECK_THROWS_MATCHES(parse({"--workers", "eight"}), error,
+                       message(Equals("--workers: expected an integer in [1, 1024], got 'eight'")));
+  CHECK_THROWS_MATCHES(parse({"--epochs=-1"}), error, message(Equals("--epochs: expected an integer >= 1, got '-1'")));
+  CHECK_THROWS_MATCHES(parse({"--weight-decay", "-1"}), error,
+                       message(Equals("--weight-decay: expected a number >= 0, got '-1'")));
+  CHECK_THROWS_MATCHES(parse({"--lr", "0.1x"}), error, message(Equals("--lr: expected a number > 0, got '0.1x'")));
+  CHECK_THROWS_MATCHES(parse({"--epochs", "2.5"}), error, message(StartsWith("--epochs: expected an integer")));
+  CHECK_THROWS_MATCHES(parse({"--epochs="}), error, message(Equals("--epochs: expected an integer >= 1, got ''")));
+  CHECK_THROWS_MATCHES(parse({"--speeds", "1,,2"}), error,
+                       message(Equals("--speeds: expected a list of numbers >= 1, got '1,,2'")));
+  CHECK_THROWS_MATCHES(parse({"--evaluate", "maybe"}), error,
+                       message(Equals("--evaluate: expected true or false, got 'maybe'")));
+  CHECK_THROWS_MATCHES(parse({"--algorithm", "fast"}), error, message(StartsWith("--algorithm: expected one of sequential")));
+}
+
+TEST_CASE("booleans and lists have a command-line spelling", "[cli]") {
+  CHECK_FALSE(parse({"--evaluate", "false"}).spec.train.evaluate);
+  CHECK_FALSE(parse({"--evaluate=no"}).spec.train.evaluate);
+  CHECK(parse({"--evaluate=true"}).spec.train.evaluate);
+  CHECK(parse({"--algorithm=asgd", "--workers=4", "--speeds", "1, 1, 2, 4"}).spec.train.algo.speeds ==
+        std::vector<float>{1, 1, 2, 4});
+  CHECK(parse({"--speeds="}).spec.train.algo.speeds.empty());
+}
+
+TEST_CASE("the command line validates like the job file", "[cli]") {
+  CHECK_THROWS_MATCHES(parse({"--model=resnet"}), error,
+                       message(Equals("unknown model 'resnet' (choose mlp or cnn)")));
+  CHECK_THROWS_MATCHES(parse({"--workers", "2"}), error,
+                       message(StartsWith("--workers, --shards, --push-every and --speeds need an asynchronous")));
+  testing::temp_dir dir;
+  const std::string path = dir.file("job.toml");
+  write_file(path, "algorithm = \"asgd\"\nworkers = 2\nspeeds = [1, 2]\n");
+  CHECK_THROWS_MATCHES(parse({"--config", path, "--workers", "3"}), error,
+                       message(Equals(path + " + command line: --speeds: 2 factors for 3 workers (give one per "
+                                             "worker, e.g. 1,1,2,4)")));
+  write_file(path, "algorithm = \"asgd\"\nworkers = 2\nspeeds = [1, 2, 3]\n");
+  CHECK_THROWS_MATCHES(parse({"--config", path}), error, message(StartsWith(path + ": --speeds: 3 factors")));
+  CHECK(parse({"--config", path, "--workers", "3"}).spec.train.algo.workers == 3);
+  write_file(path, "wokers = 2\n");
+  CHECK_THROWS_MATCHES(parse({"--config", path}), error, message(StartsWith(path + ":1: unknown key 'wokers'")));
+  CHECK_THROWS_MATCHES(parse({"--config", dir.file("nope.toml")}), error,
+                       message(Equals("job file " + dir.file("nope.toml") + " does not exist")));
+}
+
+TEST_CASE("--help gives the usage with every key", "[cli]") {
+  for (const auto& args : {std::vector<std::string>{"--help"}, std::vector<std::string>{"-h"},
+                           std::vector<std::string>{"--epochs", "0", "--help"}}) {
+    const command_line cl = parse(args);
+    REQUIRE(cl.help);
+    CHECK(cl.text == usage());
+  }
+  const std::string text = usage();
+  for (const job_key& k : job_keys()) {
+    INFO(k.name);
+    CHECK_THAT(text, Contains("  --" + k.name + " " + k.value_name + " "));
+    CHECK_THAT(text, Contains(k.help + "\n"));
+  }
+  CHECK_THAT(text, Contains("  --config FILE "));
+  CHECK_THAT(text, Contains("  --dump-config "));
+  CHECK_THAT(text, Contains("--help "));
+  CHECK_THAT(text, Contains("A job file (TOML) holds the same keys"));
+  CHECK_THAT(usage("my_trainer"), StartsWith("usage: my_trainer "));
+}
+
+TEST_CASE("--dump-config sets the flag, and its job file reads back to the same job", "[cli]") {
+  const command_line cl = parse({"--dump-config", "--algorithm", "ddc-asgd", "--workers", "4", "--speeds", "1,1,2,4",
+                                 "--lr", "0.03"});
+  CHECK(cl.dump_config);
+  CHECK_FALSE(cl.help);
+  CHECK(differences(parse_job_file(to_job_file(cl.spec), "dump.toml"), cl.spec).empty());
+  CHECK_FALSE(parse({"--epochs", "2"}).dump_config);
+}

@@ -1,0 +1,269 @@
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/zoo.hpp"
+#include "tensor/error.hpp"
+#include "tests/test_util.hpp"
+#include "tests/train/spec_fields.hpp"
+#include "train/job_file.hpp"
+
+using namespace troupe;
+using namespace troupe::train;
+using Catch::Matchers::Contains;
+using Catch::Matchers::Equals;
+using Catch::Matchers::Matches;
+using Catch::Matchers::StartsWith;
+using testing::differences;
+using testing::message;
+
+namespace {
+
+job_spec parse(const std::string& text, job_spec base = {}) { return parse_job_file(text, "job.toml", base); }
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  REQUIRE(f.good());
+}
+
+} // namespace
+
+TEST_CASE("the defaults round-trip through to_job_file", "[job_file]") {
+  const job_spec defaults;
+  const job_spec back = parse(to_job_file(defaults));
+  CHECK(differences(back, defaults).empty());
+}
+
+TEST_CASE("a spec with every field changed round-trips through to_job_file", "[job_file]") {
+  const job_spec changed = testing::everything_changed();
+  CHECK(differences(changed, job_spec{}).size() == testing::fields(changed).size());
+  const std::string text = to_job_file(changed);
+  INFO(text);
+  CHECK(differences(parse(text), changed).empty());
+}
+
+TEST_CASE("floats read back to the same float, whatever their digits", "[job_file]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int i = 0; i < 300; ++i) {
+    job_spec s;
+    s.train.momentum = unit(rng);
+    uint32_t bits = rng() & 0x7f7fffffu;  // a positive finite float of any magnitude
+    std::memcpy(&s.train.lr, &bits, sizeof bits);
+    if (!(s.train.lr > 0.0f)) s.train.lr = 1e-30f;
+    const std::string text = to_job_file(s);
+    INFO(text);
+    const job_spec back = parse(text);
+    REQUIRE(back.train.momentum == s.train.momentum);
+    REQUIRE(back.train.lr == s.train.lr);
+  }
+}
+
+TEST_CASE("to_job_file writes every key with a one-line comment", "[job_file]") {
+  const std::string text = to_job_file(job_spec{});
+  for (const job_key& k : job_keys()) {
+    INFO(k.name);
+    const auto line_start = text.find("\n" + k.name + " = ");
+    REQUIRE(line_start != std::string::npos);
+    const std::string line = text.substr(line_start + 1, text.find('\n', line_start + 1) - line_start - 1);
+    CHECK_THAT(line, Contains("# " + k.help));
+  }
+  CHECK_THAT(text, Contains("speeds = []"));
+  CHECK_THAT(text, Contains("lr = 0.02 "));
+  CHECK_THAT(text, Contains("epochs = 5 "));
+  CHECK_THAT(text, Contains("algorithm = \"sequential\""));
+}
+
+TEST_CASE("a seed TOML cannot hold is an error, not a wrong file", "[job_file]") {
+  job_spec s;
+  s.train.seed = UINT64_MAX;
+  CHECK_THROWS_MATCHES(to_job_file(s), error, message(Contains("seed = 18446744073709551615 does not fit")));
+}
+
+TEST_CASE("a job file sets the keys it holds and keeps base's values for the others", "[job_file]") {
+  job_spec base;
+  base.train.epochs = 9;
+  base.train.lr = 0.5f;
+  base.data_dir = "/somewhere";
+  const job_spec s = parse(
+      "# a job\n"
+      "model = \"mlp\"\n"
+      "algorithm = \"asgd\"\n"
+      "workers = 4\n"
+      "batch-size = 32\n"
+      "momentum = 0     # an integer where a float goes\n"
+      "speeds = [1, 1.5, 2, 4]\n"
+      "evaluate = false\n"
+      "lr-schedule = \"constant\"\n",
+      base);
+  CHECK(s.model == "mlp");
+  CHECK(s.train.algo.kind == algorithm_kind::asgd);
+  CHECK(s.train.algo.workers == 4);
+  CHECK(s.train.batch_size == 32);
+  CHECK(s.train.momentum == 0.0f);
+  CHECK(s.train.algo.speeds == std::vector<float>{1.0f, 1.5f, 2.0f, 4.0f});
+  CHECK_FALSE(s.train.evaluate);
+  CHECK(s.train.schedule == model::lr_schedule::constant);
+  CHECK(s.train.epochs == 9);
+  CHECK(s.train.lr == 0.5f);
+  CHECK(s.data_dir == "/somewhere");
+  CHECK(s.train.algo.shards == 1);
+}
+
+TEST_CASE("an empty job file is the base", "[job_file]") {
+  job_spec base = testing::everything_changed();
+  CHECK(differences(parse("", base), base).empty());
+}
+
+TEST_CASE("a value of the wrong type names file, line, key, what was expected and what was given", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("epochs = 3\n\nworkers = \"eight\"\n"), error,
+                       message(Equals("job.toml:3: workers: expected an integer in [1, 1024], got \"eight\"")));
+  CHECK_THROWS_MATCHES(parse("epochs = 2.5\n"), error,
+                       message(Equals("job.toml:1: epochs: expected an integer >= 1, got 2.5")));
+  CHECK_THROWS_MATCHES(parse("lr = \"fast\"\n"), error, message(Equals("job.toml:1: lr: expected a number > 0, got \"fast\"")));
+  CHECK_THROWS_MATCHES(parse("evaluate = 1\n"), error,
+                       message(Equals("job.toml:1: evaluate: expected true or false, got 1")));
+  CHECK_THROWS_MATCHES(parse("model = 3\n"), error, message(Equals("job.toml:1: model: expected a string, got 3")));
+  CHECK_THROWS_MATCHES(parse("speeds = \"1,2\"\n"), error,
+                       message(Equals("job.toml:1: speeds: expected a list of numbers >= 1, got \"1,2\"")));
+  CHECK_THROWS_MATCHES(parse("speeds = [1, \"x\"]\n"), error,
+                       message(Equals("job.toml:1: speeds: expected a list of numbers >= 1, got [1, \"x\"]")));
+  CHECK_THROWS_MATCHES(parse("epochs = [1]\n"), error,
+                       message(Equals("job.toml:1: epochs: expected an integer >= 1, got [1]")));
+}
+
+TEST_CASE("a value out of range names file, line and key", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("model = \"mlp\"\nepochs = 0\n"), error,
+                       message(Equals("job.toml:2: epochs: expected an integer >= 1, got 0")));
+  CHECK_THROWS_MATCHES(parse("workers = 2000\n"), error,
+                       message(Equals("job.toml:1: workers: expected an integer in [1, 1024], got 2000")));
+  CHECK_THROWS_MATCHES(parse("momentum = 1.0\n"), error,
+                       message(Equals("job.toml:1: momentum: expected a number in [0, 1), got 1.0")));
+  CHECK_THROWS_MATCHES(parse("weight-decay = -0.1\n"), error,
+                       message(Equals("job.toml:1: weight-decay: expected a number >= 0, got -0.1")));
+  CHECK_THROWS_MATCHES(parse("lr = 1e300\n"), error,
+                       message(Equals("job.toml:1: lr: expected a number > 0, got 1e+300")));
+  CHECK_THROWS_MATCHES(parse("speeds = [1, 0.5]\n"), error,
+                       message(Equals("job.toml:1: speeds: expected a list of numbers >= 1, got [1, 0.5]")));
+  CHECK_THROWS_MATCHES(parse("threads = 3000000000\n"), error, message(StartsWith("job.toml:1: threads: expected")));
+  CHECK_THROWS_MATCHES(parse("seed = -1\n"), error,
+                       message(Equals("job.toml:1: seed: expected an integer >= 0, got -1")));
+}
+
+TEST_CASE("an enum takes the names its parse function knows", "[job_file]") {
+  CHECK(parse("algorithm = \"ddc-asgd\"\n").train.algo.kind == algorithm_kind::ddc_asgd);
+  CHECK(parse("progress = \"none\"\n").train.progress == progress_mode::none);
+  CHECK_THROWS_MATCHES(parse("algorithm = \"fast\"\n"), error,
+                       message(Equals("job.toml:1: algorithm: expected one of sequential, ssgd, asgd, sa-asgd, "
+                                      "hogwild, dc-asgd-c, dc-asgd-a or ddc-asgd, got \"fast\"")));
+  CHECK_THROWS_MATCHES(parse("lr-schedule = \"linear\"\n"), error,
+                       message(Equals("job.toml:1: lr-schedule: expected one of constant or cosine, got \"linear\"")));
+  CHECK_THROWS_MATCHES(parse("progress = \"auto \"\n"), error,
+                       message(Contains("progress: expected one of auto, bar, lines or none")));
+}
+
+TEST_CASE("an unknown key names file and line, with a suggestion when one is close", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("epochs = 2\n\nwokers = 4\n"), error,
+                       message(Equals("job.toml:3: unknown key 'wokers' (did you mean 'workers'?)")));
+  CHECK_THROWS_MATCHES(parse("batch_size = 4\n"), error,
+                       message(Equals("job.toml:1: unknown key 'batch_size' (did you mean 'batch-size'?)")));
+  CHECK_THROWS_MATCHES(parse("colour = \"blue\"\n"), error, message(Equals("job.toml:1: unknown key 'colour'")));
+  CHECK_THROWS_MATCHES(parse("epochs = 2\n[trainer]\nworkers = 4\n"), error,
+                       message(Equals("job.toml:2: unknown table 'trainer'")));
+}
+
+TEST_CASE("a TOML syntax error names file, line and column", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("epochs = 2\nworkers 4\n"), error, message(StartsWith("job.toml:2:9: not valid TOML: ")));
+  CHECK_THROWS_MATCHES(parse("epochs = 2\nepochs = 3\n"), error,
+                       message(Matches("job\\.toml:2:[0-9]+: not valid TOML: .*redefine.*'epochs'.*")));
+  CHECK_THROWS_MATCHES(parse("lr = 0.1\nmodel = \"mlp\n"), error, message(StartsWith("job.toml:2:")));
+}
+
+TEST_CASE("a missing or unreadable job file is named", "[job_file]") {
+  testing::temp_dir dir;
+  const std::string missing = dir.file("nope.toml");
+  CHECK_THROWS_MATCHES(read_job_file(missing), error, message(Equals("job file " + missing + " does not exist")));
+  CHECK_THROWS_MATCHES(read_job_file(dir.path()), error,
+                       message(Equals("job file " + dir.path() + " is a directory, not a TOML file")));
+  CHECK_THROWS_MATCHES(read_job_file(""), error, message(Contains("no job file given")));
+}
+
+TEST_CASE("read_job_file reads a file and names it in errors", "[job_file]") {
+  testing::temp_dir dir;
+  const std::string path = dir.file("job.toml");
+  write_file(path, "algorithm = \"asgd\"\nworkers = 2\n");
+  const job_spec s = read_job_file(path);
+  CHECK(s.train.algo.kind == algorithm_kind::asgd);
+  CHECK(s.train.algo.workers == 2);
+  write_file(path, "epochs = 1\nepochs = 2\n");
+  CHECK_THROWS_MATCHES(read_job_file(path), error, message(StartsWith(path + ":2:")));
+  write_file(path, "workers = 0\n");
+  CHECK_THROWS_MATCHES(read_job_file(path), error, message(StartsWith(path + ":1: workers: ")));
+}
+
+TEST_CASE("settings that do not combine are named after the file", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("algorithm = \"asgd\"\nworkers = 2\nspeeds = [1, 2, 4]\n"), error,
+                       message(Equals("job.toml: --speeds: 3 factors for 2 workers (give one per worker, e.g. 1,1,2,4)")));
+  CHECK_THROWS_MATCHES(parse("workers = 2\n"), error,
+                       message(StartsWith("job.toml: --workers, --shards, --push-every and --speeds need an "
+                                          "asynchronous --algorithm")));
+}
+
+TEST_CASE("an unknown zoo model is named after the file, with the choices", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("model = \"resnet\"\n"), error,
+                       message(Equals("job.toml: unknown model 'resnet' (choose mlp or cnn)")));
+}
+
+TEST_CASE("the key table has one key per option name, each documented", "[job_file]") {
+  const std::vector<std::string> names{
+      "model",      "epochs",      "batch-size", "lr",        "momentum",        "weight-decay", "lr-schedule",
+      "seed",       "threads",     "data-dir",   "checkpoint", "metrics-out",    "max-steps",    "evaluate",
+      "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
+      "speeds",     "prefetch",    "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0"};
+  std::vector<std::string> table;
+  for (const job_key& k : job_keys()) {
+    table.push_back(k.name);
+    CHECK_FALSE(k.value_name.empty());
+    CHECK_FALSE(k.help.empty());
+    CHECK_FALSE(k.expected.empty());
+    CHECK(find_job_key(k.name) == &k);
+  }
+  CHECK(table == names);
+  CHECK(find_job_key("wokers") == nullptr);
+}
+
+TEST_CASE("closest_name suggests only close names", "[job_file]") {
+  const std::vector<std::string> names{"workers", "shards", "lr", "seed"};
+  CHECK(closest_name("wokers", names) == "workers");
+  CHECK(closest_name("shard", names) == "shards");
+  CHECK(closest_name("lrr", names) == "lr");
+  CHECK(closest_name("colour", names).empty());
+  CHECK(closest_name("x", names).empty());
+}
+
+TEST_CASE("make_job builds the named zoo model on the spec's data with its settings", "[job_file]") {
+  job_spec spec;
+  spec.model = "mlp";
+  spec.data_dir = "/data/idx";
+  spec.train.epochs = 3;
+  spec.train.algo.kind = algorithm_kind::asgd;
+  spec.train.algo.workers = 2;
+  const troupe::job j = make_job(spec);
+  CHECK(j.model_name() == "mlp");
+  CHECK(j.data_source().description() == "IDX files in /data/idx");
+  CHECK(j.config().epochs == 3);
+  CHECK(j.config().algo.workers == 2);
+  CHECK(j.build_model(shape{1, 28, 28}).num_parameters() ==
+        zoo::mlp().build(shape{1, 28, 28}).num_parameters());
+
+  spec.data_dir.clear();
+  CHECK_THAT(make_job(spec).data_source().description(), Contains("fashion-mnist"));
+  spec.model = "resnet";
+  CHECK_THROWS_MATCHES(make_job(spec), error, message(Contains("unknown model 'resnet'")));
+}

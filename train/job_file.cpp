@@ -1,0 +1,589 @@
+#include "train/job_file.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cctype>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <type_traits>
+
+#include "data/dataset.hpp"
+#include "model/zoo.hpp"
+#include "tensor/error.hpp"
+#include "train/data_source.hpp"
+
+namespace troupe::train {
+
+namespace {
+
+constexpr int64_t no_limit = std::numeric_limits<int64_t>::max();
+
+// ---- values as text ----
+
+// The shortest decimal that reads back to the same value.
+template <class T>
+std::string shortest(T x) {
+  char buf[40];
+  for (int p = 1; p <= std::numeric_limits<T>::max_digits10; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, static_cast<double>(x));
+    if (static_cast<T>(std::strtod(buf, nullptr)) == x) break;
+  }
+  return buf;
+}
+
+// A number as a TOML float: "2.0", not "2" (which TOML reads as an integer).
+template <class T>
+std::string toml_float(T x) {
+  std::string s = shortest(x);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";  // 'n': inf, nan
+  return s;
+}
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char esc[8];
+          std::snprintf(esc, sizeof esc, "\\u%04X", c);
+          out += esc;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string toml_text(const job_value& v) {
+  struct printer {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const { return toml_float(static_cast<float>(d)); }
+    std::string operator()(const std::string& s) const { return toml_string(s); }
+    std::string operator()(const std::vector<double>& xs) const {
+      std::string out = "[";
+      for (std::size_t i = 0; i < xs.size(); ++i) out += (i ? ", " : "") + toml_float(static_cast<float>(xs[i]));
+      return out + "]";
+    }
+  };
+  return std::visit(printer{}, v);
+}
+
+// A value found in a job file, as the user wrote it, for errors.
+std::string describe(const toml::node& n) {
+  std::ostringstream os;
+  if (auto* s = n.as_string()) return toml_string(s->get());
+  if (auto* i = n.as_integer()) return std::to_string(i->get());
+  if (auto* f = n.as_floating_point()) return toml_float(f->get());
+  if (auto* b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (n.is_table()) return "a table";
+  if (auto* a = n.as_array()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < a->size(); ++i) out += (i ? ", " : "") + describe((*a)[i]);
+    return out + "]";
+  }
+  if (auto* d = n.as_date()) os << d->get();
+  if (auto* t = n.as_time()) os << t->get();
+  if (auto* dt = n.as_date_time()) os << dt->get();
+  return os.str();
+}
+
+std::string join_choices(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+// ---- the key table ----
+
+// Keys name their field with a generic lambda, `[](auto& s) -> auto& { return s.train.epochs; }`,
+// which serves both set (job_spec&) and get (const job_spec&).
+template <class F>
+using field_type = std::remove_reference_t<decltype(std::declval<F>()(std::declval<job_spec&>()))>;
+
+job_key make_key(std::string name, std::string value_name, std::string help, value_kind kind, std::string expected) {
+  job_key k;
+  k.name = std::move(name);
+  k.value_name = std::move(value_name);
+  k.help = std::move(help);
+  k.kind = kind;
+  k.expected = std::move(expected);
+  return k;
+}
+
+template <class F>
+job_key integer_key(std::string name, std::string value_name, std::string help, F field, int64_t lo,
+                    int64_t hi = no_limit) {
+  using T = field_type<F>;
+  const auto top = static_cast<int64_t>(std::min<uint64_t>(static_cast<uint64_t>(hi), std::numeric_limits<T>::max()));
+  std::string expected = hi == no_limit ? "an integer >= " + std::to_string(lo)
+                                        : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::integer, std::move(expected));
+  k.set = [field, lo, top](job_spec& s, const job_value& v) {
+    const int64_t x = std::get<int64_t>(v);
+    if (x < lo || x > top) return false;
+    field(s) = static_cast<T>(x);
+    return true;
+  };
+  k.get = [field, name = k.name](const job_spec& s) -> job_value {
+    const T x = field(s);
+    if constexpr (std::is_unsigned_v<T>)
+      if (x > static_cast<uint64_t>(no_limit))
+        throw error(name + " = " + std::to_string(x) + " does not fit a job file: TOML integers stop at " +
+                    std::to_string(no_limit));
+    return static_cast<int64_t>(x);
+  };
+  return k;
+}
+
+// The values a number key accepts, all finite; `bounds` says which in words: "in [0, 1)".
+struct range {
+  double lo;
+  bool lo_open;
+  double hi;
+  bool hi_open;
+  std::string bounds;
+  bool holds(double x) const {
+    return std::isfinite(x) && std::abs(x) <= FLT_MAX && (lo_open ? x > lo : x >= lo) &&
+           (hi_open ? x < hi : x <= hi);
+  }
+};
+const double inf = std::numeric_limits<double>::infinity();
+range positive() { return {0, true, inf, true, "> 0"}; }
+range at_least(double lo) { return {lo, false, inf, true, ">= " + shortest(lo)}; }
+range fraction() { return {0, false, 1, true, "in [0, 1)"}; }
+
+// Numbers are stored as floats: the range is checked on the float, which a double may round into.
+template <class F>
+job_key number_key(std::string name, std::string value_name, std::string help, F field, const range& r) {
+  job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::number, "a number " + r.bounds);
+  k.set = [field, r](job_spec& s, const job_value& v) {
+    const double x = std::get<double>(v);
+    if (!r.holds(x) || !r.holds(static_cast<float>(x))) return false;
+    field(s) = static_cast<float>(x);
+    return true;
+  };
+  k.get = [field](const job_spec& s) -> job_value { return static_cast<double>(field(s)); };
+  return k;
+}
+
+template <class F>
+job_key numbers_key(std::string name, std::string value_name, std::string help, F field, const range& each) {
+  job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::numbers,
+                       "a list of numbers " + each.bounds);
+  k.set = [field, each](job_spec& s, const job_value& v) {
+    std::vector<float> out;
+    for (double x : std::get<std::vector<double>>(v)) {
+      if (!each.holds(x) || !each.holds(static_cast<float>(x))) return false;
+      out.push_back(static_cast<float>(x));
+    }
+    field(s) = std::move(out);
+    return true;
+  };
+  k.get = [field](const job_spec& s) -> job_value {
+    const auto& xs = field(s);
+    return std::vector<double>(xs.begin(), xs.end());
+  };
+  return k;
+}
+
+template <class F>
+job_key text_key(std::string name, std::string value_name, std::string help, F field) {
+  job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::text, "a string");
+  k.set = [field](job_spec& s, const job_value& v) {
+    field(s) = std::get<std::string>(v);
+    return true;
+  };
+  k.get = [field](const job_spec& s) -> job_value { return field(s); };
+  return k;
+}
+
+template <class F>
+job_key boolean_key(std::string name, std::string help, F field) {
+  job_key k = make_key(std::move(name), "BOOL", std::move(help), value_kind::boolean, "true or false");
+  k.set = [field](job_spec& s, const job_value& v) {
+    field(s) = std::get<bool>(v);
+    return true;
+  };
+  k.get = [field](const job_spec& s) -> job_value { return field(s); };
+  return k;
+}
+
+// An enum, read with its parse_* function (train/job.hpp) and written with its to_string.
+template <class E, class F>
+job_key choice_key(std::string name, std::string value_name, std::string help, F field, E (*parse)(const std::string&),
+                   const std::vector<E>& all) {
+  std::vector<std::string> names;
+  for (E e : all) names.emplace_back(to_string(e));
+  job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::text,
+                       "one of " + join_choices(names));
+  k.set = [field, parse](job_spec& s, const job_value& v) {
+    try {
+      field(s) = parse(std::get<std::string>(v));
+    } catch (const error&) {
+      return false;
+    }
+    return true;
+  };
+  k.get = [field](const job_spec& s) -> job_value { return std::string(to_string(field(s))); };
+  return k;
+}
+
+std::vector<job_key> make_keys() {
+  using model::lr_schedule;
+  return {
+      text_key("model", "NAME", "mlp or cnn (default cnn)", [](auto& s) -> auto& { return s.model; }),
+      integer_key("epochs", "N", "passes over the training set (default 5)",
+                  [](auto& s) -> auto& { return s.train.epochs; }, 1),
+      integer_key("batch-size", "N", "samples per step (default 64)",
+                  [](auto& s) -> auto& { return s.train.batch_size; }, 1),
+      number_key("lr", "F", "learning rate (default 0.02)", [](auto& s) -> auto& { return s.train.lr; }, positive()),
+      number_key("momentum", "F", "SGD momentum in [0, 1) (default 0.9)",
+                 [](auto& s) -> auto& { return s.train.momentum; }, fraction()),
+      number_key("weight-decay", "F", "L2 weight decay (default 0)",
+                 [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
+      choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)",
+                 [](auto& s) -> auto& { return s.train.schedule; }, parse_schedule,
+                 std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
+      integer_key("seed", "N", "seed for initialisation and shuffling (default 1)",
+                  [](auto& s) -> auto& { return s.train.seed; }, 0),
+      integer_key("threads", "N", "CPU threads, 0 = all cores (default 0)",
+                  [](auto& s) -> auto& { return s.train.threads; }, 0),
+      text_key("data-dir", "DIR", "directory with the IDX files (default " + data::default_fashion_mnist_dir() + ")",
+               [](auto& s) -> auto& { return s.data_dir; }),
+      text_key("checkpoint", "FILE", "resume from FILE if it exists; save to it after every epoch",
+               [](auto& s) -> auto& { return s.train.checkpoint; }),
+      text_key("metrics-out", "FILE", "write one JSON record per epoch to FILE (JSON Lines)",
+               [](auto& s) -> auto& { return s.train.metrics_out; }),
+      integer_key("max-steps", "N", "stop after N optimizer steps (default 0 = no limit)",
+                  [](auto& s) -> auto& { return s.train.max_steps; }, 0),
+      boolean_key("evaluate", "test accuracy after every epoch, true or false (default true)",
+                  [](auto& s) -> auto& { return s.train.evaluate; }),
+      choice_key("progress", "MODE", "auto (a bar on a terminal), bar, lines or none",
+                 [](auto& s) -> auto& { return s.train.progress; }, parse_progress,
+                 std::vector<progress_mode>{progress_mode::automatic, progress_mode::bar, progress_mode::lines,
+                                            progress_mode::none}),
+      choice_key("algorithm", "NAME",
+                 "sequential (default, one process, no actors), ssgd, asgd, sa-asgd, hogwild, dc-asgd-c, dc-asgd-a, "
+                 "ddc-asgd",
+                 [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
+      integer_key("workers", "N", "worker actors, each with its own shard of the data (default 1)",
+                  [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
+      integer_key("shards", "S", "parameter shards, balanced by size (default 1)",
+                  [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
+      integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default 1)",
+                  [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
+      number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default 0 = --lr)",
+                 [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
+      number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default 0)",
+                 [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
+      numbers_key("speeds", "LIST", "per-worker slowdown factors, e.g. 1,1,2,4 (default all 1)",
+                  [](auto& s) -> auto& { return s.train.algo.speeds; }, at_least(1)),
+      integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
+                  [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
+      number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
+                 [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
+      number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",
+                 [](auto& s) -> auto& { return s.train.algo.lambda0; }, at_least(0)),
+      number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default 0.95)",
+                 [](auto& s) -> auto& { return s.train.algo.rho_ms; }, fraction()),
+      number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default 0.2)",
+                 [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
+      number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
+                 [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
+  };
+}
+
+// A table of a job file and the keys it holds. The top level is the only one so
+// far; a [cluster] table is one more entry here, with its own keys.
+struct section {
+  std::string name;  // "" for the top level
+  const std::vector<job_key>& keys;
+};
+
+const std::vector<section>& sections() {
+  static const std::vector<section> all{{"", job_keys()}};
+  return all;
+}
+
+const section* find_section(const std::string& name) {
+  for (const section& s : sections())
+    if (!s.name.empty() && s.name == name) return &s;
+  return nullptr;
+}
+
+const job_key* find_in(const std::vector<job_key>& keys, const std::string& name) {
+  for (const job_key& k : keys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+// ---- reading ----
+
+std::string at(const std::string& path, const toml::source_region& where) {
+  if (where.begin.line == 0) return path + ": ";
+  return path + ":" + std::to_string(where.begin.line) + ": ";
+}
+
+std::optional<double> number_of(const toml::node& n) {
+  if (auto* i = n.as_integer()) return static_cast<double>(i->get());
+  if (auto* f = n.as_floating_point()) return f->get();
+  return std::nullopt;
+}
+
+// The value of `n` as `kind`, or nothing when the TOML type does not fit.
+std::optional<job_value> from_toml(const toml::node& n, value_kind kind) {
+  switch (kind) {
+    case value_kind::boolean:
+      if (auto* b = n.as_boolean()) return job_value(b->get());
+      break;
+    case value_kind::integer:
+      if (auto* i = n.as_integer()) return job_value(i->get());
+      break;
+    case value_kind::number:
+      if (auto x = number_of(n)) return job_value(*x);
+      break;
+    case value_kind::text:
+      if (auto* s = n.as_string()) return job_value(s->get());
+      break;
+    case value_kind::numbers:
+      if (auto* a = n.as_array()) {
+        std::vector<double> xs;
+        for (const toml::node& e : *a) {
+          auto x = number_of(e);
+          if (!x) return std::nullopt;
+          xs.push_back(*x);
+        }
+        return job_value(std::move(xs));
+      }
+      break;
+  }
+  return std::nullopt;
+}
+
+std::string unknown_entry(const std::string& name, const toml::node& n, const section& sec) {
+  std::vector<std::string> candidates;
+  for (const job_key& k : sec.keys) candidates.push_back(k.name);
+  if (sec.name.empty())
+    for (const section& s : sections())
+      if (!s.name.empty()) candidates.push_back(s.name);
+  std::string out = std::string("unknown ") + (n.is_table() ? "table" : "key") + " '" + name + "'";
+  std::string close = closest_name(name, candidates);
+  return close.empty() ? out : out + " (did you mean '" + close + "'?)";
+}
+
+void apply_table(job_spec& spec, const toml::table& table, const section& sec, const std::string& path) {
+  const std::string prefix = sec.name.empty() ? "" : sec.name + ".";
+  for (auto&& [k, node] : table) {
+    const std::string name(k.str());
+    if (const job_key* key = find_in(sec.keys, name)) {
+      auto v = from_toml(node, key->kind);
+      if (!v || !key->set(spec, *v))
+        throw error(at(path, node.source()) + prefix + name + ": expected " + key->expected + ", got " +
+                    describe(node));
+      continue;
+    }
+    const section* sub = sec.name.empty() ? find_section(name) : nullptr;
+    if (sub && node.is_table()) {
+      apply_table(spec, *node.as_table(), *sub, path);
+      continue;
+    }
+    throw error(at(path, k.source()) + unknown_entry(prefix + name, node, sec));
+  }
+}
+
+void apply_job_text(job_spec& spec, const std::string& text, const std::string& path) {
+  toml::table table;
+  try {
+    table = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw error(path + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+                ": not valid TOML: " + std::string(e.description()));
+  }
+  apply_table(spec, table, sections().front(), path);
+}
+
+std::string read_text(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw error("no job file given (the path is empty)");
+  std::error_code ec;
+  const bool exists = fs::exists(path, ec);
+  if (ec) throw error("cannot read job file " + path + ": " + ec.message());
+  if (!exists) throw error("job file " + path + " does not exist");
+  if (fs::is_directory(path, ec)) throw error("job file " + path + " is a directory, not a TOML file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw error("cannot read job file " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << f.rdbuf();
+  if (f.bad()) throw error("cannot read job file " + path + ": " + std::strerror(errno));
+  return text.str();
+}
+
+void validate_in(const job_spec& spec, const std::string& path) {
+  try {
+    validate(spec);
+  } catch (const error& e) {
+    throw error(path + ": " + e.what());
+  }
+}
+
+// ---- reading the command line's text ----
+
+// A number, spaces around it allowed ("1, 2" in a list).
+std::optional<double> number_of(const std::string& text) {
+  const std::size_t b = text.find_first_not_of(' '), e = text.find_last_not_of(' ');
+  if (b == std::string::npos) return std::nullopt;
+  const std::string t = text.substr(b, e - b + 1);
+  char* end = nullptr;
+  const double x = std::strtod(t.c_str(), &end);
+  if (*end != '\0' || std::isspace(static_cast<unsigned char>(t[0]))) return std::nullopt;
+  return x;
+}
+
+std::optional<int64_t> integer_of(const std::string& text) {
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '+'))
+    return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(text.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0) return std::nullopt;
+  return static_cast<int64_t>(x);
+}
+
+// The value of `text` as `kind`, or nothing when it is not one: "1,1,2,4" for numbers, "" for none.
+std::optional<job_value> from_text(const std::string& text, value_kind kind) {
+  switch (kind) {
+    case value_kind::boolean:
+      if (text == "true" || text == "yes" || text == "on" || text == "1") return job_value(true);
+      if (text == "false" || text == "no" || text == "off" || text == "0") return job_value(false);
+      break;
+    case value_kind::integer:
+      if (auto x = integer_of(text)) return job_value(*x);
+      break;
+    case value_kind::number:
+      if (auto x = number_of(text)) return job_value(*x);
+      break;
+    case value_kind::text: return job_value(text);
+    case value_kind::numbers: {
+      std::vector<double> xs;
+      for (std::size_t pos = 0; !text.empty() && pos <= text.size();) {
+        const std::size_t comma = std::min(text.find(',', pos), text.size());
+        auto x = number_of(text.substr(pos, comma - pos));
+        if (!x) return std::nullopt;
+        xs.push_back(*x);
+        pos = comma + 1;
+      }
+      return job_value(std::move(xs));
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+} // namespace
+
+const std::vector<job_key>& job_keys() {
+  static const std::vector<job_key> keys = make_keys();
+  return keys;
+}
+
+const job_key* find_job_key(const std::string& name) { return find_in(job_keys(), name); }
+
+std::string closest_name(const std::string& name, const std::vector<std::string>& names) {
+  std::string best;
+  std::size_t best_distance = 3;  // farther than 2 edits is a different word
+  for (const std::string& n : names) {
+    const std::size_t d = edit_distance(name, n);
+    if (d < best_distance && d < n.size()) {
+      best = n;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+void set_from_text(job_spec& spec, const job_key& key, const std::string& text) {
+  auto v = from_text(text, key.kind);
+  if (!v || !key.set(spec, *v)) throw error("--" + key.name + ": expected " + key.expected + ", got '" + text + "'");
+}
+
+void apply_job_file(job_spec& spec, const std::string& path) { apply_job_text(spec, read_text(path), path); }
+
+void validate(const job_spec& spec) {
+  const std::vector<std::string> models = zoo::names();
+  if (std::find(models.begin(), models.end(), spec.model) == models.end())
+    throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
+  troupe::validate(spec.train);
+}
+
+job_spec read_job_file(const std::string& path, job_spec base) {
+  apply_job_file(base, path);
+  validate_in(base, path);
+  return base;
+}
+
+job_spec parse_job_file(const std::string& text, const std::string& path, job_spec base) {
+  apply_job_text(base, text, path);
+  validate_in(base, path);
+  return base;
+}
+
+std::string to_job_file(const job_spec& spec) {
+  std::string out =
+      "# A troupe job file: troupe_trainer --config FILE reads it, and every key is also an option (--key value).\n";
+  for (const section& sec : sections()) {
+    if (!sec.name.empty()) out += "\n[" + sec.name + "]\n";
+    for (const job_key& k : sec.keys) {
+      std::string line = k.name + " = " + toml_text(k.get(spec));
+      line.resize(std::max<std::size_t>(line.size() + 2, 32), ' ');
+      out += line + "# " + k.help + "\n";
+    }
+  }
+  return out;
+}
+
+troupe::job make_job(const job_spec& spec) {
+  validate(spec);
+  const std::string name = spec.model;
+  troupe::job j;
+  j.model([name] { return zoo::by_name(name); }, name)
+      .data(spec.data_dir.empty() ? data::fashion_mnist() : data::idx_dir(spec.data_dir))
+      .configure(spec.train);
+  return j;
+}
+
+} // namespace troupe::train

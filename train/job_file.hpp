@@ -1,0 +1,83 @@
+#pragma once
+
+// Job files: a job's model, data and settings as TOML, the same keys as the
+// trainer's command line (train/cli.hpp) without the leading dashes:
+//
+//   # job.toml
+//   model = "cnn"
+//   algorithm = "ddc-asgd"
+//   workers = 4
+//   speeds = [1, 1, 2, 4]
+//
+//   auto spec = troupe::train::read_job_file("job.toml");
+//   troupe::fit(troupe::train::make_job(spec));
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "train/job.hpp"
+
+namespace troupe::train {
+
+/// What a job file and the trainer's command line hold: a zoo model, the data directory, every setting.
+struct job_spec {
+  std::string model = "cnn";  ///< zoo model (model/zoo.hpp): mlp or cnn
+  std::string data_dir;       ///< IDX files; empty: Debian's Fashion-MNIST (data::default_fashion_mnist_dir())
+  settings train;
+};
+
+/// Reads a TOML job file on top of `base` (keys absent from the file keep base's values), then
+/// validates the result. Throws troupe::error naming the file, and the line and key where there is one.
+job_spec read_job_file(const std::string& path, job_spec base = {});
+/// The same from TOML text; `path` names it in errors.
+job_spec parse_job_file(const std::string& text, const std::string& path, job_spec base = {});
+/// The effective job as a TOML job file that read_job_file accepts again: every key, each with a
+/// one-line comment. Throws troupe::error for a seed above 2^63 - 1, which TOML cannot hold.
+std::string to_job_file(const job_spec& spec);
+/// A job from a spec: the zoo model (by name) and IDX data (data_dir, or troupe::data::fashion_mnist()).
+/// Validates the spec first.
+troupe::job make_job(const job_spec& spec);
+
+/// Throws troupe::error when the settings do not combine (troupe::validate) or the model is not in the zoo.
+void validate(const job_spec& spec);
+
+// The one table of keys behind the job file, the command line, --dump-config and --help.
+
+/// The type of a key's value: in a job file a TOML boolean, integer, number (an integer or a
+/// float), string or array of numbers; on the command line the same as text ("1,1,2,4" for numbers).
+enum class value_kind { boolean, integer, number, text, numbers };
+
+/// A value on its way into a job_spec; the alternative's index is its value_kind.
+using job_value = std::variant<bool, int64_t, double, std::string, std::vector<double>>;
+
+/// One key: `name = value` in a job file, `--name value` on the command line.
+struct job_key {
+  std::string name;        ///< the TOML key and the option's name without "--"
+  std::string value_name;  ///< the value in the usage text: N, F, NAME, FILE, ...
+  std::string help;        ///< one line for --help and the comment in to_job_file
+  value_kind kind = value_kind::text;
+  std::string expected;    ///< a valid value in words, for errors: "an integer in [1, 1024]"
+  /// Stores a value of `kind` in the spec; false (spec unchanged) when it is out of range.
+  std::function<bool(job_spec&, const job_value&)> set;
+  /// The spec's value of this key.
+  std::function<job_value(const job_spec&)> get;
+};
+
+/// Every key, in the order of the usage text and of to_job_file.
+const std::vector<job_key>& job_keys();
+/// The key called `name`, or nullptr.
+const job_key* find_job_key(const std::string& name);
+/// The key among `names` closest to a misspelt `name`, or "" when none is close.
+std::string closest_name(const std::string& name, const std::vector<std::string>& names);
+
+/// Sets `key` from command-line text; throws troupe::error such as
+/// "--workers: expected an integer in [1, 1024], got 'eight'".
+void set_from_text(job_spec& spec, const job_key& key, const std::string& text);
+/// Applies the keys of the job file at `path` to `spec`, checking each value but not how they
+/// combine: the command line validates once its own options are applied too.
+void apply_job_file(job_spec& spec, const std::string& path);
+
+} // namespace troupe::train

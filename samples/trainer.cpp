@@ -5,8 +5,7 @@
 //   troupe_trainer --config job.toml --epochs 1
 #include <iostream>
 
-#include "actors/fit.hpp"
-#include "train/cli.hpp"
+#include <troupe/troupe.hpp>
 
 int main(int argc, char** argv) {
   using namespace troupe::train;

@@ -41,7 +41,7 @@ TEST_CASE("no options is the default job", "[cli]") {
   CHECK_FALSE(cl.dump_config);
 }
 
-TEST_CASE("--name=value and --name value set the same", "[cli]") {
+TEST_CASE("options take --name=value and --name value alike", "[cli]") {
   const command_line a = parse({"--model=mlp", "--epochs=3", "--lr=0.1", "--algorithm=asgd", "--workers=2",
                                 "--speeds=1,2.5", "--checkpoint=a=b.bin"});
   const command_line b = parse({"--model", "mlp", "--epochs", "3", "--lr", "0.1", "--algorithm", "asgd", "--workers",
@@ -100,7 +100,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
   }
 }
 
-TEST_CASE("--config is read first wherever it appears; the options override it", "[cli]") {
+TEST_CASE("a --config file is read first wherever it appears; the options override it", "[cli]") {
   testing::temp_dir dir;
   const std::string path = dir.file("job.toml");
   write_file(path, "algorithm = \"asgd\"\nworkers = 4\nepochs = 7\nmodel = \"mlp\"\n");
@@ -185,7 +185,7 @@ TEST_CASE("the command line validates like the job file", "[cli]") {
                        message(Equals("job file " + dir.file("nope.toml") + " does not exist")));
 }
 
-TEST_CASE("--help gives the usage with every key", "[cli]") {
+TEST_CASE("the usage of --help lists every key", "[cli]") {
   for (const auto& args : {std::vector<std::string>{"--help"}, std::vector<std::string>{"-h"},
                            std::vector<std::string>{"--epochs", "0", "--help"}}) {
     const command_line cl = parse(args);
@@ -205,7 +205,7 @@ TEST_CASE("--help gives the usage with every key", "[cli]") {
   CHECK_THAT(usage("my_trainer"), StartsWith("usage: my_trainer "));
 }
 
-TEST_CASE("--dump-config sets the flag, and its job file reads back to the same job", "[cli]") {
+TEST_CASE("the --dump-config flag is set, and its job file reads back to the same job", "[cli]") {
   const command_line cl = parse({"--dump-config", "--algorithm", "ddc-asgd", "--workers", "4", "--speeds", "1,1,2,4",
                                  "--lr", "0.03"});
   CHECK(cl.dump_config);

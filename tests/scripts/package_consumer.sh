@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# A project outside the tree builds against the installed package
+# (find_package(troupe CONFIG REQUIRED), troupe::troupe) and trains a model
+# it defines itself.
+set -euo pipefail
+build=$1 consumer=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" > /dev/null
+cmake -S "$consumer" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$tmp/prefix" > /dev/null
+cmake --build "$tmp/build" > /dev/null
+out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/build/consumer")
+echo "$out"
+grep -q "consumer: test accuracy" <<<"$out"

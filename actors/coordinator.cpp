@@ -140,6 +140,13 @@ void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
 
 void on_start(coordinator_t* self) {
   auto& st = self->state;
+  const settings& s = st.s.job->config();
+  // The first epoch starts now, when every actor exists.
+  st.acc = std::make_unique<train::epoch_accumulator>(
+      train::epoch_accumulator::limits{st.s.plan.samples_per_epoch, st.s.plan.batches_per_epoch, s.epochs,
+                                       st.s.first_epoch, st.s.first_steps, s.max_steps,
+                                       static_cast<int>(st.s.plan.workers.size())},
+      clock_type::now());
   st.metrics = std::make_unique<train::metrics_file>(st.s.job->config().metrics_out, st.s.resuming);
   for (const auto& [a, h] : st.dir->all())
     if (a != me(self)) self->monitor(h);
@@ -153,11 +160,6 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
   st.dir = std::move(dir);
   st.start = st.last_progress = clock_type::now();
   const settings& s = st.s.job->config();
-  st.acc = std::make_unique<train::epoch_accumulator>(
-      train::epoch_accumulator::limits{st.s.plan.samples_per_epoch, st.s.plan.batches_per_epoch, s.epochs,
-                                       st.s.first_epoch, st.s.first_steps, s.max_steps,
-                                       static_cast<int>(st.s.plan.workers.size())},
-      st.start);
   st.progress = std::make_unique<train::progress_reporter>(*st.s.log, s.progress);
   self->set_down_handler([self](caf::down_msg& d) {
     // Workers and loaders stop normally once the run has begun to finish.

@@ -121,7 +121,8 @@ history run_sequential(const job& j, std::ostream& log) {
   data::batcher train_batches(ds.train, s.batch_size, d.norm, s.seed);
   const int64_t per_epoch = train_batches.batches_per_epoch();
   const int64_t total_steps = per_epoch * s.epochs;
-  epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1}, start);
+  epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1},
+                        std::chrono::steady_clock::now());
   progress_reporter progress(log, s.progress);
   history out;
   data::batch b;

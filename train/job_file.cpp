@@ -288,7 +288,7 @@ std::vector<job_key> make_keys() {
                  [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
       integer_key("workers", "N", "worker actors, each with its own shard of the data (default 1)",
                   [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
-      integer_key("shards", "S", "parameter shards, balanced by size (default 1)",
+      integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default 1)",
                   [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
       integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default 1)",
                   [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),

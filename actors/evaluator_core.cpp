@@ -65,21 +65,25 @@ evaluation_result evaluator_core::finish() {
   if (req_.evaluate)
     e.test_accuracy = train::score(net_, ctx_, c_.data->sets.test, c_.data->norm, c_.batch_size).accuracy;
   if (req_.checkpoint && !c_.checkpoint.empty()) {
-    net::checkpoint c;
-    c.architecture = net_.architecture();
-    c.epoch = req_.epochs_done;
-    c.step = req_.steps;
-    c.params = net_.state();
-    c.optimizer_kind = c_.algorithm;
-    c.optimizer = std::move(rule_state_);
-    // The shards answer in any order; the file does not depend on it.
-    std::sort(c.optimizer.begin(), c.optimizer.end(),
-              [](const named_tensor& a, const named_tensor& b) { return a.name < b.name; });
-    c.shard_versions = versions_;
-    net::save_checkpoint(c_.checkpoint, c);
+    write_checkpoint();
     e.checkpointed = true;
   }
   return e;
+}
+
+void evaluator_core::write_checkpoint() {
+  net::checkpoint c;
+  c.architecture = net_.architecture();
+  c.epoch = req_.epochs_done;
+  c.step = req_.steps;
+  c.params = net_.state();
+  c.optimizer_kind = c_.algorithm;
+  c.optimizer = std::move(rule_state_);
+  // The shards answer in any order; the file does not depend on it.
+  std::sort(c.optimizer.begin(), c.optimizer.end(),
+            [](const named_tensor& a, const named_tensor& b) { return a.name < b.name; });
+  c.shard_versions = versions_;
+  net::save_checkpoint(c_.checkpoint, c);
 }
 
 } // namespace troupe::actors

@@ -39,7 +39,7 @@ public:
   void on_params(const net::message& m);
   /// True when every shard has answered the snapshot in progress.
   bool complete() const { return active_ && pending_ == 0; }
-  /// Evaluates and checkpoints the completed snapshot.
+  /// Evaluates the completed snapshot and, when asked, writes it as the checkpoint.
   evaluation_result finish();
   bool active() const { return active_; }
   const net::address& address() const { return c_.self; }
@@ -48,6 +48,10 @@ public:
   std::string missing() const;
 
 private:
+  /// Writes the snapshot (parameters, each shard's version and rule state)
+  /// as the job's checkpoint, atomically.
+  void write_checkpoint();
+
   config c_;
   model::model net_;
   model::model::flat_buffers flat_;

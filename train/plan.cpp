@@ -57,6 +57,8 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
     if (n.threads < 1) throw error("node " + n.name + ": threads must be at least 1, got " + std::to_string(n.threads));
   const algorithm_settings& a = s.algo;
   const int workers = a.workers;
+  if (!a.speeds.empty() && static_cast<int>(a.speeds.size()) != workers)
+    throw error("--speeds: " + std::to_string(a.speeds.size()) + " factors for " + std::to_string(workers) + " workers");
   if (train_samples < workers)
     throw error("--workers " + std::to_string(workers) + " exceeds the " + std::to_string(train_samples) +
                 " training samples");

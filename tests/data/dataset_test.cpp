@@ -563,3 +563,90 @@ TEST_CASE("read_idx: a header whose size overflows 64 bits is rejected", "[data]
   CHECK((ds.count == 0 ||
          static_cast<int64_t>(ds.pixels.size()) / ds.count == ds.image_bytes()));
 }
+
+TEST_CASE("from_tensors: a dataset of float samples a program already holds", "[data]") {
+  std::vector<float> xs;
+  for (int i = 0; i < 4 * 6; ++i) xs.push_back(0.25f * static_cast<float>(i) - 1.0f);
+  tensor x = tensor::from({4, 2, 3}, xs);
+  const data::image_dataset ds = data::from_tensors(x, {0, 1, 2, 1}, 3);
+  CHECK(ds.count == 4);
+  CHECK(ds.num_classes == 3);
+  CHECK(ds.floats());
+  CHECK(ds.sample_shape() == shape{2, 3});
+  CHECK(ds.values == xs);
+  CHECK(ds.labels == std::vector<uint8_t>{0, 1, 2, 1});
+  CHECK(ds.pixels.empty());
+  // The values are copied: changing the tensor afterwards changes nothing.
+  x.at(0) = 100.0f;
+  CHECK(ds.values[0] == -1.0f);
+  // Image datasets keep their shape as [channels, height, width].
+  data::image_dataset img;
+  img.channels = 3;
+  img.height = 2;
+  img.width = 5;
+  CHECK_FALSE(img.floats());
+  CHECK(img.sample_shape() == shape{3, 2, 5});
+  // Rank 2 samples [n, features] work too.
+  CHECK(data::from_tensors(tensor::zeros({3, 7}), {0, 0, 1}, 2).sample_shape() == shape{7});
+}
+
+TEST_CASE("from_tensors: batches copy the float samples, unnormalized by default", "[data]") {
+  std::vector<float> xs;
+  for (int i = 0; i < 4 * 6; ++i) xs.push_back(0.25f * static_cast<float>(i) - 1.0f);
+  const data::image_dataset ds = data::from_tensors(tensor::from({4, 2, 3}, xs), {0, 1, 2, 1}, 3);
+  const data::normalization norm = data::compute_normalization(ds);
+  CHECK(norm.mean == std::vector<float>{0.0f});
+  CHECK(norm.stddev == std::vector<float>{1.0f});
+  data::batch b;
+  const int64_t idx[] = {2, 0};
+  data::make_batch(ds, idx, 2, norm, b);
+  CHECK(b.images.shape() == shape{2, 2, 3});
+  CHECK(b.labels == std::vector<int32_t>{2, 0});
+  const std::vector<float> v = b.images.to_vector();
+  for (int k = 0; k < 6; ++k) {
+    CHECK(v[k] == xs[12 + k]);  // sample 2, exactly
+    CHECK(v[6 + k] == xs[k]);   // sample 0
+  }
+  // A normalization other than the identity: (x - mean) / stddev.
+  data::normalization n;
+  n.mean = {1.0f};
+  n.stddev = {2.0f};
+  const int64_t one[] = {3};
+  data::make_batch(ds, one, 1, n, b);
+  CHECK(b.images.shape() == shape{1, 2, 3});
+  for (int k = 0; k < 6; ++k) CHECK(b.images.at(k) == Approx((xs[18 + k] - 1.0f) / 2.0f));
+  // A batcher without shuffling yields the samples in order, the last batch smaller.
+  data::batcher bt(ds, 3, norm, 1, false);
+  CHECK(bt.batches_per_epoch() == 2);
+  REQUIRE(bt.next(b));
+  CHECK(b.images.shape() == shape{3, 2, 3});
+  CHECK(b.labels == std::vector<int32_t>{0, 1, 2});
+  CHECK(b.images.at(17) == xs[17]);
+  REQUIRE(bt.next(b));
+  CHECK(b.labels == std::vector<int32_t>{1});
+  CHECK(b.images.to_vector() == std::vector<float>(xs.begin() + 18, xs.end()));
+  CHECK_FALSE(bt.next(b));
+}
+
+TEST_CASE("from_tensors: labels, counts and values that do not fit are errors", "[data]") {
+  const tensor x = tensor::zeros({3, 2});
+  CHECK_THROWS_MATCHES(data::from_tensors(x, {0, 3, 1}, 3), troupe::error,
+                       message(Contains("label 3 of sample 1 is outside [0, 3)")));
+  CHECK_THROWS_MATCHES(data::from_tensors(x, {0, 1, -1}, 3), troupe::error,
+                       message(Contains("label -1 of sample 2")));
+  CHECK_THROWS_MATCHES(data::from_tensors(x, {0, 1}, 3), troupe::error, message(Contains("3 samples but 2 labels")));
+  CHECK_THROWS_MATCHES(data::from_tensors(x, {0, 1, 0, 1}, 3), troupe::error,
+                       message(Contains("3 samples but 4 labels")));
+  tensor bad = tensor::zeros({3, 2});
+  bad.at(4) = std::nanf("");
+  CHECK_THROWS_MATCHES(data::from_tensors(bad, {0, 1, 0}, 3), troupe::error, message(Contains("NaN or Inf")));
+  bad.at(4) = INFINITY;
+  CHECK_THROWS_MATCHES(data::from_tensors(bad, {0, 1, 0}, 3), troupe::error, message(Contains("NaN or Inf")));
+  CHECK_THROWS_MATCHES(data::from_tensors(tensor::zeros({3}), {0, 1, 0}, 3), troupe::error,
+                       message(Contains("rank >= 2")));
+  CHECK_THROWS_MATCHES(data::from_tensors(tensor(), {}, 3), troupe::error, message(Contains("undefined")));
+  CHECK_THROWS_MATCHES(data::from_tensors(x, {0, 0, 0}, 0), troupe::error,
+                       message(Contains("num_classes must be in [1, 256], got 0")));
+  CHECK_THROWS_AS(data::from_tensors(x, {0, 0, 0}, 257), troupe::error);
+  CHECK_NOTHROW(data::from_tensors(x, {255, 0, 0}, 256));
+}

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "tensor/tensor.hpp"
+#include "tests/test_util.hpp"
 
 using namespace troupe;
 using Catch::Contains;
@@ -93,4 +94,51 @@ TEST_CASE("allocator seam: tensors take memory from the allocator of their devic
   CHECK(a.live == 0);
   set_allocator(device_kind::cuda, nullptr);
   CHECK_THROWS_WITH(tensor::empty({1}, device{device_kind::cuda, 0}), Contains("no allocator"));
+}
+
+TEST_CASE("a read-only wrapped tensor reads memory it must not change; clone() is writable", "[tensor]") {
+  const std::vector<float> mem{1, 2, 3, 4, 5, 6};
+  {
+    tensor r = tensor::wrap_read_only({2, 3}, mem.data());
+    const tensor& cr = r;
+    CHECK(r.read_only());
+    CHECK(cr.data() == mem.data());
+    CHECK(cr.at(4) == 5.0f);
+    CHECK(r.to_vector() == mem);
+    CHECK(r.shape() == shape{2, 3});
+    // Every write path through the non-const data() throws troupe::error.
+    CHECK_THROWS_MATCHES(r.data(), troupe::error, testing::message(Contains("read-only tensor")));
+    CHECK_THROWS_AS(r.at(0), troupe::error);
+    CHECK_THROWS_AS(r.fill(0), troupe::error);
+    CHECK_THROWS_AS(r.copy_from(tensor::zeros({6})), troupe::error);
+    // Views and copies stay read-only.
+    tensor v = r.reshape({3, 2});
+    CHECK(v.read_only());
+    CHECK(static_cast<const tensor&>(v).at(1) == 2.0f);
+    CHECK_THROWS_AS(v.data(), troupe::error);
+    tensor row = r.slice(1, 2);
+    CHECK(row.read_only());
+    CHECK(static_cast<const tensor&>(row).data() == mem.data() + 3);
+    CHECK_THROWS_AS(row.at(0), troupe::error);
+    tensor copy = r;
+    CHECK(copy.read_only());
+    CHECK(copy.shares_storage(r));
+    // A deep copy is the caller's own: writable, and the memory stays as it was.
+    tensor c = r.clone();
+    CHECK_FALSE(c.read_only());
+    CHECK_FALSE(c.shares_storage(r));
+    c.at(0) = 10;
+    CHECK(c.to_vector() == std::vector<float>{10, 2, 3, 4, 5, 6});
+    // It can be read from, e.g. copied into a writable tensor.
+    tensor dst = tensor::zeros({6});
+    dst.copy_from(r);
+    CHECK(dst.to_vector() == mem);
+  }
+  CHECK(mem == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK_FALSE(tensor::zeros({2}).read_only());
+  CHECK_FALSE(tensor::wrap({1}, const_cast<float*>(mem.data())).read_only());
+  CHECK_FALSE(tensor().read_only());
+  CHECK(tensor::wrap_read_only({0}, nullptr).numel() == 0);
+  CHECK_THROWS_AS(tensor::wrap_read_only({2}, nullptr), shape_error);
+  CHECK_THROWS_AS(tensor::wrap_read_only({-1}, mem.data()), shape_error);
 }

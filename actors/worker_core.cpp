@@ -316,12 +316,12 @@ worker_core::worker_core(const train::worker_plan& p, std::shared_ptr<replica_po
 }
 
 worker_core::step_out worker_core::step(const net::message& m) {
-  const std::string who = net::to_string(p_.address);
-  if (!ready()) throw error(who + ": step() before its parameters arrived");
+  if (!ready()) throw error(net::to_string(p_.address) + ": step() before its parameters arrived");
   net::reader_limits limits = net::peer_limits();
   limits.threads = ctx_.threads;
   net::envelope_reader r(m, limits);
-  if (r.root().which() != wire::Envelope::BATCH) reject(net::reject_reason::unknown_kind, who + ": expected a Batch");
+  if (r.root().which() != wire::Envelope::BATCH)
+    reject(net::reject_reason::unknown_kind, net::to_string(p_.address) + ": expected a Batch");
   auto b = r.root().getBatch();
   net::tensor_view img = net::view(b.getImages(), "batch images");
   if (img.dims.rank() < 1 || img.dims[0] < 1) reject(net::reject_reason::wrong_shape, "batch: no images");

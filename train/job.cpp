@@ -104,6 +104,11 @@ void validate(const settings& s) {
     bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
   if (s.threads < 0) bad("--threads must be >= 0 (0 = all cores), got " + n2s(s.threads));
   if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
+  if (s.checkpoint_every_steps < 0) bad("--checkpoint-every-steps must be >= 0, got " + n2s(s.checkpoint_every_steps));
+  if (!(s.checkpoint_every_s >= 0) || !std::isfinite(s.checkpoint_every_s))
+    bad("--checkpoint-every-seconds must be >= 0, got " + n2s(s.checkpoint_every_s));
+  if ((s.checkpoint_every_steps > 0 || s.checkpoint_every_s > 0) && s.checkpoint.empty())
+    bad("--checkpoint-every-steps and --checkpoint-every-seconds need --checkpoint FILE");
   const algorithm_settings& a = s.algo;
   if (a.workers < 1 || a.workers > 1024) bad("--workers must be in [1, 1024], got " + n2s(a.workers));
   if (a.shards < 1) bad("--shards must be at least 1, got " + n2s(a.shards));

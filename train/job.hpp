@@ -120,6 +120,8 @@ struct settings {
   uint64_t seed = 1;              ///< initialisation, shuffling, dropout
   int threads = 0;                ///< CPU threads, 0: all cores
   std::string checkpoint;         ///< resume from it when it exists; written after every epoch
+  int64_t checkpoint_every_steps = 0;  ///< also write it every this many steps (0: per epoch only)
+  double checkpoint_every_s = 0;       ///< also write it every this many seconds (0: per epoch only)
   std::string metrics_out;        ///< JSON Lines, one record per epoch
   int64_t max_steps = 0;          ///< stop after this many steps (updates on actors); 0: no limit
   bool evaluate = true;           ///< test accuracy after every epoch
@@ -172,6 +174,12 @@ public:
   job& seed(uint64_t v) { s_.seed = v; return *this; }
   job& threads(int n) { s_.threads = n; return *this; }
   job& checkpoint(std::string path) { s_.checkpoint = std::move(path); return *this; }
+  /// Also checkpoint every `steps` steps and/or every `seconds` seconds (0: not).
+  job& checkpoint_every(int64_t steps, double seconds = 0) {
+    s_.checkpoint_every_steps = steps;
+    s_.checkpoint_every_s = seconds;
+    return *this;
+  }
   job& metrics_out(std::string path) { s_.metrics_out = std::move(path); return *this; }
   job& max_steps(int64_t n) { s_.max_steps = n; return *this; }
   job& evaluate(bool on) { s_.evaluate = on; return *this; }

@@ -272,6 +272,11 @@ std::vector<job_key> make_keys() {
                [](auto& s) -> auto& { return s.data_dir; }),
       text_key("checkpoint", "FILE", "resume from FILE if it exists; save to it after every epoch",
                [](auto& s) -> auto& { return s.train.checkpoint; }),
+      integer_key("checkpoint-every-steps", "N", "also save the checkpoint every N steps (default 0 = per epoch only)",
+                  [](auto& s) -> auto& { return s.train.checkpoint_every_steps; }, 0),
+      number_key("checkpoint-every-seconds", "S",
+                 "also save the checkpoint every S seconds (default 0 = per epoch only)",
+                 [](auto& s) -> auto& { return s.train.checkpoint_every_s; }, at_least(0)),
       text_key("metrics-out", "FILE", "write one JSON record per epoch to FILE (JSON Lines)",
                [](auto& s) -> auto& { return s.train.metrics_out; }),
       integer_key("max-steps", "N", "stop after N optimizer steps (default 0 = no limit)",
@@ -313,15 +318,30 @@ std::vector<job_key> make_keys() {
   };
 }
 
-// A table of a job file and the keys it holds. The top level is the only one so
-// far; a [cluster] table is one more entry here, with its own keys.
+std::vector<job_key> make_cluster_keys() {
+  return {
+      text_key("secret-file", "FILE",
+               "the nodes' shared secret: a file of random bytes, mode 0600 (needed with several nodes)",
+               [](auto& s) -> auto& { return s.cluster.secret_file; }),
+      number_key("join-timeout", "S", "seconds every node has to join (default 60)",
+                 [](auto& s) -> auto& { return s.cluster.join_timeout_s; }, positive()),
+      number_key("peer-timeout", "S", "a peer silent this many seconds is dead (default 3)",
+                 [](auto& s) -> auto& { return s.cluster.peer_timeout_s; }, positive()),
+      number_key("heartbeat", "S", "seconds between heartbeats on every link (default 0.5)",
+                 [](auto& s) -> auto& { return s.cluster.heartbeat_s; }, positive()),
+      integer_key("slurm-port", "PORT", "under srun, task i listens on slurm-port + i (default 7100)",
+                  [](auto& s) -> auto& { return s.cluster.slurm_port; }, 1, 65535),
+  };
+}
+
+// A table of a job file and the keys it holds: the top level and [cluster].
 struct section {
   std::string name;  // "" for the top level
   const std::vector<job_key>& keys;
 };
 
 const std::vector<section>& sections() {
-  static const std::vector<section> all{{"", job_keys()}};
+  static const std::vector<section> all{{"", job_keys()}, {"cluster", cluster_keys()}};
   return all;
 }
 
@@ -380,21 +400,27 @@ std::optional<job_value> from_toml(const toml::node& n, value_kind kind) {
   return std::nullopt;
 }
 
-std::string unknown_entry(const std::string& name, const toml::node& n, const section& sec) {
+std::string unknown_entry(const std::string& prefix, const std::string& name, const toml::node& n, const section& sec) {
   std::vector<std::string> candidates;
   for (const job_key& k : sec.keys) candidates.push_back(k.name);
   if (sec.name.empty())
     for (const section& s : sections())
       if (!s.name.empty()) candidates.push_back(s.name);
-  std::string out = std::string("unknown ") + (n.is_table() ? "table" : "key") + " '" + name + "'";
+  std::string out = std::string("unknown ") + (n.is_table() ? "table" : "key") + " '" + prefix + name + "'";
   std::string close = closest_name(name, candidates);
   return close.empty() ? out : out + " (did you mean '" + close + "'?)";
 }
+
+void apply_nodes(job_spec& spec, const toml::node& nodes, const std::string& path);
 
 void apply_table(job_spec& spec, const toml::table& table, const section& sec, const std::string& path) {
   const std::string prefix = sec.name.empty() ? "" : sec.name + ".";
   for (auto&& [k, node] : table) {
     const std::string name(k.str());
+    if (sec.name == "cluster" && name == "nodes") {
+      apply_nodes(spec, node, path);
+      continue;
+    }
     if (const job_key* key = find_in(sec.keys, name)) {
       auto v = from_toml(node, key->kind);
       if (!v || !key->set(spec, *v))
@@ -407,8 +433,100 @@ void apply_table(job_spec& spec, const toml::table& table, const section& sec, c
       apply_table(spec, *node.as_table(), *sub, path);
       continue;
     }
-    throw error(at(path, k.source()) + unknown_entry(prefix + name, node, sec));
+    throw error(at(path, k.source()) + unknown_entry(prefix, name, node, sec));
   }
+}
+
+// ---- the [cluster] table's nodes ----
+
+// The fields of one node (and of its devices), read from an inline table or a [[cluster.nodes]] table.
+template <class T>
+T field_of(const toml::table& t, const std::string& key, T fallback, const std::string& path, const std::string& where,
+           const char* expected) {
+  const toml::node* n = t.get(key);
+  if (!n) return fallback;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (auto* b = n->as_boolean()) return b->get();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (auto* s = n->as_string()) return s->get();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (auto* i = n->as_integer()) return static_cast<T>(i->get());
+  } else {
+    if (auto x = number_of(*n)) return static_cast<T>(*x);
+  }
+  throw error(at(path, n->source()) + where + "." + key + ": expected " + expected + ", got " + describe(*n));
+}
+
+void only_keys(const toml::table& t, const std::vector<std::string>& keys, const std::string& path,
+               const std::string& where) {
+  for (auto&& [k, v] : t) {
+    const std::string name(k.str());
+    if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
+      const std::string close = closest_name(name, keys);
+      throw error(at(path, k.source()) + "unknown key '" + where + "." + name + "'" +
+                  (close.empty() ? "" : " (did you mean '" + close + "'?)"));
+    }
+  }
+}
+
+device_spec read_device(const toml::node& n, const std::string& path, const std::string& where) {
+  const toml::table* t = n.as_table();
+  if (!t) throw error(at(path, n.source()) + where + ": expected a table { kind = \"cpu\", speed = 1.0, memory-mb = 0 }");
+  only_keys(*t, {"kind", "speed", "memory-mb"}, path, where);
+  device_spec d;
+  d.kind = field_of<std::string>(*t, "kind", d.kind, path, where, "a string");
+  d.speed = field_of<double>(*t, "speed", d.speed, path, where, "a number");
+  d.memory_mb = field_of<int64_t>(*t, "memory-mb", d.memory_mb, path, where, "an integer");
+  return d;
+}
+
+node_entry read_node(const toml::node& n, const std::string& path, const std::string& where) {
+  const toml::table* t = n.as_table();
+  if (!t) throw error(at(path, n.source()) + where + ": expected a table { name = ..., host = ..., port = ... }");
+  only_keys(*t, {"name", "host", "port", "workers", "shards", "threads", "devices"}, path, where);
+  node_entry e;
+  e.name = field_of<std::string>(*t, "name", "", path, where, "a string");
+  if (e.name.empty()) throw error(at(path, n.source()) + where + ": a node needs a name");
+  e.host = field_of<std::string>(*t, "host", e.host, path, where, "a string");
+  const int64_t port = field_of<int64_t>(*t, "port", 0, path, where, "an integer in [1, 65535]");
+  if (port < 0 || port > 65535)
+    throw error(at(path, t->get("port")->source()) + where + ".port: expected an integer in [1, 65535], got " +
+                std::to_string(port));
+  e.port = static_cast<uint16_t>(port);
+  e.workers = field_of<bool>(*t, "workers", e.workers, path, where, "true or false");
+  e.shards = field_of<bool>(*t, "shards", e.shards, path, where, "true or false");
+  e.threads = field_of<int>(*t, "threads", e.threads, path, where, "an integer >= 0");
+  if (const toml::node* d = t->get("devices")) {
+    const toml::array* a = d->as_array();
+    if (!a) throw error(at(path, d->source()) + where + ".devices: expected an array of tables");
+    for (std::size_t i = 0; i < a->size(); ++i)
+      e.devices.push_back(read_device(*a->get(i), path, where + ".devices[" + std::to_string(i) + "]"));
+  }
+  return e;
+}
+
+void apply_nodes(job_spec& spec, const toml::node& nodes, const std::string& path) {
+  const toml::array* a = nodes.as_array();
+  if (!a)
+    throw error(at(path, nodes.source()) +
+                "cluster.nodes: expected an array of tables, e.g. nodes = [{ name = \"a\", port = 7001 }]");
+  spec.cluster.nodes.clear();
+  for (std::size_t i = 0; i < a->size(); ++i)
+    spec.cluster.nodes.push_back(read_node(*a->get(i), path, "cluster.nodes[" + std::to_string(i) + "]"));
+}
+
+std::string nodes_text(const std::vector<node_entry>& nodes) {
+  std::string out = "nodes = [";
+  for (const node_entry& n : nodes) {
+    out += "\n  { name = " + toml_string(n.name) + ", host = " + toml_string(n.host) + ", port = " +
+           std::to_string(n.port) + ", workers = " + (n.workers ? "true" : "false") +
+           ", shards = " + (n.shards ? "true" : "false") + ", threads = " + std::to_string(n.threads) + ", devices = [";
+    for (std::size_t i = 0; i < n.devices.size(); ++i)
+      out += std::string(i ? ", " : "") + "{ kind = " + toml_string(n.devices[i].kind) + ", speed = " +
+             toml_float(n.devices[i].speed) + ", memory-mb = " + std::to_string(n.devices[i].memory_mb) + " }";
+    out += "] },";
+  }
+  return out + (nodes.empty() ? "]" : "\n]") + "\n";
 }
 
 void apply_job_text(job_spec& spec, const std::string& text, const std::string& path) {
@@ -516,6 +634,11 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 } // namespace
 
+const std::vector<job_key>& cluster_keys() {
+  static const std::vector<job_key> keys = make_cluster_keys();
+  return keys;
+}
+
 const std::vector<job_key>& job_keys() {
   static const std::vector<job_key> keys = make_keys();
   return keys;
@@ -548,6 +671,10 @@ void validate(const job_spec& spec) {
   if (std::find(models.begin(), models.end(), spec.model) == models.end())
     throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
   troupe::validate(spec.train);
+  validate(spec.cluster);
+  if (spec.train.algo.kind == algorithm_kind::hogwild && !spec.cluster.single_process())
+    throw error("--algorithm hogwild shares one buffer in one process: it cannot run on a cluster of " +
+                std::to_string(spec.cluster.nodes.size()) + " nodes");
 }
 
 job_spec read_job_file(const std::string& path, job_spec base) {
@@ -572,6 +699,7 @@ std::string to_job_file(const job_spec& spec) {
       line.resize(std::max<std::size_t>(line.size() + 2, 32), ' ');
       out += line + "# " + k.help + "\n";
     }
+    if (sec.name == "cluster") out += nodes_text(spec.cluster.nodes);
   }
   return out;
 }

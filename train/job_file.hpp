@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "train/cluster.hpp"
 #include "train/job.hpp"
 
 namespace troupe::train {
@@ -27,6 +28,7 @@ struct job_spec {
   std::string model = "cnn";  ///< zoo model (model/zoo.hpp): mlp or cnn
   std::string data_dir;       ///< IDX files; empty: Debian's Fashion-MNIST (data::default_fashion_mnist_dir())
   settings train;
+  cluster_spec cluster;       ///< the [cluster] table: the nodes of the run (none: this process alone)
 };
 
 /// Reads a TOML job file on top of `base` (keys absent from the file keep base's values), then
@@ -66,8 +68,10 @@ struct job_key {
   std::function<job_value(const job_spec&)> get;
 };
 
-/// Every key, in the order of the usage text and of to_job_file.
+/// Every key of the top level (the command line's options), in the order of the usage text and of to_job_file.
 const std::vector<job_key>& job_keys();
+/// The keys of the [cluster] table besides its `nodes` (job files only).
+const std::vector<job_key>& cluster_keys();
 /// The key called `name`, or nullptr.
 const job_key* find_job_key(const std::string& name);
 /// The key among `names` closest to a misspelt `name`, or "" when none is close.

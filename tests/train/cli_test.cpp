@@ -58,7 +58,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
   struct option_case {
     std::string name, value, field;
   };
-  // On top of --algorithm asgd, so that the distributed options validate.
+  // On top of --algorithm asgd and a checkpoint, so that the distributed and checkpoint options validate.
   const std::vector<option_case> cases{
       {"model", "mlp", "model"},
       {"epochs", "2", "epochs"},
@@ -71,6 +71,8 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"threads", "2", "threads"},
       {"data-dir", "/data/idx", "data_dir"},
       {"checkpoint", "ck.bin", "checkpoint"},
+      {"checkpoint-every-steps", "50", "checkpoint_every_steps"},
+      {"checkpoint-every-seconds", "2.5", "checkpoint_every_s"},
       {"metrics-out", "run.jsonl", "metrics_out"},
       {"max-steps", "100", "max_steps"},
       {"evaluate", "false", "evaluate"},
@@ -90,10 +92,10 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"ddc-mu0", "0.5", "mu0"},
   };
   CHECK(cases.size() == job_keys().size());
-  const job_spec base = parse({"--algorithm", "asgd"}).spec;
+  const job_spec base = parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt"}).spec;
   for (const option_case& c : cases) {
     INFO("--" << c.name << " " << c.value);
-    const command_line cl = parse({"--algorithm", "asgd", "--" + c.name, c.value});
+    const command_line cl = parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt", "--" + c.name, c.value});
     const std::vector<std::string> changed = differences(cl.spec, base);
     REQUIRE(changed.size() == 1);
     CHECK_THAT(changed[0], StartsWith(c.field + ": "));

@@ -223,7 +223,8 @@ TEST_CASE("an unknown zoo model is named after the file, with the choices", "[jo
 TEST_CASE("the key table has one key per option name, each documented", "[job_file]") {
   const std::vector<std::string> names{
       "model",      "epochs",      "batch-size", "lr",        "momentum",        "weight-decay", "lr-schedule",
-      "seed",       "threads",     "data-dir",   "checkpoint", "metrics-out",    "max-steps",    "evaluate",
+      "seed",       "threads",     "data-dir",   "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
+      "metrics-out",    "max-steps",    "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
       "speeds",     "prefetch",    "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0"};
   std::vector<std::string> table;

@@ -25,6 +25,14 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
   const algorithm_settings& a = t.algo;
   std::string speeds = "[";
   for (float f : a.speeds) speeds += exact(f) + " ";
+  const train::cluster_spec& c = s.cluster;
+  std::string nodes = "[";
+  for (const auto& n : c.nodes) {
+    nodes += n.name + "@" + n.host + ":" + std::to_string(n.port) + (n.workers ? " w" : " -") + (n.shards ? "s" : "-") +
+             " t" + std::to_string(n.threads);
+    for (const auto& d : n.devices) nodes += " " + d.kind + "/" + std::to_string(d.speed) + "/" + std::to_string(d.memory_mb);
+    nodes += "; ";
+  }
   return {
       {"model", s.model},
       {"data_dir", s.data_dir},
@@ -38,6 +46,8 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"threads", std::to_string(t.threads)},
       {"checkpoint", t.checkpoint},
       {"metrics_out", t.metrics_out},
+      {"checkpoint_every_steps", std::to_string(t.checkpoint_every_steps)},
+      {"checkpoint_every_s", std::to_string(t.checkpoint_every_s)},
       {"max_steps", std::to_string(t.max_steps)},
       {"evaluate", t.evaluate ? "true" : "false"},
       {"progress", to_string(t.progress)},
@@ -54,6 +64,12 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"rho_ms", exact(a.rho_ms)},
       {"alpha", exact(a.alpha)},
       {"mu0", exact(a.mu0)},
+      {"secret_file", c.secret_file},
+      {"join_timeout_s", std::to_string(c.join_timeout_s)},
+      {"peer_timeout_s", std::to_string(c.peer_timeout_s)},
+      {"heartbeat_s", std::to_string(c.heartbeat_s)},
+      {"slurm_port", std::to_string(c.slurm_port)},
+      {"nodes", nodes + "]"},
   };
 }
 
@@ -83,6 +99,8 @@ inline train::job_spec everything_changed() {
   t.checkpoint = "ck.bin";
   t.metrics_out = "run.jsonl";
   t.max_steps = 1000;
+  t.checkpoint_every_steps = 50;
+  t.checkpoint_every_s = 2.5;
   t.evaluate = false;
   t.progress = progress_mode::lines;
   algorithm_settings& a = t.algo;
@@ -99,6 +117,25 @@ inline train::job_spec everything_changed() {
   a.rho_ms = 0.9f;
   a.alpha = 0.31f;
   a.mu0 = 0.8f;
+  train::cluster_spec& c = s.cluster;
+  c.secret_file = "/etc/troupe/secret";
+  c.join_timeout_s = 12.5;
+  c.peer_timeout_s = 2;
+  c.heartbeat_s = 0.25;
+  c.slurm_port = 9000;
+  train::node_entry n0;
+  n0.name = "head";
+  n0.port = 7001;
+  n0.workers = false;
+  n0.devices = {{"cpu", 1.5, 2048}};
+  train::node_entry n1;
+  n1.name = "worker \"one\"";
+  n1.host = "10.77.0.2";
+  n1.port = 7002;
+  n1.shards = false;
+  n1.threads = 2;
+  n1.devices = {{"cpu", 1.0, 0}, {"cuda", 4.0, 16384}};
+  c.nodes = {n0, n1};
   return s;
 }
 

@@ -1,0 +1,125 @@
+// The [cluster] table: its checks, which node a process is (--node or Slurm),
+// Slurm's task layout, and the topology the plan is computed on.
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.hpp"
+#include "train/cluster.hpp"
+#include "train/job_file.hpp"
+
+using namespace troupe;
+using namespace troupe::train;
+using Catch::Matchers::Contains;
+using testing::message;
+
+namespace {
+
+cluster_spec three_nodes() {
+  cluster_spec c;
+  c.secret_file = "/tmp/secret";
+  for (int i = 0; i < 3; ++i) {
+    node_entry n;
+    n.name = "n" + std::to_string(i);
+    n.port = static_cast<uint16_t>(7001 + i);
+    c.nodes.push_back(n);
+  }
+  c.nodes[2].shards = false;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("cluster: a description is checked before anything starts", "[cluster]") {
+  CHECK_NOTHROW(validate(cluster_spec{}));
+  CHECK_NOTHROW(validate(three_nodes()));
+  auto fails = [](cluster_spec c, const std::string& what) {
+    CHECK_THROWS_MATCHES(validate(c), troupe::error, message(Contains(what)));
+  };
+  cluster_spec c = three_nodes();
+  c.secret_file.clear();
+  fails(c, "needs a shared secret");
+  c = three_nodes();
+  c.nodes[1].name = "n0";
+  fails(c, "two nodes are called 'n0'");
+  c = three_nodes();
+  c.nodes[2].port = 7001;
+  fails(c, "listens on 127.0.0.1:7001 like another node");
+  c = three_nodes();
+  c.nodes[1].port = 0;
+  fails(c, "node n1 has no port");
+  c = three_nodes();
+  c.heartbeat_s = 5;
+  fails(c, "heartbeat must be shorter than peer-timeout");
+  c = three_nodes();
+  c.nodes[0].devices = {{"tpu", 1, 0}};
+  fails(c, "device kind 'tpu'");
+}
+
+TEST_CASE("cluster: which node this process is", "[cluster]") {
+  const cluster_spec c = three_nodes();
+  CHECK(self_index(c, "n2", {}) == 2u);
+  CHECK(self_index(c, "", {{"SLURM_PROCID", "1"}}) == 1u);
+  CHECK(self_index(cluster_spec{}, "", {}) == 0u);
+  CHECK_THROWS_MATCHES(self_index(c, "x", {}), troupe::error, message(Contains("--node x: the cluster has no such node (its nodes: n0, n1, n2)")));
+  CHECK_THROWS_MATCHES(self_index(c, "", {}), troupe::error, message(Contains("with --node NAME (or start it with srun)")));
+  CHECK_THROWS_MATCHES(self_index(c, "", {{"SLURM_PROCID", "5"}}), troupe::error, message(Contains("has 3 nodes")));
+}
+
+TEST_CASE("cluster: Slurm's tasks become nodes by block distribution", "[cluster]") {
+  CHECK(expand_tasks_per_node("3") == std::vector<int>{3});
+  CHECK(expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
+  CHECK_THROWS_AS(expand_tasks_per_node("2(x"), troupe::error);
+  const auto nodes = slurm_nodes({{"SLURM_NTASKS", "3"}, {"SLURM_TASKS_PER_NODE", "2,1"}}, {"a", "b"}, 7100);
+  REQUIRE(nodes.size() == 3);
+  CHECK(nodes[0].host == "a");
+  CHECK(nodes[1].host == "a");
+  CHECK(nodes[2].host == "b");
+  CHECK(nodes[2].name == "task2");
+  CHECK(nodes[2].port == 7102);
+  CHECK_THROWS_MATCHES(slurm_nodes({{"SLURM_NTASKS", "4"}, {"SLURM_TASKS_PER_NODE", "2,1"}}, {"a", "b"}, 7100),
+                       troupe::error, message(Contains("SLURM_NTASKS says 4")));
+  CHECK_THROWS_MATCHES(slurm_nodes({{"SLURM_NTASKS", "3"}, {"SLURM_TASKS_PER_NODE", "3"}}, {"a", "b"}, 7100),
+                       troupe::error, message(Contains("gives 1 hosts, the node list 2")));
+}
+
+TEST_CASE("cluster: the topology and the plan over it", "[cluster]") {
+  const cluster_spec c = three_nodes();
+  const topology t = topology_of(c, 1, 4);
+  REQUIRE(t.nodes.size() == 3);
+  CHECK(t.nodes[1].threads == 4);  // this node's own count
+  CHECK(t.nodes[0].threads == 1);
+  CHECK_FALSE(t.nodes[2].run_shards);
+  CHECK(topology_of(cluster_spec{}, 0, 3).nodes.size() == 1);
+}
+
+TEST_CASE("cluster: a job file's [cluster] table, its nodes and their errors", "[cluster][job_file]") {
+  const std::string ok = R"(
+[cluster]
+secret-file = "/tmp/s"
+peer-timeout = 2
+nodes = [
+  { name = "a", port = 7001 },
+  { name = "b", host = "10.0.0.2", port = 7002, shards = false, threads = 2, devices = [{ kind = "cpu", speed = 2.0 }] },
+]
+)";
+  const job_spec s = parse_job_file(ok, "job.toml");
+  REQUIRE(s.cluster.nodes.size() == 2);
+  CHECK(s.cluster.nodes[1].host == "10.0.0.2");
+  CHECK_FALSE(s.cluster.nodes[1].shards);
+  CHECK(s.cluster.nodes[1].devices.at(0).speed == 2.0);
+  CHECK(s.cluster.peer_timeout_s == 2.0);
+  // Written out and read back: the same cluster.
+  const job_spec again = parse_job_file(to_job_file(s), "dump.toml");
+  CHECK(to_job_file(again) == to_job_file(s));
+
+  auto fails = [](const std::string& text, const std::string& what) {
+    CHECK_THROWS_MATCHES(parse_job_file(text, "job.toml"), troupe::error, message(Contains(what)));
+  };
+  fails("[cluster]\nnodes = [{ name = \"a\", prot = 1 }]\n", "job.toml:2: unknown key 'cluster.nodes[0].prot' (did you mean 'port'?)");
+  fails("[cluster]\nnodes = [{ name = \"a\", port = \"x\" }]\n", "job.toml:2: cluster.nodes[0].port: expected an integer in [1, 65535]");
+  fails("[cluster]\nnodes = 3\n", "cluster.nodes: expected an array of tables");
+  fails("[cluster]\nnodes = [{ port = 7001 }]\n", "a node needs a name");
+  fails("[cluster]\nsecret-flie = \"x\"\n", "unknown key 'cluster.secret-flie' (did you mean 'secret-file'?)");
+  fails("[cluster]\nnodes = [{ name = \"a\", port = 1 }, { name = \"b\", port = 2 }]\n", "needs a shared secret");
+  fails("algorithm = \"hogwild\"\n[cluster]\nsecret-file = \"s\"\nnodes = [{ name = \"a\", port = 1 }, { name = \"b\", port = 2 }]\n",
+        "hogwild shares one buffer in one process");
+}

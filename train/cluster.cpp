@@ -1,0 +1,134 @@
+#include "train/cluster.hpp"
+
+#include <cmath>
+#include <set>
+
+#include "tensor/error.hpp"
+
+namespace troupe::train {
+
+namespace {
+
+std::string get(const std::map<std::string, std::string>& env, const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? std::string() : it->second;
+}
+
+int parse_count(const std::string& s, const std::string& what) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 6)
+    throw error(what + ": '" + s + "' is not a count");
+  return std::stoi(s);
+}
+
+} // namespace
+
+void validate(const cluster_spec& c) {
+  auto bad = [](const std::string& m) { throw error("cluster: " + m); };
+  std::set<std::string> names, places;
+  for (const node_entry& n : c.nodes) {
+    if (n.name.empty()) bad("a node without a name");
+    if (!names.insert(n.name).second) bad("two nodes are called '" + n.name + "'");
+    if (c.nodes.size() > 1) {
+      if (n.port == 0) bad("node " + n.name + " has no port");
+      if (!places.insert(n.host + ":" + std::to_string(n.port)).second)
+        bad("node " + n.name + " listens on " + n.host + ":" + std::to_string(n.port) + " like another node");
+    }
+    if (n.threads < 0) bad("node " + n.name + ": threads must be >= 0");
+    for (const auto& d : n.devices) {
+      if (d.kind != "cpu" && d.kind != "cuda") bad("node " + n.name + ": device kind '" + d.kind + "' (cpu or cuda)");
+      if (!(d.speed > 0) || !std::isfinite(d.speed)) bad("node " + n.name + ": a device's speed must be > 0");
+      if (d.memory_mb < 0) bad("node " + n.name + ": a device's memory must be >= 0");
+    }
+  }
+  auto positive = [&](double v, const char* what) {
+    if (!(v > 0) || !std::isfinite(v)) bad(std::string(what) + " must be > 0 seconds");
+  };
+  positive(c.join_timeout_s, "join-timeout");
+  positive(c.peer_timeout_s, "peer-timeout");
+  positive(c.heartbeat_s, "heartbeat");
+  if (c.heartbeat_s >= c.peer_timeout_s) bad("heartbeat must be shorter than peer-timeout");
+  if (c.checkpoint_every_steps < 0) bad("checkpoint-every-steps must be >= 0");
+  if (!(c.checkpoint_every_s >= 0)) bad("checkpoint-every-seconds must be >= 0");
+  if (c.nodes.size() > 1 && c.secret_file.empty())
+    bad("a cluster of " + std::to_string(c.nodes.size()) +
+        " nodes needs a shared secret: secret-file = \"...\" (a file of random bytes, mode 0600, the same on every node)");
+}
+
+topology topology_of(const cluster_spec& c, uint32_t self, int local_threads) {
+  if (c.single_process()) return topology::local(local_threads);
+  topology t;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    const node_entry& n = c.nodes[i];
+    const int threads = n.threads > 0 ? n.threads : i == self ? topology::local(local_threads).nodes[0].threads : 1;
+    t.nodes.push_back({n.name, threads, n.workers, n.shards});
+  }
+  return t;
+}
+
+uint32_t self_index(const cluster_spec& c, const std::string& node_name,
+                    const std::map<std::string, std::string>& env) {
+  if (!node_name.empty()) {
+    for (std::size_t i = 0; i < c.nodes.size(); ++i)
+      if (c.nodes[i].name == node_name) return static_cast<uint32_t>(i);
+    std::string names;
+    for (const auto& n : c.nodes) names += (names.empty() ? "" : ", ") + n.name;
+    throw error("--node " + node_name + ": the cluster has no such node (its nodes: " +
+                (names.empty() ? std::string("none, it runs in one process") : names) + ")");
+  }
+  const std::string procid = get(env, "SLURM_PROCID");
+  if (!procid.empty()) {
+    const int i = parse_count(procid, "SLURM_PROCID");
+    if (i >= static_cast<int>(c.nodes.size()))
+      throw error("SLURM_PROCID " + procid + " but the cluster has " + std::to_string(c.nodes.size()) + " nodes");
+    return static_cast<uint32_t>(i);
+  }
+  if (c.single_process()) return 0;
+  throw error("this cluster has " + std::to_string(c.nodes.size()) +
+              " nodes: say which one this process is with --node NAME (or start it with srun)");
+}
+
+std::vector<int> expand_tasks_per_node(const std::string& s) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos < s.size()) {
+    std::size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    const std::string part = s.substr(pos, comma - pos);
+    const std::size_t paren = part.find("(x");
+    if (paren == std::string::npos) {
+      out.push_back(parse_count(part, "SLURM_TASKS_PER_NODE"));
+    } else {
+      if (part.back() != ')') throw error("SLURM_TASKS_PER_NODE: cannot read '" + s + "'");
+      const int tasks = parse_count(part.substr(0, paren), "SLURM_TASKS_PER_NODE");
+      const int times = parse_count(part.substr(paren + 2, part.size() - paren - 3), "SLURM_TASKS_PER_NODE");
+      out.insert(out.end(), static_cast<std::size_t>(times), tasks);
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::vector<node_entry> slurm_nodes(const std::map<std::string, std::string>& env,
+                                    const std::vector<std::string>& hostnames, uint16_t base_port) {
+  const int ntasks = parse_count(get(env, "SLURM_NTASKS"), "SLURM_NTASKS");
+  std::vector<int> per_host = expand_tasks_per_node(get(env, "SLURM_TASKS_PER_NODE"));
+  if (per_host.size() != hostnames.size())
+    throw error("Slurm: SLURM_TASKS_PER_NODE gives " + std::to_string(per_host.size()) + " hosts, the node list " +
+                std::to_string(hostnames.size()));
+  std::vector<node_entry> out;
+  // Block distribution: the first host's tasks first.
+  for (std::size_t h = 0; h < hostnames.size(); ++h)
+    for (int k = 0; k < per_host[h]; ++k) {
+      node_entry n;
+      n.name = "task" + std::to_string(out.size());
+      n.host = hostnames[h];
+      n.port = static_cast<uint16_t>(base_port + out.size());
+      out.push_back(n);
+    }
+  if (static_cast<int>(out.size()) != ntasks)
+    throw error("Slurm: " + std::to_string(out.size()) + " tasks placed on the hosts, SLURM_NTASKS says " +
+                std::to_string(ntasks));
+  return out;
+}
+
+} // namespace troupe::train

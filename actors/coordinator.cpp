@@ -32,6 +32,7 @@ struct coordinator_state {
   std::unique_ptr<train::metrics_file> metrics;
   clock_type::time_point start, last_progress;
   std::map<int, epoch_metrics> pending;  // closed epochs waiting for their evaluation
+  train::checkpoint_clock periodic;      // checkpoint-every-steps / -seconds
   bool finishing = false, done = false;
 };
 using coordinator_t = caf::stateful_actor<coordinator_state>;
@@ -81,6 +82,20 @@ void close_epoch(coordinator_t* self) {
   send_to(*st.dir, st.s.plan.evaluator, make_snapshot(me(self), st.s.plan.evaluator, req));
 }
 
+/// A checkpoint between epochs, when checkpoint-every-* says one is due.
+void maybe_checkpoint(coordinator_t* self) {
+  auto& st = self->state;
+  if (!st.periodic.due(st.acc->steps(), clock_type::now())) return;
+  snapshot_request req;
+  req.epoch = static_cast<uint32_t>(st.acc->epoch() + 1);
+  req.epochs_done = static_cast<uint32_t>(st.acc->epoch());  // the epoch in progress redoes on resume
+  req.steps = static_cast<uint64_t>(st.acc->steps());
+  req.evaluate = false;
+  req.checkpoint = true;
+  req.periodic = true;
+  send_to(*st.dir, st.s.plan.evaluator, make_snapshot(me(self), st.s.plan.evaluator, req));
+}
+
 void finish_run(coordinator_t* self) {
   auto& st = self->state;
   const auto& per_worker = st.acc->worker_samples();
@@ -107,7 +122,10 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
   const auto verdict = st.acc->add(rep);
   st.progress->update(st.acc->epoch() + 1, s.epochs, st.acc->batches_done(s.batch_size), st.s.plan.batches_per_epoch,
                       st.acc->mean_loss(), st.acc->samples_per_s(clock_type::now()));
-  if (verdict == train::epoch_accumulator::verdict::train_on) return;
+  if (verdict == train::epoch_accumulator::verdict::train_on) {
+    maybe_checkpoint(self);
+    return;
+  }
   if (verdict == train::epoch_accumulator::verdict::end_run) {
     // The workers stop first, so that the last snapshot holds the final parameters.
     st.finishing = true;
@@ -119,6 +137,8 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
 void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
   auto& st = self->state;
   const evaluation_result e = read_evaluation(r);
+  st.last_progress = clock_type::now();
+  if (e.periodic) return;  // a checkpoint between epochs: no record
   auto it = st.pending.find(static_cast<int>(e.epoch));
   if (it == st.pending.end()) return;
   epoch_metrics m = it->second;
@@ -147,7 +167,8 @@ void on_start(coordinator_t* self) {
                                        st.s.first_epoch, st.s.first_steps, s.max_steps,
                                        static_cast<int>(st.s.plan.workers.size())},
       clock_type::now());
-  st.metrics = std::make_unique<train::metrics_file>(st.s.job->config().metrics_out, st.s.resuming);
+  st.metrics = std::make_unique<train::metrics_file>(s.metrics_out, st.s.resuming);
+  st.periodic = train::checkpoint_clock(s.checkpoint_every_steps, s.checkpoint_every_s, st.acc->steps(), clock_type::now());
   for (const auto& [a, h] : st.dir->all())
     if (a != me(self)) self->monitor(h);
   broadcast(self, net::role::worker, wire::Control::Kind::START);

@@ -62,6 +62,7 @@ evaluation_result evaluator_core::finish() {
   active_ = false;
   evaluation_result e;
   e.epoch = req_.epoch;
+  e.periodic = req_.periodic;
   if (req_.evaluate)
     e.test_accuracy = train::score(net_, ctx_, c_.data->sets.test, c_.data->norm, c_.batch_size).accuracy;
   if (req_.checkpoint && !c_.checkpoint.empty()) {

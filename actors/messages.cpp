@@ -65,12 +65,13 @@ net::message make_snapshot(const net::address& from, const net::address& to, con
   m.setSteps(s.steps);
   m.setEvaluate(s.evaluate);
   m.setCheckpoint(s.checkpoint);
+  m.setPeriodic(s.periodic);
   return net::message::from_builder(std::move(b));
 }
 
 snapshot_request read_snapshot(const net::envelope_reader& r) {
   auto m = r.root().getSnapshot();
-  return {m.getEpoch(), m.getEpochsDone(), m.getSteps(), m.getEvaluate(), m.getCheckpoint()};
+  return {m.getEpoch(), m.getEpochsDone(), m.getSteps(), m.getEvaluate(), m.getCheckpoint(), m.getPeriodic()};
 }
 
 net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e) {
@@ -79,12 +80,13 @@ net::message make_evaluation(const net::address& from, const net::address& to, c
   m.setEpoch(e.epoch);
   m.setTestAccuracy(e.test_accuracy);
   m.setCheckpointed(e.checkpointed);
+  m.setPeriodic(e.periodic);
   return net::message::from_builder(std::move(b));
 }
 
 evaluation_result read_evaluation(const net::envelope_reader& r) {
   auto m = r.root().getEvaluation();
-  return {m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed()};
+  return {m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed(), m.getPeriodic()};
 }
 
 } // namespace troupe::actors

@@ -28,6 +28,7 @@ struct snapshot_request {
   uint32_t epochs_done = 0;  ///< the checkpoint's completed epochs
   uint64_t steps = 0;
   bool evaluate = true, checkpoint = false;
+  bool periodic = false;     ///< a checkpoint between epochs, not an epoch's record
 };
 net::message make_snapshot(const net::address& from, const net::address& to, const snapshot_request& s);
 snapshot_request read_snapshot(const net::envelope_reader& r);
@@ -37,6 +38,7 @@ struct evaluation_result {
   uint32_t epoch = 0;
   double test_accuracy = -1;  ///< -1 when not evaluated
   bool checkpointed = false;
+  bool periodic = false;      ///< answers a periodic snapshot
 };
 net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e);
 evaluation_result read_evaluation(const net::envelope_reader& r);

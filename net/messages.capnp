@@ -138,6 +138,7 @@ struct Snapshot {
   steps @2 :UInt64;                  # updates so far
   evaluate @3 :Bool;
   checkpoint @4 :Bool;
+  periodic @5 :Bool;                 # a checkpoint between epochs (checkpoint-every-*), not an epoch's record
 }
 
 # Evaluator -> coordinator: what a Snapshot produced.
@@ -145,4 +146,5 @@ struct Evaluation {
   epoch @0 :UInt32;
   testAccuracy @1 :Float64;          # -1 when not evaluated
   checkpointed @2 :Bool;
+  periodic @3 :Bool;                 # the answer to a periodic Snapshot
 }

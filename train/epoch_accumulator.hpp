@@ -75,4 +75,29 @@ private:
   std::vector<uint64_t> worker_samples_;
 };
 
+/// When a checkpoint between epochs is due: every `steps` steps and/or every
+/// `seconds` seconds since the last one (0: never).
+class checkpoint_clock {
+public:
+  using time_point = std::chrono::steady_clock::time_point;
+  checkpoint_clock() = default;
+  checkpoint_clock(int64_t steps, double seconds, int64_t first_step, time_point start)
+      : every_steps_(steps), every_s_(seconds), last_step_(first_step), last_time_(start) {}
+  /// True when one is due at `step`, `now`; the next is then counted from here.
+  bool due(int64_t step, time_point now) {
+    const bool by_steps = every_steps_ > 0 && step - last_step_ >= every_steps_;
+    const bool by_time = every_s_ > 0 && std::chrono::duration<double>(now - last_time_).count() >= every_s_;
+    if (!by_steps && !by_time) return false;
+    last_step_ = step;
+    last_time_ = now;
+    return true;
+  }
+
+private:
+  int64_t every_steps_ = 0;
+  double every_s_ = 0;
+  int64_t last_step_ = 0;
+  time_point last_time_{};
+};
+
 } // namespace troupe::train

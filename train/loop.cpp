@@ -124,6 +124,7 @@ history run_sequential(const job& j, std::ostream& log) {
   epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1},
                         std::chrono::steady_clock::now());
   progress_reporter progress(log, s.progress);
+  checkpoint_clock periodic(s.checkpoint_every_steps, s.checkpoint_every_s, first_steps, std::chrono::steady_clock::now());
   history out;
   data::batch b;
   tensor dlogits;
@@ -143,6 +144,9 @@ history run_sequential(const job& j, std::ostream& log) {
         if (stop) acc.request_stop();
       }
       verdict = acc.add({0, static_cast<uint64_t>(acc.steps() + 1), loss, static_cast<uint64_t>(b.size())});
+      // Between epochs: the epoch in progress is not done, a resumed run redoes it.
+      if (verdict == epoch_accumulator::verdict::train_on && periodic.due(acc.steps(), std::chrono::steady_clock::now()))
+        save(s.checkpoint, net, *opt, static_cast<uint32_t>(epoch), acc.steps());
       progress.update(epoch + 1, s.epochs, acc.batches_done(s.batch_size), per_epoch, acc.mean_loss(),
                       acc.samples_per_s(std::chrono::steady_clock::now()));
     }

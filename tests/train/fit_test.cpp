@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/fit.hpp"
@@ -392,4 +393,34 @@ TEST_CASE("an asynchronous run checkpoints the shards' parameters and state, and
   // The resumed run starts from the trained parameters, not from scratch.
   CHECK(second[0].train_loss < first[0].train_loss);
   CHECK(read_lines(metrics).size() == 2);
+}
+
+TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors", "[train][fit][actors]") {
+  larger_data d;  // 32 steps per epoch
+  for (algorithm a : {sequential_sgd(), asgd().workers(2)}) {
+    const bool actors = a.settings().kind != algorithm_kind::sequential;
+    INFO(to_string(a.settings().kind));
+    const std::string ckpt = d.dir.file(std::string("every_") + to_string(a.settings().kind) + ".ckpt");
+    std::ostringstream log;
+    net::checkpoint seen;
+    bool found = false;
+    job j = mlp_job(d.dir.path(), a).threads(2).epochs(1).evaluate(false).checkpoint(ckpt).checkpoint_every(5);
+    j.on_step([&](const step_event& e) {
+      if (e.step != 31) return;
+      // The epoch is not over: a checkpoint now is a periodic one. On actors the
+      // evaluator writes it on its own thread: wait for it (bounded).
+      for (int i = 0; i < 1000 && !std::filesystem::exists(ckpt); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!std::filesystem::exists(ckpt)) return;
+      found = true;
+      seen = net::load_checkpoint(ckpt);
+    });
+    fit(j, log);
+    REQUIRE(found);
+    CHECK(seen.epoch == 0);  // the epoch in progress is redone on resume
+    CHECK(seen.step > 0);
+    CHECK(seen.step <= 31);
+    CHECK(seen.step % 5 == 0);
+    if (!actors) CHECK(seen.step == 30);
+  }
 }

@@ -57,13 +57,13 @@ std::unique_ptr<weight_source> make_source(const job& j, const train::plan& p, c
 }
 
 /// Spawns the parameter shards, from the starting parameters; their kernels
-/// (the update rule, NaN scans) use `threads` threads.
-void spawn_shards(caf::actor_system& sys, const job& j, const train::plan& p, starting_point& start, int threads,
+/// (the update rule, NaN scans) use the plan's shard threads of their node.
+void spawn_shards(caf::actor_system& sys, const job& j, const train::plan& p, starting_point& start,
                   const std::shared_ptr<directory>& dir, std::ostream& log) {
   const settings& s = j.config();
   const auto params = start.net.parameters();
-  const kernels::context ctx = kernels::context::with_threads(threads);
   for (const auto& sp : p.shards) {
+    const kernels::context ctx = kernels::context::with_threads(p.nodes[sp.address.node].shard_threads);
     std::vector<named_tensor> mine;
     for (uint32_t i = sp.range.first; i < sp.range.last; ++i) mine.push_back({params[i]->name, params[i]->value.clone()});
     auto core = std::make_shared<shard_core>(sp, mine, rule_config(s), s.schedule, p.total_updates, ctx);
@@ -101,7 +101,7 @@ history run_on_actors(const job& j, std::ostream& log) {
 
     // The evaluator's model: the starting parameters, overwritten by each snapshot.
     evaluator_core::config ec{p.evaluator, p.shards, hw, start.data, s.batch_size, s.checkpoint, to_string(s.algo.kind)};
-    if (!hogwild) spawn_shards(sys, j, p, start, topo.nodes[0].threads, dir, log);
+    if (!hogwild) spawn_shards(sys, j, p, start, dir, log);
     auto replicas = std::make_shared<replica_pool>([shared_job, sample = start.data->sets.train.sample_shape()] {
       return shared_job->build_model(sample);
     });

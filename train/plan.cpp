@@ -89,6 +89,7 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     node_plan& np = p.nodes[n];
     np.scheduler_threads = std::max(1, std::min(t.nodes[n].threads, std::max(1, np.workers)));
+    np.shard_threads = np.workers > 0 ? std::max(1, t.nodes[n].threads / np.workers) : t.nodes[n].threads;
   }
   for (auto& w : p.workers)
     w.threads = std::max(1, t.nodes[w.address.node].threads / p.nodes[w.address.node].workers);

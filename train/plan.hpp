@@ -52,6 +52,10 @@ struct shard_plan {
 struct node_plan {
   int workers = 0, shards = 0;
   int scheduler_threads = 1;
+  /// Kernel threads of its shards' updates: a worker's share where workers
+  /// run too (the shards run on the same scheduler threads; more OpenMP
+  /// threads than cores make libgomp stop spinning), else the node's threads.
+  int shard_threads = 1;
 };
 
 struct plan {

@@ -188,6 +188,10 @@ TEST_CASE("plan: more shards than nodes; nodes that may not run workers or shard
   CHECK(q.nodes[1].workers == 2);
   CHECK(q.workers[0].threads == 2);  // 4 threads over 2 workers
   CHECK(q.workers[1].threads == 2);  // 2 threads, 1 worker
+  // Shards take a worker's share of threads where workers run too, else the node's.
+  CHECK(q.nodes[0].shard_threads == 8);
+  CHECK(q.nodes[2].shard_threads == 2);
+  CHECK(p.nodes[0].shard_threads == 2);  // 2 threads, 1 worker
   // The coordinator and the evaluator stay on node 0 even when it runs no workers.
   CHECK(q.coordinator.node == 0u);
 

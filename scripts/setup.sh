@@ -20,6 +20,7 @@ packages=(
   build-essential cmake pkg-config ninja-build
   libcaf-dev capnproto libcapnp-dev libssl-dev
   libeigen3-dev libboost-dev catch2 zlib1g-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp libopenblas-openmp-dev
   dataset-fashion-mnist gnuplot-nox
 )

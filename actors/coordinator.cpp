@@ -39,10 +39,22 @@ using coordinator_t = caf::stateful_actor<coordinator_state>;
 
 const net::address& me(coordinator_t* self) { return self->state.s.plan.coordinator; }
 
-void broadcast(coordinator_t* self, net::role role, wire::Control::Kind kind) {
+/// The plan's addresses of `role`.
+std::vector<net::address> addresses(const train::plan& p, net::role role) {
+  std::vector<net::address> out;
+  switch (role) {
+    case net::role::worker: for (const auto& w : p.workers) out.push_back(w.address); break;
+    case net::role::loader: for (const auto& l : p.loaders) out.push_back(l.address); break;
+    case net::role::shard: for (const auto& s : p.shards) out.push_back(s.address); break;
+    case net::role::evaluator: out.push_back(p.evaluator); break;
+    default: break;
+  }
+  return out;
+}
+
+void broadcast(coordinator_t* self, net::role role, wire::Control::Kind kind, uint32_t amount = 0) {
   auto& st = self->state;
-  for (const auto& [a, h] : st.dir->all())
-    if (a.role == role) send_to(*st.dir, a, make_control(me(self), a, kind));
+  for (const net::address& a : addresses(st.s.plan, role)) send_to(*st.dir, a, make_control(me(self), a, kind, amount));
 }
 
 void stop_training(coordinator_t* self) {
@@ -169,8 +181,10 @@ void on_start(coordinator_t* self) {
       clock_type::now());
   st.metrics = std::make_unique<train::metrics_file>(s.metrics_out, st.s.resuming);
   st.periodic = train::checkpoint_clock(s.checkpoint_every_steps, s.checkpoint_every_s, st.acc->steps(), clock_type::now());
-  for (const auto& [a, h] : st.dir->all())
+  for (const auto& [a, h] : st.dir->locals())
     if (a != me(self)) self->monitor(h);
+  // Loaders first: a worker's first credit then finds its loader at the epoch.
+  broadcast(self, net::role::loader, wire::Control::Kind::START, static_cast<uint32_t>(st.acc->epoch()));
   broadcast(self, net::role::worker, wire::Control::Kind::START);
   self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
 }

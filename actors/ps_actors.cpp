@@ -58,6 +58,7 @@ caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_
             self->quit();
             return;
           }
+          if (cv.kind == wire::Control::Kind::START) c->restart(static_cast<int>(cv.amount));
           // One batch per credit: at most `prefetch` batches per worker exist at a time.
           if (cv.kind == wire::Control::Kind::CREDIT)
             for (uint32_t i = 0; i < cv.amount; ++i) send_to(*dir, c->worker(), c->next());

@@ -124,7 +124,7 @@ history run_on_actors(const job& j, std::ostream& log) {
     self->monitor(coordinator);
     send_to(*dir, p.coordinator, make_control(p.coordinator, p.coordinator, wire::Control::Kind::START));
     self->receive([](const caf::down_msg&) {});
-    for (const auto& [a, h] : dir->all()) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+    for (const auto& [a, h] : dir->locals()) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
   }  // the actor system waits for every actor here
   if (!result->error.empty()) throw error(result->error);
   return result->epochs;

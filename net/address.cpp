@@ -10,6 +10,7 @@ const char* to_string(role r) {
     case role::shard: return "shard";
     case role::stage: return "stage";
     case role::evaluator: return "evaluator";
+    case role::node: return "node";
   }
   return "unknown role";
 }

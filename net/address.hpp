@@ -11,8 +11,8 @@
 namespace troupe::net {
 
 /// The roles of a run. Indices count per role from 0.
-enum class role : uint8_t { coordinator, loader, worker, shard, stage, evaluator };
-constexpr int roles = 6;
+enum class role : uint8_t { coordinator, loader, worker, shard, stage, evaluator, node };
+constexpr int roles = 7;
 
 /// "coordinator", "loader", ...
 const char* to_string(role r);

@@ -19,6 +19,7 @@ enum Role {
   shard @3;
   stage @4;
   evaluator @5;
+  node @6;                           # a node's own control actor: joins, stops
 }
 
 # An actor of a run: (node, role, index). The plan says which node hosts it.
@@ -112,11 +113,14 @@ struct Control {
   detail @1 :Text;
   amount @2 :UInt32;
   enum Kind {
-    start @0;                        # coordinator -> worker: begin training
+    start @0;                        # coordinator -> worker and its loader: begin training (amount: the epoch)
     stop @1;                         # coordinator -> every actor: stop
     heartbeat @2;
     credit @3;                       # worker -> its loader: `amount` more batches
     error @4;                        # an actor failed; detail says why
+    join @5;                         # a node -> the coordinator: its actors exist and its links are up
+    lost @6;                         # a node's transport lost node `amount` (detail: why)
+    stopped @7;                      # a node -> the coordinator: its actors have stopped
   }
 }
 

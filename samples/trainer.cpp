@@ -3,6 +3,7 @@
 //   troupe_trainer --model=cnn --epochs=5 --metrics-out=run.jsonl
 //   troupe_trainer --algorithm ddc-asgd --workers 4 --dump-config > job.toml
 //   troupe_trainer --config job.toml --epochs 1
+//   troupe_trainer --config cluster.toml --node b    (one node of a cluster: see README)
 #include <iostream>
 
 #include <troupe/troupe.hpp>
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    troupe::fit(make_job(cl.spec), std::cerr);
+    troupe::fit(make_job(cl.spec).node(cl.node), std::cerr);
   } catch (const std::exception& e) {
     std::cerr << "\ntroupe_trainer: error: " << e.what() << "\n";  // after a progress bar's unfinished line
     return 1;

@@ -21,7 +21,7 @@ bool is_our_option(const std::string& arg) {
   if (arg == "-h") return true;
   if (arg.rfind("--", 0) != 0) return false;
   const std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
-  return name == "config" || name == "dump-config" || name == "help" || find_job_key(name) != nullptr;
+  return name == "config" || name == "dump-config" || name == "node" || name == "help" || find_job_key(name) != nullptr;
 }
 
 [[noreturn]] void missing_value(const std::string& option, const std::string& value_name) {
@@ -37,6 +37,7 @@ void check_value(const std::string& option, const std::string& value_name, const
 [[noreturn]] void rethrow_mismatch(int argc, const char* const* argv, const CLI::ParseError& e) {
   const std::string last = argc > 1 ? argv[argc - 1] : "";
   if (last == "--config") missing_value(last, "FILE");
+  if (last == "--node") missing_value(last, "NAME");
   if (last.rfind("--", 0) == 0)
     if (const job_key* k = find_job_key(last.substr(2))) missing_value(last, k->value_name);
   throw error(std::string(e.what()) + " (see --help)");
@@ -52,7 +53,7 @@ void check_value(const std::string& option, const std::string& value_name, const
                                                : "the trainer takes options only; see --help";
     throw error("unexpected argument '" + arg + "' (" + hint + ")");
   }
-  std::vector<std::string> names{"config", "dump-config", "help"};
+  std::vector<std::string> names{"config", "dump-config", "node", "help"};
   for (const job_key& k : job_keys()) names.push_back(k.name);
   const std::string close = closest_name(option.substr(name_start), names);
   throw error("unknown option " + option + (close.empty() ? "" : " (did you mean --" + close + "?)") + "; see --help");
@@ -69,6 +70,7 @@ std::string usage(const std::string& program) {
                     "speeds = [1, 1, 2, 4].\n\noptions:\n";
   out += usage_line("--config FILE", "read the job file FILE first; the options given override its keys");
   for (const job_key& k : job_keys()) out += usage_line("--" + k.name + " " + k.value_name, k.help);
+  out += usage_line("--node NAME", "which node of the job file's [cluster] this process is (under srun: Slurm says)");
   out += usage_line("--dump-config", "print the effective job file (--config and the options given) and exit");
   out += usage_line("-h, --help", "this text");
   return out;
@@ -87,6 +89,7 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
   CLI::Option* config_option =
       app.add_option("--config", config)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_flag("--dump-config", out.dump_config);
+  CLI::Option* node_option = app.add_option("--node", out.node)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_flag("-h,--help", out.help);
   for (std::size_t i = 0; i < keys.size(); ++i)
     options[i] = app.add_option("--" + keys[i].name, raw[i])->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -112,6 +115,10 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
 
   const bool has_config = config_option->count() > 0;
   if (has_config) check_value("--config", "FILE", config);
+  if (node_option->count() > 0) {
+    check_value("--node", "NAME", out.node);
+    if (out.node.empty()) missing_value("--node", "NAME");
+  }
   bool any_option = false;
   for (std::size_t i = 0; i < keys.size(); ++i)
     if (options[i]->count() > 0) {

@@ -14,6 +14,7 @@ namespace troupe::train {
 struct command_line {
   job_spec spec;             ///< the job file (--config), then every option given on top of it
   bool dump_config = false;  ///< --dump-config: print the effective job file and exit
+  std::string node;          ///< --node NAME: which node of the job file's cluster this process is
   bool help = false;         ///< --help was given; `text` holds the usage
   std::string text;          ///< usage text when help
 };

@@ -1,7 +1,11 @@
 #include "train/cluster.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <set>
+#include <sys/wait.h>
+
+extern char** environ;
 
 #include "tensor/error.hpp"
 
@@ -85,6 +89,51 @@ uint32_t self_index(const cluster_spec& c, const std::string& node_name,
   if (c.single_process()) return 0;
   throw error("this cluster has " + std::to_string(c.nodes.size()) +
               " nodes: say which one this process is with --node NAME (or start it with srun)");
+}
+
+std::vector<std::string> slurm_hostnames(const std::string& nodelist) {
+  if (nodelist.empty()) throw error("Slurm: SLURM_JOB_NODELIST is empty");
+  if (nodelist.find_first_of("'\\;|&$`\n") != std::string::npos)
+    throw error("Slurm: SLURM_JOB_NODELIST '" + nodelist + "' holds characters a host list does not");
+  const std::string cmd = "scontrol show hostnames '" + nodelist + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) throw error("Slurm: cannot run scontrol to expand SLURM_JOB_NODELIST");
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  if (status != 0)
+    throw error("Slurm: `scontrol show hostnames " + nodelist + "` failed: " + out);
+  std::vector<std::string> hosts;
+  std::size_t pos = 0;
+  while (pos < out.size()) {
+    std::size_t nl = out.find('\n', pos);
+    if (nl == std::string::npos) nl = out.size();
+    if (nl > pos) hosts.push_back(out.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  if (hosts.empty()) throw error("Slurm: scontrol gave no host for SLURM_JOB_NODELIST " + nodelist);
+  return hosts;
+}
+
+std::map<std::string, std::string> environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const std::size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+cluster_spec resolve(const cluster_spec& c, const std::map<std::string, std::string>& env) {
+  if (!c.nodes.empty() || get(env, "SLURM_PROCID").empty()) return c;
+  const std::string ntasks = get(env, "SLURM_NTASKS");
+  if (ntasks.empty() || parse_count(ntasks, "SLURM_NTASKS") < 2) return c;
+  cluster_spec out = c;
+  out.nodes = slurm_nodes(env, slurm_hostnames(get(env, "SLURM_JOB_NODELIST")), c.slurm_port);
+  validate(out);
+  return out;
 }
 
 std::vector<int> expand_tasks_per_node(const std::string& s) {

@@ -9,41 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "train/cluster_spec.hpp"
 #include "train/plan.hpp"
 
 namespace troupe::train {
-
-/// A device of a node (used by placement; CPU only so far).
-struct device_spec {
-  std::string kind = "cpu";
-  double speed = 1.0;      ///< relative speed
-  int64_t memory_mb = 0;   ///< 0: no limit given
-};
-
-/// One node of a cluster.
-struct node_entry {
-  std::string name;
-  std::string host = "127.0.0.1";  ///< where it listens; peers dial it there
-  uint16_t port = 0;
-  bool workers = true;             ///< may host loaders and workers
-  bool shards = true;              ///< may host parameter shards
-  int threads = 0;                 ///< CPU threads its actors use, 0: its cores
-  std::vector<device_spec> devices;
-};
-
-/// A job file's [cluster] table.
-struct cluster_spec {
-  std::vector<node_entry> nodes;      ///< empty: this process alone
-  std::string secret_file;            ///< shared secret (mode 0600); needed with more than one node
-  double join_timeout_s = 60;         ///< every node must have joined by then
-  double peer_timeout_s = 3;          ///< a peer silent this long is dead
-  double heartbeat_s = 0.5;
-  int64_t checkpoint_every_steps = 0; ///< also checkpoint every N updates (0: per epoch only)
-  double checkpoint_every_s = 0;      ///< also checkpoint every S seconds (0: per epoch only)
-  uint16_t slurm_port = 7100;         ///< under Slurm, task i listens on slurm_port + i
-
-  bool single_process() const { return nodes.size() <= 1; }
-};
 
 /// Throws troupe::error naming the first problem: duplicate names or
 /// host:port pairs, a port of 0, a bad timeout, no secret file with several nodes.
@@ -67,6 +36,17 @@ uint32_t self_index(const cluster_spec& c, const std::string& node_name, const s
 /// troupe::error when the environment does not describe the tasks.
 std::vector<node_entry> slurm_nodes(const std::map<std::string, std::string>& env,
                                     const std::vector<std::string>& hostnames, uint16_t base_port);
+
+/// SLURM_JOB_NODELIST expanded by `scontrol show hostnames`; throws
+/// troupe::error when scontrol fails or is missing.
+std::vector<std::string> slurm_hostnames(const std::string& nodelist);
+
+/// The environment of this process (for self_index and slurm_nodes).
+std::map<std::string, std::string> environment();
+
+/// `c` as this process runs it: under srun with several tasks and no nodes
+/// listed, the nodes Slurm gives (slurm_nodes); else `c` itself.
+cluster_spec resolve(const cluster_spec& c, const std::map<std::string, std::string>& env);
 
 /// "2(x3),1" -> {2, 2, 2, 1}: SLURM_TASKS_PER_NODE's tasks per host.
 std::vector<int> expand_tasks_per_node(const std::string& s);

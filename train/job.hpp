@@ -20,6 +20,7 @@
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/update_rule.hpp"
+#include "train/cluster_spec.hpp"
 #include "train/data_source.hpp"
 #include "train/metrics.hpp"
 
@@ -186,12 +187,19 @@ public:
   job& progress(progress_mode p) { s_.progress = p; return *this; }
   /// All plain values at once (e.g. read from a job file).
   job& configure(const troupe::settings& s) { s_ = s; return *this; }
+  /// The nodes of the run (a job file's [cluster] table); none: this process alone.
+  job& cluster(train::cluster_spec c) { cluster_ = std::move(c); return *this; }
+  /// Which node of the cluster this process is (--node); empty: from Slurm's
+  /// environment, or the only node.
+  job& node(std::string name) { node_ = std::move(name); return *this; }
   /// Called after every step (sequential) or every worker report (actors).
   job& on_step(std::function<void(const step_event&)> f) { on_step_ = std::move(f); return *this; }
   /// Called when an epoch's record is complete (after its evaluation).
   job& on_epoch(std::function<void(const epoch_event&)> f) { on_epoch_ = std::move(f); return *this; }
 
   const troupe::settings& config() const { return s_; }
+  const train::cluster_spec& cluster_config() const { return cluster_; }
+  const std::string& node_name() const { return node_; }
   const std::string& model_name() const { return model_name_; }
   const troupe::data::source& data_source() const { return data_; }
   const std::function<void(const step_event&)>& step_callback() const { return on_step_; }
@@ -204,6 +212,8 @@ public:
 
 private:
   troupe::settings s_;
+  train::cluster_spec cluster_;
+  std::string node_;
   model_factory make_;
   std::string model_name_ = "custom";
   troupe::data::source data_;

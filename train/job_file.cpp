@@ -710,7 +710,8 @@ troupe::job make_job(const job_spec& spec) {
   troupe::job j;
   j.model([name] { return zoo::by_name(name); }, name)
       .data(spec.data_dir.empty() ? data::fashion_mnist() : data::idx_dir(spec.data_dir))
-      .configure(spec.train);
+      .configure(spec.train)
+      .cluster(spec.cluster);
   return j;
 }
 

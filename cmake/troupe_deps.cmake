@@ -4,6 +4,9 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(ZLIB REQUIRED)
 find_package(CapnProto REQUIRED)
+# The links between nodes: OpenSSL's libcrypto (HMAC, RAND_bytes; libssl-dev), Boost.Asio headers (libboost-dev).
+find_package(OpenSSL REQUIRED)
+find_package(Boost 1.74 REQUIRED)
 # Job files, command lines, JSON metrics (libtomlplusplus-dev, libcli11-dev, nlohmann-json3-dev).
 find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)

@@ -28,7 +28,8 @@ const char* to_string(reject_reason r) {
 
 struct message::state {
   std::unique_ptr<capnp::MallocMessageBuilder> builder;  // built in process, or
-  kj::Array<capnp::word> words;                          // bytes from outside
+  kj::Array<capnp::word> words;                          // bytes from outside, or
+  std::shared_ptr<const void> owner;                     // memory someone else owns (a pooled receive buffer)
   kj::Array<kj::ArrayPtr<const capnp::word>> segs;
   bool framed = false;  // words carry the stream framing (segment table first)
 };
@@ -52,6 +53,20 @@ message message::from_bytes(const void* data, std::size_t bytes) {
   s->segs = kj::heapArray<kj::ArrayPtr<const capnp::word>>(1);
   s->segs[0] = s->words.asPtr();
   s->framed = true;
+  message m;
+  m.state_ = std::move(s);
+  return m;
+}
+
+message message::from_segments(std::shared_ptr<const void> owner, const capnp::word* words,
+                               kj::ArrayPtr<const uint32_t> sizes) {
+  auto s = std::make_shared<state>();
+  s->segs = kj::heapArray<kj::ArrayPtr<const capnp::word>>(sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    s->segs[i] = kj::arrayPtr(words, sizes[i]);
+    words += sizes[i];
+  }
+  s->owner = std::move(owner);
   message m;
   m.state_ = std::move(s);
   return m;

@@ -50,6 +50,12 @@ public:
   static message from_builder(std::unique_ptr<capnp::MallocMessageBuilder> b);
   /// Bytes from outside (the network, a file): copied once into word-aligned memory.
   static message from_bytes(const void* data, std::size_t bytes);
+  /// Segments read in place where they lie, one after another from `words`
+  /// (8-byte aligned): `sizes[i]` words each. `owner` keeps that memory alive
+  /// and is let go (a pooled buffer goes back to its pool) with the message's
+  /// last holder. The caller has checked the sizes against the buffer.
+  static message from_segments(std::shared_ptr<const void> owner, const capnp::word* words,
+                               kj::ArrayPtr<const uint32_t> sizes);
 
   bool empty() const { return !state_; }
   /// Total size of the segments in bytes.

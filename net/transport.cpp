@@ -1,0 +1,899 @@
+#include "net/transport.hpp"
+
+#include <boost/asio.hpp>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+namespace troupe::net {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using steady = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr uint32_t dialer_kinds = kind_bit(frame_kind::challenge) | kind_bit(frame_kind::refuse);
+constexpr uint32_t hello_kinds = kind_bit(frame_kind::hello);
+constexpr uint32_t proof_kinds = kind_bit(frame_kind::proof) | kind_bit(frame_kind::refuse);
+constexpr uint32_t session_kinds =
+    kind_bit(frame_kind::message) | kind_bit(frame_kind::heartbeat) | kind_bit(frame_kind::goodbye);
+constexpr std::size_t max_pending_links = 64;   // accepted links still in their handshake
+constexpr std::size_t max_batch_frames = 64;    // frames per gather write
+constexpr uint64_t ack_every_frames = 64;       // a receiver acknowledges at least this often
+constexpr uint64_t ack_every_bytes = 8u << 20;  // ... or after this many bytes
+constexpr milliseconds first_backoff{20}, max_backoff{1000};
+
+std::string printable(const std::vector<std::byte>& body) {
+  std::string s;
+  for (std::byte b : body) {
+    const char c = static_cast<char>(b);
+    s += (c >= 32 && c < 127) ? c : '?';
+  }
+  return s;
+}
+
+std::string millis(milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+} // namespace
+
+uint64_t transport_stats::rejected() const {
+  uint64_t n = 0;
+  for (auto v : rejected_frames) n += v;
+  for (auto v : rejected_handshakes) n += v;
+  return n;
+}
+
+struct transport::impl {
+  // A frame waiting to be written, with the faults decided for it.
+  struct queued {
+    out_frame f;
+    bool decided = false, drop = false, delay = false, duplicate = false, disconnect = false, delayed = false;
+  };
+
+  // One TCP connection: dialing, in its handshake, established, or closed.
+  struct link {
+    enum class phase { connecting, handshake, refusing, established, closed };
+    link(asio::io_context& io, uint64_t max_frame, std::shared_ptr<buffer_pool> pool)
+        : sock(io), deadline(io), delay_timer(io), reader(max_frame, std::move(pool)) {}
+
+    tcp::socket sock;
+    asio::steady_timer deadline;     // of the dial and the handshake
+    asio::steady_timer delay_timer;  // fault injection
+    frame_reader reader;
+    phase ph = phase::connecting;
+    bool dialer = false;
+    int64_t peer = -1;  // the node dialed, or the node a hello claims
+    std::string remote;
+    std::unique_ptr<dialer_handshake> dialer_hs;
+    std::unique_ptr<acceptor_handshake> acceptor_hs;
+    session_info sent;                 // what this side said in the handshake
+    std::deque<queued> control;        // handshake, heartbeat, refuse frames
+    std::vector<queued> in_flight;     // being written
+    std::vector<asio::const_buffer> buffers;
+    bool writing = false;              // once established: guarded by the peer's mutex
+    bool disconnect_after = false;     // fault injection: close once this write completes
+    steady::time_point last_tx = steady::now();
+  };
+  using link_ptr = std::shared_ptr<link>;
+
+  // What this node knows of another: its session and the frames for it.
+  struct peer {
+    explicit peer(asio::io_context& io) : dial_timer(io) {}
+    uint32_t node = 0;
+
+    std::mutex m;  // guards the fields up to `current`, which send() touches
+    std::deque<queued> queue;  // not yet written, in sequence order
+    uint64_t queued_bytes = 0; // queue, in flight and unacknowledged
+    uint64_t next_seq = 1;
+    bool kick_pending = false;
+    link_ptr current;          // the established link
+
+    // io thread only:
+    std::deque<queued> unacked;  // written, not acknowledged, in sequence order
+    bool up = false;
+    uint64_t my_sid = 0, peer_sid = 0, peer_incarnation = 0;
+    uint64_t delivered = 0, acked = 0;
+    uint64_t ack_frames = 0, ack_bytes = 0;  // delivered since this side last acknowledged
+    steady::time_point last_rx;
+    asio::steady_timer dial_timer;
+    bool dial_scheduled = false, dialing = false;
+    milliseconds backoff = first_backoff;
+    std::atomic<bool> up_flag{false};
+  };
+
+  struct counters {
+    std::atomic<uint64_t> frames_sent{0}, bytes_sent{0}, frames_received{0}, bytes_received{0}, heartbeats_sent{0},
+        heartbeats_received{0}, resent{0}, duplicates_dropped{0}, lost{0}, send_refused{0}, dropped_at_down{0},
+        faults_dropped{0}, faults_delayed{0}, faults_duplicated{0}, faults_disconnected{0}, links_up{0},
+        handler_errors{0};
+    std::array<std::atomic<uint64_t>, frame_errors> rejected_frames{};
+    std::array<std::atomic<uint64_t>, auth_errors> rejected_handshakes{};
+    std::atomic<uint32_t> peers_up{0};
+  };
+
+  transport_options opt;
+  transport_handlers handlers;
+  asio::io_context io{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer tick_timer{io};
+  std::vector<std::unique_ptr<peer>> peers;
+  std::set<link_ptr> pending;  // accepted, handshake not finished
+  std::shared_ptr<buffer_pool> pool;
+  auth_identity me;
+  uint64_t incarnation = 0;
+  std::mt19937_64 rng;
+  std::thread thread;
+  std::atomic<std::thread::id> io_thread_id{};
+  std::atomic<bool> started{false}, stopped{false};
+  std::atomic<uint16_t> port{0};
+  counters c;
+
+  impl(transport_options o, transport_handlers h) : opt(std::move(o)), handlers(std::move(h)) {
+    const std::size_t n = opt.nodes.size();
+    if (n == 0) throw error("transport: the node list is empty");
+    if (opt.self >= n)
+      throw error("transport: this node's index " + std::to_string(opt.self) + " is outside the node list (" +
+                  std::to_string(n) + " nodes)");
+    if (opt.secret.empty())
+      throw error("transport: no shared secret; every node needs the same secret file (read_secret_file)");
+    if (opt.heartbeat.count() <= 0 || opt.peer_timeout <= opt.heartbeat || opt.connect_timeout.count() <= 0)
+      throw error("transport: heartbeat, peer_timeout and connect_timeout must be positive and peer_timeout longer "
+                  "than heartbeat");
+    me.secret = opt.secret;
+    me.job = job_digest(opt.job_hash);
+    me.schema = wire::SCHEMA_VERSION;
+    me.node = opt.self;
+    incarnation = random_id();
+    rng.seed(opt.faults.seed * 0x9e3779b97f4a7c15ull + opt.self);
+    pool = buffer_pool::create(opt.pool_bytes);
+    for (std::size_t i = 0; i < n; ++i) {
+      peers.push_back(std::make_unique<peer>(io));
+      peers.back()->node = static_cast<uint32_t>(i);
+      peers.back()->my_sid = random_id();
+    }
+  }
+
+  // ---- helpers ----
+
+  void reject(const std::string& what) {
+    if (handlers.on_rejected) handlers.on_rejected(what);
+  }
+
+  std::string describe(const link& l) const {
+    if (l.ph == link::phase::established || l.dialer)
+      return "node " + std::to_string(l.peer) + " (" + l.remote + ")";
+    std::string s = "connection from " + l.remote;
+    if (l.peer >= 0) s += " claiming node " + std::to_string(l.peer);
+    return s;
+  }
+
+  link_ptr make_link() { return std::make_shared<link>(io, opt.max_frame_bytes, pool); }
+
+  session_info session_for(const peer& p) const { return {incarnation, p.my_sid, p.peer_sid, p.delivered}; }
+
+  bool on_io_thread() const { return io_thread_id.load() == std::this_thread::get_id(); }
+
+  static void no_delay(tcp::socket& s) {
+    boost::system::error_code ec;
+    s.set_option(tcp::no_delay(true), ec);
+  }
+
+  // ---- start and stop ----
+
+  void start() {
+    if (started.exchange(true)) throw error("transport::start: already started");
+    const endpoint& e = opt.nodes[opt.self];
+    const std::string where = e.host + ":" + std::to_string(e.port);
+    try {
+      tcp::resolver resolver(io);
+      auto results = resolver.resolve(e.host, std::to_string(e.port), tcp::resolver::passive);
+      const tcp::endpoint ep = *results.begin();
+      acceptor.open(ep.protocol());
+      acceptor.set_option(tcp::acceptor::reuse_address(true));
+      acceptor.bind(ep);
+      acceptor.listen();
+      port = acceptor.local_endpoint().port();
+    } catch (const boost::system::system_error& x) {
+      throw error("node " + std::to_string(opt.self) + " cannot listen on " + where + ": " + x.code().message() +
+                  " (is another process using the port? is the host this machine's?)");
+    }
+    work.emplace(asio::make_work_guard(io));
+    accept();
+    for (uint32_t j = 0; j < opt.self; ++j) schedule_dial(j, milliseconds(0));
+    schedule_tick();
+    thread = std::thread([this] {
+      io_thread_id = std::this_thread::get_id();
+      io.run();
+    });
+  }
+
+  void stop() {
+    if (!started) return;
+    if (on_io_thread()) throw error("transport::stop: called from a transport callback");
+    if (!stopped.exchange(true)) asio::post(io, [this] { shutdown(); });
+    if (thread.joinable()) thread.join();
+  }
+
+  void shutdown() {
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    tick_timer.cancel();
+    const out_frame bye = make_control_frame(frame_kind::goodbye);
+    for (auto& p : peers) {
+      p->dial_timer.cancel();
+      link_ptr l;
+      {
+        std::lock_guard<std::mutex> lock(p->m);
+        l = p->current;
+      }
+      if (!l) continue;
+      // Best effort, and only between frames: a peer that misses it finds out by timeout.
+      if (!l->writing)
+        (void)::send(l->sock.native_handle(), bye.head.data(), bye.head.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      close_link(l, "stopped");
+    }
+    for (auto l : std::vector<link_ptr>(pending.begin(), pending.end())) close_link(l, "stopped");
+    work.reset();
+    io.stop();
+  }
+
+  // ---- accepting and dialing ----
+
+  void accept() {
+    auto l = make_link();
+    acceptor.async_accept(l->sock, [this, l](const boost::system::error_code& ec) {
+      if (ec == asio::error::operation_aborted || stopped) return;
+      if (!ec) on_accepted(l);
+      accept();
+    });
+  }
+
+  void on_accepted(const link_ptr& l) {
+    boost::system::error_code ec;
+    auto ep = l->sock.remote_endpoint(ec);
+    l->remote = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    if (pending.size() >= max_pending_links) {
+      reject(describe(*l) + ": too many connections in their handshake; closed");
+      l->sock.close(ec);
+      return;
+    }
+    no_delay(l->sock);
+    l->ph = link::phase::handshake;
+    l->reader.allow(hello_kinds);
+    l->acceptor_hs = std::make_unique<acceptor_handshake>(me, static_cast<uint32_t>(opt.nodes.size()));
+    pending.insert(l);
+    arm_deadline(l);
+    read(l);
+  }
+
+  void arm_deadline(const link_ptr& l) {
+    l->deadline.expires_after(opt.connect_timeout);
+    l->deadline.async_wait([this, l](const boost::system::error_code& ec) {
+      if (ec || l->ph == link::phase::established || l->ph == link::phase::closed) return;
+      if (l->ph == link::phase::handshake) {
+        ++c.rejected_handshakes[static_cast<int>(auth_error::timeout)];
+        reject(describe(*l) + ": the handshake did not finish in " + millis(opt.connect_timeout) + "; closed");
+      }
+      close_link(l, "timed out");
+    });
+  }
+
+  void schedule_dial(uint32_t j, milliseconds delay) {
+    peer& p = *peers[j];
+    if (stopped || p.dial_scheduled || p.dialing) return;
+    p.dial_scheduled = true;
+    p.dial_timer.expires_after(delay);
+    p.dial_timer.async_wait([this, j](const boost::system::error_code& ec) {
+      peer& p = *peers[j];
+      p.dial_scheduled = false;
+      if (!ec && !stopped) dial(j);
+    });
+  }
+
+  void dial(uint32_t j) {
+    peer& p = *peers[j];
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      if (p.dialing || p.current) return;
+    }
+    p.dialing = true;
+    auto l = make_link();
+    l->dialer = true;
+    l->peer = j;
+    const endpoint& e = opt.nodes[j];
+    l->remote = e.host + ":" + std::to_string(e.port);
+    arm_deadline(l);
+    auto resolver = std::make_shared<tcp::resolver>(io);
+    resolver->async_resolve(
+        e.host, std::to_string(e.port),
+        [this, l, resolver](const boost::system::error_code& ec, tcp::resolver::results_type results) {
+          if (l->ph == link::phase::closed) return;
+          if (ec) {
+            close_link(l, "cannot resolve " + l->remote + ": " + ec.message());
+            return;
+          }
+          asio::async_connect(l->sock, results, [this, l](const boost::system::error_code& ec, const tcp::endpoint&) {
+            if (l->ph == link::phase::closed) return;
+            if (ec) {
+              close_link(l, "cannot connect: " + ec.message());
+              return;
+            }
+            on_connected(l);
+          });
+        });
+  }
+
+  void on_connected(const link_ptr& l) {
+    no_delay(l->sock);
+    peer& p = *peers[l->peer];
+    l->ph = link::phase::handshake;
+    l->sent = session_for(p);
+    l->dialer_hs = std::make_unique<dialer_handshake>(me, static_cast<uint32_t>(l->peer), l->sent);
+    l->reader.allow(dialer_kinds);
+    const auto& hello = l->dialer_hs->hello();
+    l->control.push_back({make_control_frame(frame_kind::hello, hello.data(), hello.size())});
+    pump(l);
+    read(l);
+  }
+
+  // ---- the handshake ----
+
+  void on_handshake_frame(const link_ptr& l, const in_frame& f) {
+    try {
+      if (f.header.kind == frame_kind::refuse)
+        throw auth_failure(auth_error::refused, describe(*l) + " refused this node: " + printable(f.body));
+      if (l->dialer) {
+        std::vector<std::byte> proof = l->dialer_hs->on_challenge(f.body);
+        l->control.push_back({make_control_frame(frame_kind::proof, proof.data(), proof.size())});
+        establish(l, l->dialer_hs->peer_session());
+      } else if (f.header.kind == frame_kind::hello) {
+        l->acceptor_hs->on_hello(f.body);
+        l->peer = l->acceptor_hs->claimed_node();
+        l->sent = session_for(*peers[l->peer]);
+        std::vector<std::byte> challenge = l->acceptor_hs->challenge(l->sent);
+        l->control.push_back({make_control_frame(frame_kind::challenge, challenge.data(), challenge.size())});
+        l->reader.allow(proof_kinds);
+        pump(l);
+      } else {
+        l->acceptor_hs->on_proof(f.body);
+        establish(l, l->acceptor_hs->peer_session());
+      }
+    } catch (const auth_failure& e) {
+      ++c.rejected_handshakes[static_cast<int>(e.reason())];
+      const std::string what = describe(*l) + ": " + e.what();
+      reject(what + "; closed");
+      if (e.reason() == auth_error::refused) {
+        close_link(l, "refused");
+        return;
+      }
+      // Tell the peer why, then close (the deadline bounds the wait).
+      const std::string why = e.what();
+      l->control.push_back({make_control_frame(frame_kind::refuse, why.data(), std::min<std::size_t>(why.size(), max_control_body))});
+      l->ph = link::phase::refusing;
+      pending.erase(l);
+      if (l->dialer) {
+        peer& p = *peers[l->peer];
+        p.backoff = max_backoff;
+      }
+      pump(l);
+    }
+  }
+
+  // The link authenticated: resume the session with its peer or start a new one.
+  void establish(const link_ptr& l, const session_info& their) {
+    const uint32_t j = static_cast<uint32_t>(l->peer);
+    peer& p = *peers[j];
+    pending.erase(l);
+    l->deadline.cancel();
+    if (l->dialer) {
+      p.dialing = false;
+      p.backoff = first_backoff;
+    }
+    if (l->sent.session != p.my_sid || l->sent.peer_session != p.peer_sid) {
+      close_link(l, "the session changed during the handshake");
+      return;
+    }
+    link_ptr old;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      old = p.current;
+    }
+    if (old) close_link(old, "replaced by a new link");
+
+    const bool resume = their.peer_session != 0 && their.peer_session == p.my_sid && p.peer_sid != 0 &&
+                        their.session == p.peer_sid && their.incarnation == p.peer_incarnation;
+    std::string down_why;
+    if (resume) {
+      acknowledge(p, their.delivered);
+      std::lock_guard<std::mutex> lock(p.m);
+      c.resent += p.unacked.size();
+      while (!p.unacked.empty()) {
+        p.queue.push_front(std::move(p.unacked.back()));
+        p.unacked.pop_back();
+      }
+    } else {
+      if (p.up) {
+        down_why = their.incarnation != p.peer_incarnation
+                       ? "node " + std::to_string(j) + " restarted"
+                       : "node " + std::to_string(j) + " ended the session (it had declared this node dead)";
+        end_session(p, false);
+        p.up = false;
+        p.up_flag = false;
+        --c.peers_up;
+      }
+      p.peer_sid = their.session;
+      p.peer_incarnation = their.incarnation;
+      p.delivered = 0;
+      p.acked = 0;
+    }
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      p.current = l;
+    }
+    l->ph = link::phase::established;
+    l->reader.allow(session_kinds);
+    p.last_rx = steady::now();
+    ++c.links_up;
+    if (!down_why.empty() && handlers.on_peer_down) handlers.on_peer_down(j, down_why);
+    if (!p.up) {
+      p.up = true;
+      p.up_flag = true;
+      ++c.peers_up;
+      if (handlers.on_peer_up) handlers.on_peer_up(j);
+    }
+    if (l->ph == link::phase::established) pump(l);
+  }
+
+  // ---- sessions ----
+
+  // Drops what was queued for the peer or not acknowledged by it.
+  void end_session(peer& p, bool new_ids) {
+    std::size_t dropped = 0;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      dropped = p.queue.size() + p.unacked.size();
+      p.queue.clear();
+      p.unacked.clear();
+      p.queued_bytes = 0;
+      p.next_seq = 1;
+    }
+    c.dropped_at_down += dropped;
+    p.delivered = p.acked = p.ack_frames = p.ack_bytes = 0;
+    if (new_ids) {
+      p.my_sid = random_id();
+      p.peer_sid = 0;
+      p.peer_incarnation = 0;
+    }
+  }
+
+  void peer_down(peer& p, const std::string& why) {
+    link_ptr l;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      l = p.current;
+    }
+    if (l) close_link(l, why);
+    if (!p.up) return;
+    end_session(p, true);
+    p.up = false;
+    p.up_flag = false;
+    --c.peers_up;
+    if (handlers.on_peer_down) handlers.on_peer_down(p.node, why);
+  }
+
+  // The peer delivered everything up to `seq`.
+  void acknowledge(peer& p, uint64_t seq) {
+    if (seq <= p.acked) return;
+    p.acked = seq;
+    uint64_t bytes = 0;
+    while (!p.unacked.empty() && p.unacked.front().f.sequence <= seq) {
+      bytes += p.unacked.front().f.bytes();
+      p.unacked.pop_front();
+    }
+    if (bytes) {
+      std::lock_guard<std::mutex> lock(p.m);
+      p.queued_bytes -= std::min(bytes, p.queued_bytes);
+    }
+  }
+
+  // ---- reading ----
+
+  void read(const link_ptr& l) {
+    auto buf = l->reader.next_buffer();
+    l->sock.async_read_some(asio::buffer(buf.begin(), buf.size()),
+                            [this, l](const boost::system::error_code& ec, std::size_t n) { on_read(l, ec, n); });
+  }
+
+  peer* established_peer(const link_ptr& l) {
+    if (l->ph != link::phase::established) return nullptr;
+    peer& p = *peers[l->peer];
+    std::lock_guard<std::mutex> lock(p.m);
+    return p.current == l ? &p : nullptr;
+  }
+
+  void on_read(const link_ptr& l, const boost::system::error_code& ec, std::size_t n) {
+    if (l->ph == link::phase::closed) return;
+    if (ec) {
+      close_link(l, ec == asio::error::eof ? "closed by the peer" : ec.message());
+      return;
+    }
+    l->reader.commit(n);
+    c.bytes_received += n;
+    if (l->ph == link::phase::refusing) return;
+    if (peer* p = established_peer(l)) p->last_rx = steady::now();
+    in_frame f;
+    for (;;) {
+      try {
+        if (!l->reader.next(f)) break;
+      } catch (const frame_exception& e) {
+        ++c.rejected_frames[static_cast<int>(e.reason())];
+        reject(describe(*l) + ": " + e.what() + (e.fatal() ? "; link closed" : ""));
+        if (e.fatal()) {
+          close_link(l, e.what());
+          return;
+        }
+        continue;
+      }
+      if (l->ph == link::phase::established)
+        on_session_frame(l, f);
+      else
+        on_handshake_frame(l, f);
+      if (l->ph != link::phase::handshake && l->ph != link::phase::established) return;
+    }
+    if (peer* p = established_peer(l)) maybe_acknowledge(*p, l);
+    read(l);
+  }
+
+  void on_session_frame(const link_ptr& l, in_frame& f) {
+    peer* pp = established_peer(l);
+    if (!pp) return;
+    peer& p = *pp;
+    uint64_t sent_up_to;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      sent_up_to = p.next_seq - 1;
+    }
+    acknowledge(p, std::min(f.header.ack, sent_up_to));
+    switch (f.header.kind) {
+      case frame_kind::heartbeat: ++c.heartbeats_received; return;
+      case frame_kind::goodbye: peer_down(p, "node " + std::to_string(p.node) + " stopped (it said goodbye)"); return;
+      case frame_kind::message: break;
+      default: return;  // the reader allows no other kind now
+    }
+    const uint64_t seq = f.header.sequence;
+    if (seq <= p.delivered) {
+      ++c.duplicates_dropped;
+      return;
+    }
+    if (seq > p.delivered + 1) c.lost += seq - p.delivered - 1;
+    p.delivered = seq;
+    ++p.ack_frames;
+    p.ack_bytes += f.msg.bytes();
+    ++c.frames_received;
+    if (!handlers.on_message) return;
+    try {
+      handlers.on_message(p.node, f.header.destination, std::move(f.msg));
+    } catch (const std::exception& e) {
+      ++c.handler_errors;
+      reject("on_message for a message from node " + std::to_string(p.node) + " threw: " + e.what());
+    }
+  }
+
+  void maybe_acknowledge(peer& p, const link_ptr& l) {
+    if (p.ack_frames < ack_every_frames && p.ack_bytes < ack_every_bytes) return;
+    send_heartbeat(l);
+  }
+
+  void send_heartbeat(const link_ptr& l) {
+    for (auto& q : l->control)
+      if (q.f.kind == frame_kind::heartbeat) return;
+    l->control.push_back({make_control_frame(frame_kind::heartbeat)});
+    pump(l);
+  }
+
+  // ---- writing ----
+
+  void decide_faults(queued& q) {
+    q.decided = true;
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const fault_options& fo = opt.faults;
+    q.drop = fo.drop > 0 && u(rng) < fo.drop;
+    q.duplicate = fo.duplicate > 0 && u(rng) < fo.duplicate;
+    q.delay = fo.delay > 0 && u(rng) < fo.delay;
+    q.disconnect = fo.disconnect > 0 && u(rng) < fo.disconnect;
+  }
+
+  // Starts a gather write of what waits for `l`: its control frames, then (once
+  // established) its peer's queue. Runs on the io thread.
+  void pump(const link_ptr& l) {
+    if (l->ph == link::phase::closed || l->ph == link::phase::connecting) return;
+    peer* p = l->ph == link::phase::established ? peers[l->peer].get() : nullptr;
+    std::unique_lock<std::mutex> lock;
+    if (p) {
+      lock = std::unique_lock<std::mutex>(p->m);
+      p->kick_pending = false;
+      if (p->current != l) return;
+    }
+    if (l->writing) return;
+    l->in_flight.clear();
+    while (!l->control.empty()) {
+      l->in_flight.push_back(std::move(l->control.front()));
+      l->control.pop_front();
+    }
+    if (p) {
+      while (!p->queue.empty() && l->in_flight.size() < max_batch_frames) {
+        queued& q = p->queue.front();
+        if (opt.faults.any() && !q.decided) decide_faults(q);
+        if (q.delay && !q.delayed) {
+          if (!l->in_flight.empty()) break;  // what is before it goes first
+          q.delayed = true;
+          ++c.faults_delayed;
+          l->writing = true;
+          l->delay_timer.expires_after(opt.faults.delay_by);
+          l->delay_timer.async_wait([this, l](const boost::system::error_code& ec) {
+            if (ec || l->ph != link::phase::established) return;
+            {
+              std::lock_guard<std::mutex> lock(peers[l->peer]->m);
+              l->writing = false;
+            }
+            pump(l);
+          });
+          return;
+        }
+        l->in_flight.push_back(std::move(q));
+        p->queue.pop_front();
+      }
+    }
+    if (l->in_flight.empty()) return;
+    l->writing = true;
+    if (lock.owns_lock()) lock.unlock();
+    write_in_flight(l, p);
+  }
+
+  void write_in_flight(const link_ptr& l, peer* p) {
+    l->buffers.clear();
+    auto add = [&](const out_frame& f) {
+      l->buffers.emplace_back(f.head.data(), f.head.size());
+      for (auto& s : f.segments) l->buffers.emplace_back(s.begin(), s.size() * sizeof(capnp::word));
+    };
+    for (auto& q : l->in_flight) {
+      if (p && (q.f.kind == frame_kind::message || q.f.kind == frame_kind::heartbeat)) q.f.set_ack(p->delivered);
+      if (q.f.kind == frame_kind::heartbeat) ++c.heartbeats_sent;
+      if (q.f.kind != frame_kind::message) {
+        add(q.f);
+        continue;
+      }
+      if (q.drop) {
+        ++c.faults_dropped;
+        continue;
+      }
+      add(q.f);
+      ++c.frames_sent;
+      if (q.duplicate) {
+        add(q.f);
+        ++c.faults_duplicated;
+      }
+      if (q.disconnect) {
+        q.disconnect = false;
+        l->disconnect_after = true;
+        ++c.faults_disconnected;
+      }
+    }
+    if (p) p->ack_frames = p->ack_bytes = 0;
+    if (l->buffers.empty()) {
+      asio::post(io, [this, l] { on_written(l, {}, 0); });
+      return;
+    }
+    asio::async_write(l->sock, l->buffers,
+                      [this, l](const boost::system::error_code& ec, std::size_t n) { on_written(l, ec, n); });
+  }
+
+  void on_written(const link_ptr& l, const boost::system::error_code& ec, std::size_t n) {
+    if (l->ph == link::phase::closed) return;  // close_link took the frames in flight
+    c.bytes_sent += n;
+    l->last_tx = steady::now();
+    if (ec) {
+      close_link(l, "write failed: " + ec.message());
+      return;
+    }
+    if (l->ph == link::phase::refusing) {
+      close_link(l, "refused");
+      return;
+    }
+    if (l->disconnect_after) {
+      close_link(l, "fault injection: disconnect");
+      return;
+    }
+    if (l->ph == link::phase::established) {
+      peer& p = *peers[l->peer];
+      for (auto& q : l->in_flight)
+        if (q.f.kind == frame_kind::message) {
+          if (q.f.sequence <= p.acked) {
+            std::lock_guard<std::mutex> lock(p.m);
+            p.queued_bytes -= std::min<uint64_t>(q.f.bytes(), p.queued_bytes);
+          } else {
+            p.unacked.push_back(std::move(q));
+          }
+        }
+      l->in_flight.clear();
+      std::lock_guard<std::mutex> lock(p.m);
+      l->writing = false;
+    } else {
+      l->in_flight.clear();
+      l->writing = false;
+    }
+    pump(l);
+  }
+
+  // ---- closing ----
+
+  void close_link(const link_ptr& l, const std::string& why) {
+    if (l->ph == link::phase::closed) return;
+    const auto was = l->ph;
+    l->ph = link::phase::closed;
+    boost::system::error_code ec;
+    l->deadline.cancel();
+    l->delay_timer.cancel();
+    pending.erase(l);
+    if (l->peer < 0) {
+      l->sock.close(ec);
+      return;
+    }
+    peer& p = *peers[l->peer];
+    bool was_current = false;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      was_current = p.current == l;
+      if (was_current) p.current.reset();
+      l->sock.close(ec);
+    }
+    if (was_current) {
+      // Frames being written come after the unacknowledged ones: the next link sends them again.
+      for (auto& q : l->in_flight)
+        if (q.f.kind == frame_kind::message) p.unacked.push_back(std::move(q));
+      l->in_flight.clear();
+    }
+    if (l->peer >= static_cast<int64_t>(opt.self)) return;  // they dial us
+    if (l->dialer && was != link::phase::established) {
+      p.dialing = false;
+      const milliseconds wait = p.backoff;
+      p.backoff = std::min(max_backoff, p.backoff * 2);
+      schedule_dial(static_cast<uint32_t>(l->peer), wait);
+    } else if (was_current) {
+      schedule_dial(static_cast<uint32_t>(l->peer), milliseconds(0));
+    }
+    (void)why;
+  }
+
+  // ---- liveness ----
+
+  milliseconds tick_interval() const {
+    auto t = std::min(opt.heartbeat / 2, opt.peer_timeout / 4);
+    return std::clamp(t, milliseconds(5), milliseconds(250));
+  }
+
+  void schedule_tick() {
+    tick_timer.expires_after(tick_interval());
+    tick_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopped) return;
+      tick();
+      schedule_tick();
+    });
+  }
+
+  void tick() {
+    const auto now = steady::now();
+    for (auto& pp : peers) {
+      peer& p = *pp;
+      if (p.node == opt.self) continue;
+      if (p.up && now - p.last_rx > opt.peer_timeout) {
+        const auto silent = std::chrono::duration_cast<milliseconds>(now - p.last_rx);
+        peer_down(p, "no frame from node " + std::to_string(p.node) + " for " + millis(silent) + " (timeout " +
+                         millis(opt.peer_timeout) + "): dead or frozen");
+        continue;
+      }
+      link_ptr l;
+      {
+        std::lock_guard<std::mutex> lock(p.m);
+        l = p.current;
+      }
+      if (l && !l->writing && now - l->last_tx >= opt.heartbeat) send_heartbeat(l);
+    }
+  }
+
+  // ---- sending (any thread) ----
+
+  bool send(uint32_t node, const address& destination, const message& m) {
+    if (node >= opt.nodes.size() || node == opt.self)
+      throw error("transport::send: node " + std::to_string(node) +
+                  (node == opt.self ? " is this node (deliver locally)" : " is not in the node list"));
+    if (m.empty()) throw error("transport::send: an empty message");
+    if (stopped) {
+      ++c.send_refused;
+      return false;
+    }
+    queued q{make_message_frame(destination, m, 1)};
+    const uint64_t bytes = q.f.bytes();
+    if (bytes > opt.max_frame_bytes)
+      throw error("transport::send: a message of " + std::to_string(bytes) + " bytes exceeds max_frame_bytes (" +
+                  std::to_string(opt.max_frame_bytes) + ")");
+    peer& p = *peers[node];
+    link_ptr kick;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      if (p.queued_bytes + bytes > opt.max_queue_bytes) {
+        ++c.send_refused;
+        return false;
+      }
+      q.f.set_sequence(p.next_seq++);
+      p.queue.push_back(std::move(q));
+      p.queued_bytes += bytes;
+      if (p.current && !p.current->writing && !p.kick_pending) {
+        p.kick_pending = true;
+        kick = p.current;
+      }
+    }
+    if (kick) {
+      if (on_io_thread())
+        pump(kick);
+      else
+        asio::post(io, [this, kick] { pump(kick); });
+    }
+    return true;
+  }
+
+  transport_stats stats() const {
+    transport_stats s;
+    s.frames_sent = c.frames_sent;
+    s.bytes_sent = c.bytes_sent;
+    s.frames_received = c.frames_received;
+    s.bytes_received = c.bytes_received;
+    s.heartbeats_sent = c.heartbeats_sent;
+    s.heartbeats_received = c.heartbeats_received;
+    s.resent = c.resent;
+    s.duplicates_dropped = c.duplicates_dropped;
+    s.lost = c.lost;
+    s.send_refused = c.send_refused;
+    s.dropped_at_down = c.dropped_at_down;
+    s.faults_dropped = c.faults_dropped;
+    s.faults_delayed = c.faults_delayed;
+    s.faults_duplicated = c.faults_duplicated;
+    s.faults_disconnected = c.faults_disconnected;
+    s.links_up = c.links_up;
+    s.handler_errors = c.handler_errors;
+    for (int i = 0; i < frame_errors; ++i) s.rejected_frames[i] = c.rejected_frames[i];
+    for (int i = 0; i < auth_errors; ++i) s.rejected_handshakes[i] = c.rejected_handshakes[i];
+    s.peers_up = c.peers_up;
+    return s;
+  }
+};
+
+transport::transport(transport_options o, transport_handlers h) : impl_(std::make_unique<impl>(std::move(o), std::move(h))) {}
+
+transport::~transport() {
+  try {
+    stop();
+  } catch (...) {
+  }
+}
+
+void transport::start() { impl_->start(); }
+bool transport::send(uint32_t node, const address& destination, const message& m) {
+  return impl_->send(node, destination, m);
+}
+void transport::stop() { impl_->stop(); }
+transport_stats transport::stats() const { return impl_->stats(); }
+uint16_t transport::local_port() const { return impl_->port; }
+bool transport::peer_up(uint32_t node) const { return node < impl_->peers.size() && impl_->peers[node]->up_flag; }
+
+} // namespace troupe::net

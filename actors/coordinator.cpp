@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <ostream>
 
 #include "actors/messages.hpp"
@@ -20,9 +21,13 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;
+using join_timeout_atom = caf::atom_constant<caf::atom("jointime")>;
+using stop_timeout_atom = caf::atom_constant<caf::atom("stoptime")>;
 
 /// A run that shows no progress this long (no worker report, no evaluation) fails.
 constexpr std::chrono::seconds stall_timeout{300};
+/// How long the coordinator waits for the other nodes to say their actors stopped.
+constexpr std::chrono::seconds stop_wait{10};
 
 struct coordinator_state {
   coordinator_setup s;
@@ -33,7 +38,10 @@ struct coordinator_state {
   clock_type::time_point start, last_progress;
   std::map<int, epoch_metrics> pending;  // closed epochs waiting for their evaluation
   train::checkpoint_clock periodic;      // checkpoint-every-steps / -seconds
-  bool finishing = false, done = false;
+  std::set<uint32_t> joined;             // nodes whose actors exist and whose links are up
+  std::set<uint32_t> lost;               // worker nodes lost (they may join again)
+  std::set<uint32_t> stopping;           // other nodes asked to stop, not yet stopped
+  bool started = false, finishing = false, done = false;
 };
 using coordinator_t = caf::stateful_actor<coordinator_state>;
 
@@ -62,11 +70,21 @@ void stop_training(coordinator_t* self) {
   broadcast(self, net::role::loader, wire::Control::Kind::STOP);
 }
 
+/// Stops every actor of the run; quits once every other node that is still
+/// up has said its actors stopped (or after a timeout), so that the stops
+/// reach them before this node's links close.
 void stop_all(coordinator_t* self) {
+  auto& st = self->state;
   stop_training(self);
   broadcast(self, net::role::shard, wire::Control::Kind::STOP);
   broadcast(self, net::role::evaluator, wire::Control::Kind::STOP);
-  self->quit();
+  for (uint32_t n : st.joined)
+    if (n != me(self).node && !st.lost.count(n)) st.stopping.insert(n);
+  if (st.stopping.empty()) {
+    self->quit();
+    return;
+  }
+  self->delayed_send(self, stop_wait, stop_timeout_atom::value);
 }
 
 void abort_run(coordinator_t* self, const std::string& why) {
@@ -170,6 +188,87 @@ void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
   if (st.finishing && st.pending.empty()) finish_run(self);
 }
 
+std::string node_name(coordinator_t* self, uint32_t node) {
+  const auto& names = self->state.s.node_names;
+  return node < names.size() ? names[node] : "node " + std::to_string(node);
+}
+
+/// Starts the loaders (at the epoch in progress) and the workers of `node`.
+void start_node(coordinator_t* self, uint32_t node) {
+  auto& st = self->state;
+  const uint32_t epoch = static_cast<uint32_t>(st.acc->epoch());
+  // Loaders first: a worker's first credit then finds its loader at the epoch.
+  for (const auto& l : st.s.plan.loaders)
+    if (l.address.node == node)
+      send_to(*st.dir, l.address, make_control(me(self), l.address, wire::Control::Kind::START, epoch));
+  for (const auto& w : st.s.plan.workers)
+    if (w.address.node == node) send_to(*st.dir, w.address, make_control(me(self), w.address, wire::Control::Kind::START));
+}
+
+/// Node `node`'s transport link is gone: a worker node's workers are lost and
+/// the run goes on without them; a shard's node stops the run.
+void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
+  auto& st = self->state;
+  if (st.stopping.erase(node) && st.stopping.empty()) {
+    self->quit();
+    return;
+  }
+  if (st.finishing || st.lost.count(node)) return;
+  const std::string who = "node " + node_name(self, node);
+  std::string shards;
+  for (const auto& s : st.s.plan.shards)
+    if (s.address.node == node) shards += (shards.empty() ? "" : ", ") + std::to_string(s.address.index);
+  if (!shards.empty()) {
+    const std::string& ckpt = st.s.job->config().checkpoint;
+    abort_run(self, who + " was lost (" + why + "); it held parameter shard(s) " + shards + ". " +
+                        (ckpt.empty() ? std::string("The job writes no checkpoint (--checkpoint): it must start over.")
+                                      : "Run the same command on every node to resume from the last checkpoint, " + ckpt +
+                                            "."));
+    return;
+  }
+  if (!st.started) {
+    abort_run(self, who + " was lost before training started (" + why + ")");
+    return;
+  }
+  if (st.s.job->config().algo.kind == algorithm_kind::ssgd) {
+    abort_run(self, who + " was lost (" + why + "): SSGD waits for every worker in each round and cannot go on without it");
+    return;
+  }
+  st.lost.insert(node);
+  int lost_workers = 0, left = 0;
+  for (const auto& w : st.s.plan.workers) (st.lost.count(w.address.node) ? lost_workers : left) += 1;
+  if (left == 0) {
+    abort_run(self, who + " was lost (" + why + "): no worker is left");
+    return;
+  }
+  st.acc->set_lost_workers(lost_workers);
+  st.progress->finish_line();
+  *st.s.log << who << " was lost (" << why << "): training goes on with " << left << " of "
+            << st.s.plan.workers.size() << " workers; the same command on that node joins it again" << std::endl;
+}
+
+void on_start(coordinator_t* self);
+
+/// A node's actors exist and its links are up. Training starts when every
+/// node has joined; a lost worker node that joins again gets its work back.
+void on_join(coordinator_t* self, uint32_t node) {
+  auto& st = self->state;
+  st.joined.insert(node);
+  if (!st.started) {
+    if (st.joined.size() == st.s.node_names.size()) on_start(self);
+    return;
+  }
+  if (st.lost.erase(node) && !st.finishing) {
+    int lost_workers = 0;
+    for (const auto& w : st.s.plan.workers) lost_workers += st.lost.count(w.address.node) ? 1 : 0;
+    st.acc->set_lost_workers(lost_workers);
+    st.progress->finish_line();
+    *st.s.log << "node " << node_name(self, node) << " joined again: its workers go on from the current parameters"
+              << std::endl;
+    start_node(self, node);
+  }
+}
+
 void on_start(coordinator_t* self) {
   auto& st = self->state;
   const settings& s = st.s.job->config();
@@ -183,9 +282,8 @@ void on_start(coordinator_t* self) {
   st.periodic = train::checkpoint_clock(s.checkpoint_every_steps, s.checkpoint_every_s, st.acc->steps(), clock_type::now());
   for (const auto& [a, h] : st.dir->locals())
     if (a != me(self)) self->monitor(h);
-  // Loaders first: a worker's first credit then finds its loader at the epoch.
-  broadcast(self, net::role::loader, wire::Control::Kind::START, static_cast<uint32_t>(st.acc->epoch()));
-  broadcast(self, net::role::worker, wire::Control::Kind::START);
+  st.started = true;
+  for (std::size_t n = 0; n < st.s.node_names.size(); ++n) start_node(self, static_cast<uint32_t>(n));
   self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
 }
 
@@ -196,12 +294,27 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
   st.start = st.last_progress = clock_type::now();
   const settings& s = st.s.job->config();
   st.progress = std::make_unique<train::progress_reporter>(*st.s.log, s.progress);
+  self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(st.s.join_timeout_s * 1000)),
+                     join_timeout_atom::value);
   self->set_down_handler([self](caf::down_msg& d) {
     // Workers and loaders stop normally once the run has begun to finish.
     if (self->state.done || (self->state.finishing && !d.reason)) return;
     abort_run(self, "an actor of the run stopped unexpectedly: " + self->system().render(d.reason));
   });
   return {
+      [self](join_timeout_atom) {
+        auto& st = self->state;
+        if (st.started || st.done) return;
+        std::string missing;
+        for (uint32_t n = 0; n < st.s.node_names.size(); ++n)
+          if (!st.joined.count(n)) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
+        abort_run(self, "node(s) " + missing + " did not join within " + std::to_string(st.s.join_timeout_s) +
+                            " s (are they started, with the same job file, and reachable?)");
+      },
+      [self](stop_timeout_atom) {
+        auto& st = self->state;
+        if (!st.stopping.empty()) self->quit();
+      },
       [self](watchdog_atom) {
         auto& st = self->state;
         if (st.done) return;
@@ -214,16 +327,30 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
       },
       [self](const net::message& m) {
         auto& st = self->state;
-        if (st.done) return;
         try {
           net::envelope_reader r(m);
+          if (st.done) {
+            // Stopping: only the other nodes' "stopped" (or their loss) counts now.
+            if (r.root().which() != wire::Envelope::CONTROL) return;
+            auto c = r.root().getControl();
+            const uint32_t node = c.getKind() == wire::Control::Kind::LOST ? c.getAmount()
+                                                                           : net::read_address(r.root().getSource()).node;
+            const bool ended = c.getKind() == wire::Control::Kind::STOPPED || c.getKind() == wire::Control::Kind::LOST;
+            if (ended && st.stopping.erase(node) && st.stopping.empty()) self->quit();
+            return;
+          }
           switch (r.root().which()) {
             case wire::Envelope::METRICS: on_metrics(self, r); break;
             case wire::Envelope::EVALUATION: on_evaluation(self, r); break;
             case wire::Envelope::CONTROL: {
               auto c = r.root().getControl();
-              if (c.getKind() == wire::Control::Kind::ERROR) abort_run(self, c.getDetail());
-              if (c.getKind() == wire::Control::Kind::START) on_start(self);
+              const net::address from = net::read_address(r.root().getSource());
+              switch (c.getKind()) {
+                case wire::Control::Kind::ERROR: abort_run(self, c.getDetail()); break;
+                case wire::Control::Kind::JOIN: on_join(self, from.node); break;
+                case wire::Control::Kind::LOST: on_lost(self, c.getAmount(), c.getDetail()); break;
+                default: break;
+              }
               break;
             }
             default:

@@ -9,6 +9,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
 
 #include <iosfwd>
 #include <memory>
@@ -57,14 +58,39 @@ struct coordinator_setup {
   int first_epoch = 0;
   int64_t first_steps = 0;
   bool resuming = false;
-  std::ostream* log = nullptr;  ///< fit's log stream: outlives the actor system
+  std::vector<std::string> node_names;  ///< by node index (one: this process)
+  double join_timeout_s = 60;           ///< every node must have joined by then
+  std::ostream* log = nullptr;          ///< fit's log stream: outlives the actor system
   std::shared_ptr<outcome> result;
 };
 
-/// Owns epochs and the run's end: sums the workers' reports into epochs,
-/// asks the evaluator for a snapshot at every epoch's end, writes the
-/// records, and stops every actor when the run is over or an actor failed.
-/// It starts on a Control start message addressed to itself.
+/// Owns epochs and the run's end: waits until every node has joined, sums
+/// the workers' reports into epochs, asks the evaluator for a snapshot at
+/// every epoch's end, writes the records, goes on without a lost worker node
+/// (and takes it back when it joins again), and stops every actor when the
+/// run is over, a shard's node is lost or an actor failed.
 caf::actor spawn_coordinator(caf::actor_system& sys, coordinator_setup setup, std::shared_ptr<const directory> dir);
+
+/// What a node's own actor needs.
+struct node_setup {
+  uint32_t self = 0;
+  std::vector<std::string> node_names;  ///< by node index
+  net::address coordinator;
+  double join_timeout_s = 60;
+  std::vector<caf::actor> locals;       ///< the node's role actors (not the coordinator)
+  std::shared_ptr<outcome> result;      ///< where a node other than the coordinator's records its error
+  std::ostream* log = nullptr;
+};
+
+/// A node's own actor (address {self, node, 0}): joins the run once the
+/// links to every other node are up, tells the coordinator when its node's
+/// transport loses a peer, and ends its node: when all its role actors have
+/// stopped (it tells the coordinator), or when the coordinator's node is lost.
+/// Events of the transport reach it as (peer_up_atom, node) and
+/// (peer_down_atom, node, why).
+caf::actor spawn_node_actor(caf::actor_system& sys, node_setup setup, std::shared_ptr<const directory> dir);
+
+using peer_up_atom = caf::atom_constant<caf::atom("peerup")>;
+using peer_down_atom = caf::atom_constant<caf::atom("peerdown")>;
 
 } // namespace troupe::actors

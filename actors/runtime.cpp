@@ -2,12 +2,17 @@
 
 #include <caf/all.hpp>
 
+#include <cstdlib>
+#include <map>
 #include <ostream>
 
 #include "actors/fit.hpp"
 #include "actors/messages.hpp"
 #include "actors/roles.hpp"
 #include "net/checkpoint.hpp"
+#include "net/transport.hpp"
+#include "train/cluster.hpp"
+#include "train/job_file.hpp"
 #include "train/loop.hpp"
 
 namespace troupe::actors {
@@ -56,20 +61,124 @@ std::unique_ptr<weight_source> make_source(const job& j, const train::plan& p, c
   return shard_weights(c);
 }
 
-/// Spawns the parameter shards, from the starting parameters; their kernels
-/// (the update rule, NaN scans) use the plan's shard threads of their node.
-void spawn_shards(caf::actor_system& sys, const job& j, const train::plan& p, starting_point& start,
-                  const std::shared_ptr<directory>& dir, std::ostream& log) {
-  const settings& s = j.config();
-  const auto params = start.net.parameters();
-  for (const auto& sp : p.shards) {
-    const kernels::context ctx = kernels::context::with_threads(p.nodes[sp.address.node].shard_threads);
-    std::vector<named_tensor> mine;
-    for (uint32_t i = sp.range.first; i < sp.range.last; ++i) mine.push_back({params[i]->name, params[i]->value.clone()});
-    auto core = std::make_shared<shard_core>(sp, mine, rule_config(s), s.schedule, p.total_updates, ctx);
-    if (start.resuming) resume_shard(*core, start.checkpoint, to_string(s.algo.kind), static_cast<int>(p.shards.size()), log);
-    dir->add(sp.address, spawn_shard(sys, core, dir, &log));
+/// Faults to inject on this node's outgoing frames, for tests: off unless
+/// TROUPE_FAULT_DROP, TROUPE_FAULT_DELAY, TROUPE_FAULT_DUPLICATE (probabilities)
+/// or TROUPE_FAULT_DISCONNECT are set; TROUPE_FAULT_SEED seeds them.
+net::fault_options faults_from(const std::map<std::string, std::string>& env) {
+  net::fault_options f;
+  auto number = [&](const char* key, double& into) {
+    auto it = env.find(key);
+    if (it == env.end()) return;
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (*end || !(v >= 0 && v <= 1)) throw error(std::string(key) + " must be a probability in [0, 1], got '" + it->second + "'");
+    into = v;
+  };
+  number("TROUPE_FAULT_DROP", f.drop);
+  number("TROUPE_FAULT_DELAY", f.delay);
+  number("TROUPE_FAULT_DUPLICATE", f.duplicate);
+  number("TROUPE_FAULT_DISCONNECT", f.disconnect);
+  if (auto it = env.find("TROUPE_FAULT_SEED"); it != env.end()) f.seed = std::strtoull(it->second.c_str(), nullptr, 10);
+  return f;
+}
+
+/// One node of a run: its part of the plan, spawned on `sys` and registered in `dir`.
+struct node_run {
+  const job& j;
+  const train::plan& p;
+  uint32_t self = 0;
+  starting_point& start;
+  std::shared_ptr<hogwild_store> hogwild;
+  std::shared_ptr<directory> dir;
+  std::shared_ptr<outcome> result;
+  std::vector<std::string> node_names;
+  double join_timeout_s = 60;
+  train::run_info info;
+  std::ostream& log;
+};
+
+/// Spawns the actors the plan puts on node `r.self` (the coordinator and the
+/// evaluator on node 0), then the node's own actor, which joins the run.
+/// Returns the coordinator (node 0) or the node's actor (other nodes): the run
+/// ends on this node when that actor does.
+caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
+  const settings& s = r.j.config();
+  const model::param_layout layout = r.start.net.layout();
+  auto shared_job = std::make_shared<const job>(r.j);
+  std::vector<caf::actor> locals;
+  if (!r.hogwild) {
+    const auto params = r.start.net.parameters();
+    for (const auto& sp : r.p.shards) {
+      if (sp.address.node != r.self) continue;
+      const kernels::context ctx = kernels::context::with_threads(r.p.nodes[r.self].shard_threads);
+      std::vector<named_tensor> mine;
+      for (uint32_t i = sp.range.first; i < sp.range.last; ++i)
+        mine.push_back({params[i]->name, params[i]->value.clone()});
+      auto core = std::make_shared<shard_core>(sp, mine, rule_config(s), s.schedule, r.p.total_updates, ctx);
+      if (r.start.resuming)
+        resume_shard(*core, r.start.checkpoint, to_string(s.algo.kind), static_cast<int>(r.p.shards.size()), r.log);
+      locals.push_back(spawn_shard(sys, core, r.dir, &r.log));
+      r.dir->add(sp.address, locals.back());
+    }
   }
+  // Workers borrow replicas for their steps: as many exist as steps run at once.
+  auto replicas = std::make_shared<replica_pool>([shared_job, sample = r.start.data->sets.train.sample_shape()] {
+    return shared_job->build_model(sample);
+  });
+  for (std::size_t i = 0; i < r.p.workers.size(); ++i) {
+    const train::worker_plan& w = r.p.workers[i];
+    if (w.address.node != r.self) continue;
+    auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size,
+                                                r.p.loaders[i], r.start.first_epoch);
+    locals.push_back(spawn_loader(sys, loader, r.dir));
+    r.dir->add(r.p.loaders[i].address, locals.back());
+    auto core = std::make_shared<worker_core>(w, replicas, make_source(r.j, r.p, w, layout, r.hogwild));
+    locals.push_back(spawn_worker(sys, core, r.p.loaders[i].address, r.p.coordinator, s.algo.prefetch, r.dir));
+    r.dir->add(w.address, locals.back());
+  }
+  caf::actor coordinator;
+  if (r.self == r.p.coordinator.node) {
+    // The evaluator's model: the starting parameters, overwritten by each snapshot.
+    evaluator_core::config ec{r.p.evaluator, r.p.shards, r.hogwild, r.start.data, s.batch_size, s.checkpoint,
+                              to_string(s.algo.kind)};
+    auto evaluator = std::make_shared<evaluator_core>(std::move(ec), std::move(r.start.net));
+    r.dir->add(r.p.evaluator, spawn_evaluator(sys, evaluator, r.p.coordinator, r.dir));
+    coordinator_setup cs{shared_job, r.p,          r.info,          r.start.first_epoch, r.start.first_steps,
+                         r.start.resuming, r.node_names, r.join_timeout_s, &r.log,      r.result};
+    coordinator = spawn_coordinator(sys, std::move(cs), r.dir);
+    r.dir->add(r.p.coordinator, coordinator);
+  }
+  node_setup ns{r.self, r.node_names, r.p.coordinator, r.join_timeout_s,
+                coordinator ? std::vector<caf::actor>{} : locals, r.result, &r.log};
+  caf::actor node = spawn_node_actor(sys, std::move(ns), r.dir);
+  r.dir->add({r.self, net::role::node, 0}, node);
+  return coordinator ? coordinator : node;
+}
+
+void configure(caf::actor_system_config& cfg, const train::plan& p, uint32_t self) {
+  cfg.set("scheduler.max-threads", static_cast<size_t>(p.nodes[self].scheduler_threads));
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  // Several workers need one shared FIFO run queue: work stealing resumes the
+  // actor woken last first, which starved workers completely (0 samples for one
+  // of 16 CNN workers). A single worker keeps work stealing: twice the throughput.
+  if (p.nodes[self].workers > 1) cfg.set("scheduler.policy", caf::atom("sharing"));
+}
+
+/// Waits until `last` (the coordinator, or the node's actor) has stopped,
+/// then stops every local actor; the actor system waits for them when it goes.
+void wait_for(caf::actor_system& sys, const caf::actor& last, const directory& dir) {
+  caf::scoped_actor self{sys};
+  self->monitor(last);
+  self->receive([](const caf::down_msg&) {});
+  for (const auto& [a, h] : dir.locals()) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+}
+
+void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {
+  const settings& s = j.config();
+  log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
+      << p.workers.size() << " worker(s), "
+      << (p.shards.empty() ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)")
+      << ", push every " << s.algo.push_every << ", " << p.workers.front().threads << " thread(s) per worker\n";
 }
 
 history run_on_actors(const job& j, std::ostream& log) {
@@ -79,53 +188,86 @@ history run_on_actors(const job& j, std::ostream& log) {
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
   const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count);
-  const bool hogwild = s.algo.kind == algorithm_kind::hogwild;
-  auto hw = hogwild ? make_hogwild(start.net) : nullptr;
-  log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
-      << p.workers.size() << " worker(s), "
-      << (hogwild ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)") << ", push every "
-      << s.algo.push_every << ", " << p.workers.front().threads << " thread(s) per worker\n";
+  auto hw = s.algo.kind == algorithm_kind::hogwild ? make_hogwild(start.net) : nullptr;
+  log_plan(j, p, layout, log);
+  auto result = std::make_shared<outcome>();
+  {
+    caf::actor_system_config cfg;
+    configure(cfg, p, 0);
+    caf::actor_system sys{cfg};
+    auto dir = std::make_shared<directory>();
+    node_run r{j, p, 0, start, hw, dir, result, {"local"}, 60, train::info_of(j, topo.nodes[0].threads), log};
+    const caf::actor last = spawn_node(sys, r);
+    wait_for(sys, last, *dir);
+  }  // the actor system waits for every actor here
+  if (!result->error.empty()) throw error(result->error);
+  return result->epochs;
+}
+
+/// What every node of a cluster must agree on: nodes of another job refuse each other.
+std::string job_identity(const job& j, const train::cluster_spec& c, const starting_point& start) {
+  train::job_spec spec{j.model_name(), j.data_source().description(), j.config(), c};
+  return "troupe schema " + std::to_string(wire::SCHEMA_VERSION) + "\n" + train::to_job_file(spec) +
+         "architecture " + start.net.architecture() + "\nsamples " + std::to_string(start.data->sets.train.count) +
+         " / " + std::to_string(start.data->sets.test.count) + "\n";
+}
+
+/// This process as node `self` of cluster `c`: its actors, its links to the
+/// other nodes, and the run until its end. Node 0 returns the records.
+history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, std::ostream& log) {
+  const settings& s = j.config();
+  const train::node_entry& me = c.nodes.at(self);
+  log << "node " << me.name << " (" << self + 1 << " of " << c.nodes.size() << "), listening on " << me.host << ":"
+      << me.port << "\n";
+  starting_point start = load(j, log);
+  if (start.first_epoch >= s.epochs) return {};
+  const model::param_layout layout = start.net.layout();
+  const train::topology topo = train::topology_of(c, self, s.threads);
+  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count);
+  if (self == p.coordinator.node) log_plan(j, p, layout, log);
+  std::vector<std::string> names;
+  net::transport_options to;
+  to.self = self;
+  for (const auto& n : c.nodes) {
+    names.push_back(n.name);
+    to.nodes.push_back({n.name, n.host, n.port});
+  }
+  to.secret = net::read_secret_file(c.secret_file);
+  to.job_hash = job_identity(j, c, start);
+  to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
+  to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
+  to.faults = faults_from(train::environment());
 
   auto result = std::make_shared<outcome>();
   {
     caf::actor_system_config cfg;
-    cfg.set("scheduler.max-threads", static_cast<size_t>(p.nodes[0].scheduler_threads));
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    // Several workers need one shared FIFO run queue: work stealing resumes the
-    // actor woken last first, which starved workers completely (0 samples for one
-    // of 16 CNN workers). A single worker keeps work stealing: twice the throughput.
-    if (p.workers.size() > 1) cfg.set("scheduler.policy", caf::atom("sharing"));
+    configure(cfg, p, self);
     caf::actor_system sys{cfg};
     auto dir = std::make_shared<directory>();
-    auto shared_job = std::make_shared<const job>(j);
-
-    // The evaluator's model: the starting parameters, overwritten by each snapshot.
-    evaluator_core::config ec{p.evaluator, p.shards, hw, start.data, s.batch_size, s.checkpoint, to_string(s.algo.kind)};
-    if (!hogwild) spawn_shards(sys, j, p, start, dir, log);
-    auto replicas = std::make_shared<replica_pool>([shared_job, sample = start.data->sets.train.sample_shape()] {
-      return shared_job->build_model(sample);
-    });
-    for (std::size_t i = 0; i < p.workers.size(); ++i) {
-      const train::worker_plan& w = p.workers[i];
-      auto loader = std::make_shared<loader_core>(start.data->sets.train, start.data->norm, s.batch_size, p.loaders[i],
-                                                  start.first_epoch);
-      dir->add(p.loaders[i].address, spawn_loader(sys, loader, dir));
-      auto core = std::make_shared<worker_core>(w, replicas, make_source(j, p, w, layout, hw));
-      dir->add(w.address, spawn_worker(sys, core, p.loaders[i].address, p.coordinator, s.algo.prefetch, dir));
-    }
-    coordinator_setup cs{shared_job, p, train::info_of(j, topo.nodes[0].threads), start.first_epoch,
-                         start.first_steps, start.resuming, &log, result};
-    auto evaluator = std::make_shared<evaluator_core>(std::move(ec), std::move(start.net));
-    dir->add(p.evaluator, spawn_evaluator(sys, evaluator, p.coordinator, dir));
-    caf::actor coordinator = spawn_coordinator(sys, std::move(cs), dir);
-    dir->add(p.coordinator, coordinator);
-
-    caf::scoped_actor self{sys};
-    self->monitor(coordinator);
-    send_to(*dir, p.coordinator, make_control(p.coordinator, p.coordinator, wire::Control::Kind::START));
-    self->receive([](const caf::down_msg&) {});
-    for (const auto& [a, h] : dir->locals()) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
-  }  // the actor system waits for every actor here
+    node_run r{j, p, self, start, nullptr, dir, result, names, c.join_timeout_s, train::info_of(j, topo.nodes[self].threads), log};
+    // The transport's events go to the node's actor, which exists once spawn_node returns.
+    auto node_actor = std::make_shared<caf::actor>();
+    net::transport_handlers h;
+    h.on_message = [dir](uint32_t, const net::address& to, net::message m) {
+      if (const caf::actor* a = dir->local(to)) caf::anon_send(*a, std::move(m));
+    };
+    h.on_peer_up = [node_actor](uint32_t node) { caf::anon_send(*node_actor, peer_up_atom::value, node); };
+    h.on_peer_down = [node_actor](uint32_t node, const std::string& why) {
+      caf::anon_send(*node_actor, peer_down_atom::value, node, why);
+    };
+    h.on_rejected = [&log, first = std::make_shared<bool>(true)](const std::string& what) {
+      if (*first) log << "refused: " << what << std::endl;  // the first only: a flood must not flood the log
+      *first = false;
+    };
+    net::transport link(to, h);
+    for (uint32_t n = 0; n < c.nodes.size(); ++n)
+      if (n != self) dir->add_remote(n, [&link, n](const net::address& a, const net::message& m) { link.send(n, a, m); });
+    const caf::actor last = spawn_node(sys, r);
+    *node_actor = caf::actor_cast<caf::actor>(*dir->local({self, net::role::node, 0}));
+    link.start();
+    wait_for(sys, last, *dir);
+    link.stop();
+  }
   if (!result->error.empty()) throw error(result->error);
   return result->epochs;
 }
@@ -138,6 +280,14 @@ namespace troupe {
 
 history fit(const job& j, std::ostream& log) {
   j.validate();
+  const auto env = train::environment();
+  const train::cluster_spec c = train::resolve(j.cluster_config(), env);
+  if (!c.single_process()) {
+    if (!runs_on_actors(j.config().algo.kind))
+      throw error("a cluster of " + std::to_string(c.nodes.size()) +
+                  " nodes needs an algorithm on actors (e.g. --algorithm asgd); sequential runs in one process");
+    return actors::run_cluster(j, c, train::self_index(c, j.node_name(), env), log);
+  }
   if (!runs_on_actors(j.config().algo.kind)) return train::run_sequential(j, log);
   return actors::run_on_actors(j, log);
 }

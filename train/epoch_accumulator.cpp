@@ -39,6 +39,7 @@ epoch_metrics epoch_accumulator::close_epoch(double lr, time_point now) {
   m.mean_staleness = tau_n_ ? tau_sum_ / tau_n_ : 0;
   m.max_staleness = tau_max_;
   m.rejected = rejected_;
+  m.lost_workers = lost_workers_;
   last_complete_ = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
   ++epoch_;
   epoch_start_ = now;

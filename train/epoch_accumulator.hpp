@@ -43,6 +43,8 @@ public:
   /// Adds a report; says whether the epoch in progress (or the run) is over.
   /// Reports after end_run are ignored (the steps finished after a stop).
   verdict add(const step_report& r);
+  /// Workers lost so far (their node died); recorded in the epochs closed from now on.
+  void set_lost_workers(int n) { lost_workers_ = n; }
   /// Ends the run at the next report (a callback asked to stop).
   void request_stop() { stop_ = true; }
   bool stopped() const { return done_; }
@@ -71,6 +73,7 @@ private:
   uint64_t samples_ = 0, reports_ = 0;
   double loss_ = 0, tau_sum_ = 0;
   int64_t tau_n_ = 0, tau_max_ = 0, rejected_ = 0;
+  int lost_workers_ = 0;
   bool stop_ = false, done_ = false, last_complete_ = false;
   std::vector<uint64_t> worker_samples_;
 };

@@ -44,6 +44,7 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["mean_staleness"] = number(m.mean_staleness);
   j["max_staleness"] = m.max_staleness;
   j["rejected"] = m.rejected;
+  j["lost_workers"] = m.lost_workers;
   return j.dump();
 }
 
@@ -56,6 +57,7 @@ std::string describe(const epoch_metrics& m, const run_info& r) {
   if (r.asynchronous)
     line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
   if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";
+  if (m.lost_workers > 0) line << ", " << m.lost_workers << " worker(s) lost";
   line << ", " << std::setprecision(1) << m.wall_s << " s";
   return line.str();
 }

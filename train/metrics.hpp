@@ -26,6 +26,7 @@ struct epoch_metrics {
   double mean_staleness = 0;   ///< mean staleness of this epoch's updates (0 when sequential)
   int64_t max_staleness = 0;
   int64_t rejected = 0;        ///< pushes the shards rejected this epoch
+  int lost_workers = 0;        ///< workers whose node was lost, at the epoch's end (a cluster run)
 };
 
 /// The records of a run, one per epoch.
@@ -49,7 +50,7 @@ struct run_info {
 /// The JSON Lines record of one epoch (one line, no newline): epoch, model,
 /// train_loss, test_accuracy (null when not evaluated), samples_per_s,
 /// train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
-/// workers, mean_staleness, max_staleness, rejected. Non-finite numbers are null.
+/// workers, mean_staleness, max_staleness, rejected, lost_workers. Non-finite numbers are null.
 std::string to_json(const epoch_metrics& m, const run_info& r);
 
 /// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"

@@ -40,6 +40,7 @@ struct coordinator_state {
   train::checkpoint_clock periodic;      // checkpoint-every-steps / -seconds
   std::set<uint32_t> joined;             // nodes whose actors exist and whose links are up
   std::set<uint32_t> lost;               // worker nodes lost (they may join again)
+  std::set<uint32_t> gone;               // nodes whose actors stopped or whose link is down
   std::set<uint32_t> stopping;           // other nodes asked to stop, not yet stopped
   bool started = false, finishing = false, done = false;
 };
@@ -79,7 +80,7 @@ void stop_all(coordinator_t* self) {
   broadcast(self, net::role::shard, wire::Control::Kind::STOP);
   broadcast(self, net::role::evaluator, wire::Control::Kind::STOP);
   for (uint32_t n : st.joined)
-    if (n != me(self).node && !st.lost.count(n)) st.stopping.insert(n);
+    if (n != me(self).node && !st.gone.count(n)) st.stopping.insert(n);
   if (st.stopping.empty()) {
     self->quit();
     return;
@@ -209,10 +210,7 @@ void start_node(coordinator_t* self, uint32_t node) {
 /// the run goes on without them; a shard's node stops the run.
 void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
   auto& st = self->state;
-  if (st.stopping.erase(node) && st.stopping.empty()) {
-    self->quit();
-    return;
-  }
+  st.gone.insert(node);
   if (st.finishing || st.lost.count(node)) return;
   const std::string who = "node " + node_name(self, node);
   std::string shards;
@@ -254,6 +252,7 @@ void on_start(coordinator_t* self);
 void on_join(coordinator_t* self, uint32_t node) {
   auto& st = self->state;
   st.joined.insert(node);
+  st.gone.erase(node);
   if (!st.started) {
     if (st.joined.size() == st.s.node_names.size()) on_start(self);
     return;
@@ -349,6 +348,7 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
                 case wire::Control::Kind::ERROR: abort_run(self, c.getDetail()); break;
                 case wire::Control::Kind::JOIN: on_join(self, from.node); break;
                 case wire::Control::Kind::LOST: on_lost(self, c.getAmount(), c.getDetail()); break;
+                case wire::Control::Kind::STOPPED: st.gone.insert(from.node); break;  // a node whose actors all stopped
                 default: break;
               }
               break;

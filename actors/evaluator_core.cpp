@@ -50,6 +50,14 @@ void evaluator_core::on_params(const net::message& m) {
   --pending_;
 }
 
+std::vector<outgoing> evaluator_core::retry() const {
+  std::vector<outgoing> out;
+  for (std::size_t s = 0; s < answered_.size(); ++s)
+    if (active_ && !answered_[s])
+      out.push_back({c_.shards[s].address, make_pull(c_.self, c_.shards[s].address, req_.checkpoint)});
+  return out;
+}
+
 std::string evaluator_core::missing() const {
   std::string out;
   for (std::size_t s = 0; s < answered_.size(); ++s)

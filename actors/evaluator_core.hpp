@@ -46,6 +46,8 @@ public:
   const snapshot_request& request() const { return req_; }
   /// The shards that have not answered the snapshot in progress (for a timeout's message).
   std::string missing() const;
+  /// Pulls again for the shards that have not answered (a pull or its reply lost on the way).
+  std::vector<outgoing> retry() const;
 
 private:
   /// Writes the snapshot (parameters, each shard's version and rule state)

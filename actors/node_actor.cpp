@@ -77,6 +77,12 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
       [self](peer_down_atom, uint32_t node, const std::string& why) {
         auto& st = self->state;
         st.up.erase(node);
+        if (node == st.s.coordinator.node && why.find("said goodbye") != std::string::npos) {
+          // The coordinator's node ended the run (its stops to this node's actors may not all have come).
+          for (const auto& a : st.s.locals) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+          self->quit();
+          return;
+        }
         if (node == st.s.coordinator.node) {
           fail(self, "lost node " + name_of(self, node) + ", which runs the coordinator (" + why +
                          "): this node stops; run the same command on every node to resume from the last checkpoint");

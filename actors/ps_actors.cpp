@@ -18,9 +18,12 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
 
 /// How long the evaluator waits for the shards' answers to a snapshot.
 constexpr std::chrono::seconds snapshot_timeout{120};
+/// How often the evaluator pulls again the shards that have not answered a snapshot.
+constexpr std::chrono::seconds snapshot_retry{2};
 
 struct control_view {
   wire::Control::Kind kind;
@@ -72,6 +75,8 @@ caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_
 // --- worker ---
 
 struct worker_state {
+  std::chrono::milliseconds reply_timeout{0};  // 0: answers never get lost (one process)
+  uint64_t pushes = 0;                          // pushes sent: the retry timer's generation
   std::shared_ptr<worker_core> core;
   std::shared_ptr<const directory> dir;
   net::address loader, coordinator;
@@ -90,9 +95,12 @@ void worker_report(worker_actor_t* self) {
 
 void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes) {
   auto& st = self->state;
+  const bool pushed = !pushes.empty();
   for (auto& p : pushes) send_to(*st.dir, p.to, std::move(p.msg));
   pushes.clear();
   worker_report(self);
+  // Across nodes a push or its answer can be lost: pull again if no answer came in time.
+  if (pushed && st.reply_timeout.count() > 0) self->delayed_send(self, st.reply_timeout, retry_atom::value, ++st.pushes);
 }
 
 void worker_try_step(worker_actor_t* self) {
@@ -147,14 +155,22 @@ void worker_on_message(worker_actor_t* self, const net::message& m) {
 }
 
 caf::behavior worker_actor(worker_actor_t* self, std::shared_ptr<worker_core> core, net::address loader,
-                           net::address coordinator, int prefetch, std::shared_ptr<const directory> dir) {
+                           net::address coordinator, int prefetch, std::chrono::milliseconds reply_timeout,
+                           std::shared_ptr<const directory> dir) {
   auto& st = self->state;
+  st.reply_timeout = reply_timeout;
   st.core = std::move(core);
   st.dir = std::move(dir);
   st.loader = loader;
   st.coordinator = coordinator;
   st.prefetch = prefetch;
   return {
+      [self](retry_atom, uint64_t push) {
+        auto& st = self->state;
+        if (push != st.pushes || st.core->ready()) return;
+        for (auto& p : st.core->retry()) send_to(*st.dir, p.to, std::move(p.msg));
+        self->delayed_send(self, st.reply_timeout, retry_atom::value, push);
+      },
       [self](release_atom) {
         auto& st = self->state;
         st.busy = false;
@@ -234,6 +250,7 @@ void evaluator_advance(evaluator_actor_t* self) {
       st.queued.pop_front();
       for (auto& p : st.core->begin(req)) send_to(*st.dir, p.to, std::move(p.msg));
       self->delayed_send(self, snapshot_timeout, timeout_atom::value, req.epoch);
+      self->delayed_send(self, snapshot_retry, retry_atom::value, req.epoch);
     }
     if (!st.core->complete()) return;
     const evaluation_result e = st.core->finish();
@@ -248,6 +265,12 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
   st.dir = std::move(dir);
   st.coordinator = coordinator;
   return {
+      [self](retry_atom, uint32_t epoch) {
+        auto& st = self->state;
+        if (!st.core->active() || st.core->request().epoch != epoch) return;
+        for (auto& p : st.core->retry()) send_to(*st.dir, p.to, std::move(p.msg));
+        self->delayed_send(self, snapshot_retry, retry_atom::value, epoch);
+      },
       [self](timeout_atom, uint32_t epoch) {
         auto& st = self->state;
         if (st.core->active() && st.core->request().epoch == epoch)
@@ -288,8 +311,9 @@ caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> cor
 }
 
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<worker_core> core, net::address loader,
-                        net::address coordinator, int prefetch, std::shared_ptr<const directory> dir) {
-  return sys.spawn(worker_actor, std::move(core), loader, coordinator, prefetch, std::move(dir));
+                        net::address coordinator, int prefetch, std::chrono::milliseconds reply_timeout,
+                        std::shared_ptr<const directory> dir) {
+  return sys.spawn(worker_actor, std::move(core), loader, coordinator, prefetch, reply_timeout, std::move(dir));
 }
 
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<shard_core> core,

@@ -11,6 +11,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 
+#include <chrono>
 #include <iosfwd>
 #include <memory>
 
@@ -30,10 +31,13 @@ caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> cor
                         std::shared_ptr<const directory> dir);
 
 /// Trains on its loader's batches; reports to the coordinator after every
-/// answered push. `speed` > 1 holds each step's result (speed - 1) x its
-/// compute time, emulating a slower device.
+/// answered push. A plan's speed > 1 holds each step's result (speed - 1) x
+/// its compute time, emulating a slower device. With a `reply_timeout` (a
+/// cluster: a push or its answer may be lost), it pulls again the shards
+/// that have not answered a push in that time.
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<worker_core> core, net::address loader,
-                        net::address coordinator, int prefetch, std::shared_ptr<const directory> dir);
+                        net::address coordinator, int prefetch, std::chrono::milliseconds reply_timeout,
+                        std::shared_ptr<const directory> dir);
 
 /// Answers pulls and pushes; the first rejected message is written to `log`
 /// (which must outlive the actor system).

@@ -95,6 +95,8 @@ struct node_run {
   double join_timeout_s = 60;
   train::run_info info;
   std::ostream& log;
+  /// After how long a worker pulls again the shards that did not answer a push (0: never, one process).
+  std::chrono::milliseconds reply_timeout{0};
 };
 
 /// Spawns the actors the plan puts on node `r.self` (the coordinator and the
@@ -133,7 +135,9 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
     locals.push_back(spawn_loader(sys, loader, r.dir));
     r.dir->add(r.p.loaders[i].address, locals.back());
     auto core = std::make_shared<worker_core>(w, replicas, make_source(r.j, r.p, w, layout, r.hogwild));
-    locals.push_back(spawn_worker(sys, core, r.p.loaders[i].address, r.p.coordinator, s.algo.prefetch, r.dir));
+    // SSGD's rounds wait for every worker: a pull during one would not end it, so no retry.
+    const auto retry = s.algo.kind == algorithm_kind::ssgd ? std::chrono::milliseconds(0) : r.reply_timeout;
+    locals.push_back(spawn_worker(sys, core, r.p.loaders[i].address, r.p.coordinator, s.algo.prefetch, retry, r.dir));
     r.dir->add(w.address, locals.back());
   }
   caf::actor coordinator;
@@ -244,14 +248,16 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     configure(cfg, p, self);
     caf::actor_system sys{cfg};
     auto dir = std::make_shared<directory>();
-    node_run r{j, p, self, start, nullptr, dir, result, names, c.join_timeout_s, train::info_of(j, topo.nodes[self].threads), log};
+    node_run r{j, p, self, start, nullptr, dir, result, names, c.join_timeout_s,
+               train::info_of(j, topo.nodes[self].threads), log, to.peer_timeout};
     // The transport's events go to the node's actor, which exists once spawn_node returns.
     auto node_actor = std::make_shared<caf::actor>();
     net::transport_handlers h;
     h.on_message = [dir](uint32_t, const net::address& to, net::message m) {
       if (const caf::actor* a = dir->local(to)) caf::anon_send(*a, std::move(m));
     };
-    h.on_peer_up = [node_actor](uint32_t node) { caf::anon_send(*node_actor, peer_up_atom::value, node); };
+    h.on_peer_up = [node_actor](uint32_t node) {
+      std::cerr << "DEBUG peer up " << node << std::endl; caf::anon_send(*node_actor, peer_up_atom::value, node); };
     h.on_peer_down = [node_actor](uint32_t node, const std::string& why) {
       caf::anon_send(*node_actor, peer_down_atom::value, node, why);
     };

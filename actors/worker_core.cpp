@@ -34,7 +34,8 @@ private:
 class shard_exchange {
 public:
   explicit shard_exchange(const shard_source_config& c)
-      : c_(c), version_(c.shards.size(), 0), push_(c.shards.size()), waiting_(static_cast<int>(c.shards.size())) {
+      : c_(c), version_(c.shards.size(), 0), push_(c.shards.size()), answered_(c.shards.size(), false),
+        waiting_(static_cast<int>(c.shards.size())) {
     for (const auto& s : c_.shards) shapes_.push_back(c_.layout.shapes(s.range.first, s.range.last));
     limits_ = net::peer_limits();
     limits_.threads = c.threads;
@@ -46,9 +47,18 @@ public:
     return out;
   }
 
+  /// Pulls for the shards that have not answered (a lost push or reply).
+  std::vector<outgoing> missing_pulls() const {
+    std::vector<outgoing> out;
+    for (std::size_t s = 0; s < c_.shards.size(); ++s)
+      if (!answered_[s]) out.push_back({c_.shards[s].address, make_pull(c_.self, c_.shards[s].address)});
+    return out;
+  }
+
   struct accepted {
     uint32_t shard;
     const float* values;  ///< the shard's range, valid while the message lives
+    bool first;           ///< the first answer of the shard to the last push (or pull)
   };
   /// Validates a Params; records its version and, when it answers a push, its staleness.
   accepted accept(const net::message& m, staleness_tally& tally, bool& report_due) {
@@ -61,12 +71,15 @@ public:
     const model::shard_range& range = c_.shards[s].range;
     net::require_range(v, range.first, range.begin, shapes_[s], "params of shard " + std::to_string(s));
     version_[s] = p.getVersion();
-    if (waiting_ > 0) {
+    // A second answer (a re-pull's, and the late first one) only updates the weights.
+    const bool first = !answered_[s];
+    if (first) {
+      answered_[s] = true;
       --waiting_;
       if (pushed_) tally.add(p.getAppliedStaleness(), p.getRejected());
       if (waiting_ == 0 && pushed_) report_due = true;
     }
-    return {s, v.data};
+    return {s, v.data, first};
   }
 
   bool ready() const { return waiting_ == 0; }
@@ -97,6 +110,7 @@ public:
       out.push_back({c_.shards[s].address, push_[s]});
     }
     waiting_ = static_cast<int>(c_.shards.size());
+    std::fill(answered_.begin(), answered_.end(), false);
     pushed_ = true;
   }
 
@@ -106,6 +120,7 @@ private:
   std::vector<std::vector<shape>> shapes_;  // per shard: its tensors' shapes
   std::vector<uint64_t> version_;           // per shard: version of the parameters held
   std::vector<net::message> push_;          // per shard: the last PushGradient, reused in place
+  std::vector<bool> answered_;              // per shard: its Params for the last push (or the first pull) came
   int waiting_;                             // shards whose Params have not arrived
   bool pushed_ = false;                     // waiting for the answers to a push (not the first pull)
 };
@@ -119,6 +134,7 @@ public:
   explicit shard_weights_source(const shard_source_config& c)
       : x_(c), latest_(c.shards.size()), values_(c.shards.size(), nullptr) {}
   std::vector<outgoing> start() override { return x_.pulls(); }
+  std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::message& m) override {
     const auto a = x_.accept(m, tally_, report_due_);
     latest_[a.shard] = m;
@@ -158,8 +174,10 @@ public:
       : x_(c), k_(k), lr_(lr), w_(static_cast<std::size_t>(c.layout.numel())), start_(w_.size()),
         opt_(optim::sgd(lr).momentum(momentum).make()) {}
   std::vector<outgoing> start() override { return x_.pulls(); }
+  std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::message& m) override {
     const auto a = x_.accept(m, tally_, report_due_);
+    if (!a.first) return;  // the local steps go on from the answer that came first
     const model::shard_range& range = x_.shards()[a.shard].range;
     std::memcpy(w_.data() + range.begin, a.values, range.numel() * sizeof(float));
     if (x_.ready()) start_ = w_;

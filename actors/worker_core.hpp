@@ -101,6 +101,9 @@ public:
   virtual ~weight_source() = default;
   /// The first messages: a PullParams to every shard.
   virtual std::vector<outgoing> start() { return {}; }
+  /// Pulls for the shards whose answer has not come (a push or its reply lost
+  /// on the way): their Params let the worker go on.
+  virtual std::vector<outgoing> retry() { return {}; }
   /// A shard's Params reply. Throws net::message_error for one that does not fit.
   virtual void on_params(const net::message& m);
   /// True when a step may start: weights present, no push unanswered.
@@ -143,6 +146,8 @@ public:
   worker_core(const train::worker_plan& p, std::shared_ptr<replica_pool> pool, std::unique_ptr<weight_source> source);
 
   std::vector<outgoing> start() { return source_->start(); }
+  /// Pulls for the shards whose answer is missing (see weight_source::retry).
+  std::vector<outgoing> retry() { return source_->retry(); }
   /// A shard's Params. Throws net::message_error for a message that does not fit.
   void on_params(const net::message& m) { source_->on_params(m); }
   bool ready() const { return source_->ready(); }

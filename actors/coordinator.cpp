@@ -23,6 +23,11 @@ using clock_type = std::chrono::steady_clock;
 using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;
 using join_timeout_atom = caf::atom_constant<caf::atom("jointime")>;
 using stop_timeout_atom = caf::atom_constant<caf::atom("stoptime")>;
+using start_again_atom = caf::atom_constant<caf::atom("startagain")>;
+
+/// A worker of another node that has not reported this long after its start is started again
+/// (the start may have been lost on the way; a worker takes only its first).
+constexpr std::chrono::seconds start_again{2};
 
 /// A run that shows no progress this long (no worker report, no evaluation) fails.
 constexpr std::chrono::seconds stall_timeout{300};
@@ -251,6 +256,9 @@ void on_start(coordinator_t* self);
 /// node has joined; a lost worker node that joins again gets its work back.
 void on_join(coordinator_t* self, uint32_t node) {
   auto& st = self->state;
+  const net::address node_actor{node, net::role::node, 0};
+  send_to(*st.dir, node_actor, make_control(me(self), node_actor, wire::Control::Kind::START));  // the join's answer
+  if (st.joined.count(node) && !st.lost.count(node)) return;  // a join sent again
   st.joined.insert(node);
   st.gone.erase(node);
   if (!st.started) {
@@ -284,6 +292,7 @@ void on_start(coordinator_t* self) {
   st.started = true;
   for (std::size_t n = 0; n < st.s.node_names.size(); ++n) start_node(self, static_cast<uint32_t>(n));
   self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
+  if (st.s.node_names.size() > 1) self->delayed_send(self, start_again, start_again_atom::value);
 }
 
 caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, std::shared_ptr<const directory> dir) {
@@ -309,6 +318,17 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
           if (!st.joined.count(n)) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
         abort_run(self, "node(s) " + missing + " did not join within " + std::to_string(st.s.join_timeout_s) +
                             " s (are they started, with the same job file, and reachable?)");
+      },
+      [self](start_again_atom) {
+        // Nodes whose workers have not reported yet get their start again.
+        auto& st = self->state;
+        if (st.done || st.finishing) return;
+        std::set<uint32_t> silent;
+        for (const auto& w : st.s.plan.workers)
+          if (st.acc->worker_samples()[w.address.index] == 0 && !st.lost.count(w.address.node))
+            silent.insert(w.address.node);
+        for (uint32_t n : silent) start_node(self, n);
+        if (!silent.empty()) self->delayed_send(self, start_again, start_again_atom::value);
       },
       [self](stop_timeout_atom) {
         auto& st = self->state;

@@ -29,15 +29,17 @@ std::vector<outgoing> evaluator_core::begin(const snapshot_request& r) {
   return out;
 }
 
-void evaluator_core::on_params(const net::message& m) {
+bool evaluator_core::on_params(const net::message& m) {
   net::envelope_reader r(m, net::peer_limits());
   if (r.root().which() != wire::Envelope::PARAMS)
     throw net::message_error(net::reject_reason::unknown_kind, "expected Params");
   auto p = r.root().getParams();
   const uint32_t s = p.getShard();
-  if (!active_ || s >= c_.shards.size() || answered_[s])
+  if (s >= c_.shards.size())
     throw net::message_error(net::reject_reason::malformed, "Params of shard " + std::to_string(s) +
-                                                                " it did not ask for");
+                                                                ", which does not exist");
+  // A pull asked again (retry()) may be answered twice; the first answer counts.
+  if (!active_ || answered_[s]) return false;
   const model::shard_range& range = c_.shards[s].range;
   const net::flat_view v = net::view(p.getValues(), "params");
   net::require_range(v, range.first, range.begin, net_.layout().shapes(range.first, range.last),
@@ -48,6 +50,7 @@ void evaluator_core::on_params(const net::message& m) {
     rule_state_.push_back({"shard" + std::to_string(s) + "/" + t.name, std::move(t.value)});
   answered_[s] = true;
   --pending_;
+  return true;
 }
 
 std::vector<outgoing> evaluator_core::retry() const {

@@ -34,9 +34,11 @@ public:
   /// Starts a snapshot; returns the pulls to send (none with Hogwild!, whose
   /// snapshot is taken at once: complete() is then true).
   std::vector<outgoing> begin(const snapshot_request& r);
-  /// A shard's Params for the snapshot in progress. Throws net::message_error
-  /// for one that does not fit.
-  void on_params(const net::message& m);
+  /// A shard's Params for the snapshot in progress; false (ignored) for a
+  /// shard that already answered or when no snapshot is in progress (a late
+  /// answer to a pull asked again). Throws net::message_error for one that
+  /// does not fit.
+  bool on_params(const net::message& m);
   /// True when every shard has answered the snapshot in progress.
   bool complete() const { return active_ && pending_ == 0; }
   /// Evaluates the completed snapshot and, when asked, writes it as the checkpoint.

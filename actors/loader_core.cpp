@@ -12,16 +12,14 @@ loader_core::loader_core(const data::image_dataset& ds, const data::normalizatio
 }
 
 void loader_core::restart(int epoch) {
-  if (epoch == epoch_ && made_in_epoch_ == 0) return;
+  if (epoch == epoch_) return;
   epoch_ = epoch;
-  made_in_epoch_ = 0;
   batches_.start_epoch(epoch_);
 }
 
 net::message loader_core::next() {
   if (batches_.next_size() == 0) {
     batches_.start_epoch(++epoch_);
-    made_in_epoch_ = 0;
     if (batches_.next_size() == 0) throw error(net::to_string(p_.address) + ": its part of the data is empty");
   }
   std::vector<int64_t> dims{batches_.next_size()};
@@ -35,7 +33,6 @@ net::message loader_core::next() {
   const bool made = batches_.next(tmp_);
   tmp_.images = tensor();
   if (!made) throw error(net::to_string(p_.address) + ": no batch where one was due");
-  ++made_in_epoch_;
   auto labels = batch.initLabels(static_cast<unsigned>(tmp_.labels.size()));
   for (unsigned i = 0; i < labels.size(); ++i) labels.set(i, tmp_.labels[i]);
   return net::message::from_builder(std::move(b));

@@ -19,7 +19,7 @@ public:
               const train::loader_plan& p, int first_epoch = 0);
   net::message next();
   /// Goes on at the start of epoch `epoch` (a worker that joins a running
-  /// job); nothing changes when the loader is already there.
+  /// job); nothing changes when the loader is in that epoch already.
   void restart(int epoch);
   int epoch() const { return epoch_; }
   int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
@@ -33,7 +33,6 @@ private:
   train::loader_plan p_;
   int epoch_ = 0;
   uint64_t index_ = 0;
-  int64_t made_in_epoch_ = 0;
 };
 
 } // namespace troupe::actors

@@ -13,12 +13,18 @@ namespace troupe::actors {
 namespace {
 
 using join_timeout_atom = caf::atom_constant<caf::atom("jointime")>;
+using join_again_atom = caf::atom_constant<caf::atom("joinagain")>;
+
+/// A join not acknowledged in this time (lost on the way) is sent again.
+constexpr std::chrono::seconds join_again{2};
 
 struct node_state {
   node_setup s;
   std::shared_ptr<const directory> dir;
   std::set<uint32_t> up;  // nodes whose links are up
   bool joined = false;
+  bool acknowledged = false;  // the coordinator answered the join
+  bool started = false;       // registered in the directory: it may send
   std::size_t live = 0;   // the node's role actors still running
 };
 using node_t = caf::stateful_actor<node_state>;
@@ -45,10 +51,11 @@ void fail(node_t* self, const std::string& why) {
 
 void maybe_join(node_t* self) {
   auto& st = self->state;
-  if (st.joined || st.up.size() + 1 < st.s.node_names.size()) return;
+  if (!st.started || st.joined || st.up.size() + 1 < st.s.node_names.size()) return;
   st.joined = true;
   if (st.s.log) *st.s.log << "node " << name_of(self, st.s.self) << ": every link is up; joined the run" << std::endl;
   tell_coordinator(self, wire::Control::Kind::JOIN);
+  self->delayed_send(self, join_again, join_again_atom::value);
 }
 
 caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const directory> dir) {
@@ -68,8 +75,11 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
   });
   self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(st.s.join_timeout_s * 1000)),
                      join_timeout_atom::value);
-  maybe_join(self);  // a cluster of one node joins at once
   return {
+      [self](node_start_atom) {
+        self->state.started = true;
+        maybe_join(self);  // a cluster of one node joins at once
+      },
       [self](peer_up_atom, uint32_t node) {
         self->state.up.insert(node);
         maybe_join(self);
@@ -91,6 +101,12 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
         // The coordinator decides what a lost node means for the run.
         if (st.s.self == st.s.coordinator.node) tell_coordinator(self, wire::Control::Kind::LOST, node, why);
       },
+      [self](join_again_atom) {
+        auto& st = self->state;
+        if (st.acknowledged) return;
+        tell_coordinator(self, wire::Control::Kind::JOIN);
+        self->delayed_send(self, join_again, join_again_atom::value);
+      },
       [self](join_timeout_atom) {
         auto& st = self->state;
         if (st.joined) return;
@@ -101,8 +117,15 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
                        std::to_string(st.s.join_timeout_s) +
                        " s (are they started, with the same job file and secret, and reachable?)");
       },
-      [](const net::message&) {
-        // Nothing is addressed to a node's actor but controls it does not need.
+      [self](const net::message& m) {
+        // The coordinator acknowledges a join with a Control start.
+        try {
+          net::envelope_reader r(m);
+          if (r.root().which() == wire::Envelope::CONTROL &&
+              r.root().getControl().getKind() == wire::Control::Kind::START)
+            self->state.acknowledged = true;
+        } catch (const net::message_error&) {
+        }
       },
   };
 }

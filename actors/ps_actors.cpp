@@ -75,8 +75,12 @@ caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_
 // --- worker ---
 
 struct worker_state {
-  std::chrono::milliseconds reply_timeout{0};  // 0: answers never get lost (one process)
+  std::chrono::milliseconds reply_timeout{0};  // 0: answers never get lost (one process); else the longest wait
   uint64_t pushes = 0;                          // pushes sent: the retry timer's generation
+  clock_type::time_point pushed_at;             // when the last push went out
+  double reply_s = 0;                           // running mean of a push's round trip
+  bool waiting = false;                         // for the answers to the last push
+  bool started = false;                         // a start sent again (lost on the way?) is ignored
   std::shared_ptr<worker_core> core;
   std::shared_ptr<const directory> dir;
   net::address loader, coordinator;
@@ -87,8 +91,20 @@ struct worker_state {
 };
 using worker_actor_t = caf::stateful_actor<worker_state>;
 
+/// How long to wait for a push's answers before pulling again: 8 x the
+/// usual round trip, at least 20 ms, at most the configured reply timeout.
+std::chrono::microseconds retry_after(const worker_state& st) {
+  const double s = std::min(std::max(8 * st.reply_s, 0.02), st.reply_timeout.count() / 1000.0);
+  return std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
+}
+
 void worker_report(worker_actor_t* self) {
   auto& st = self->state;
+  if (st.waiting && st.core->ready()) {
+    st.waiting = false;
+    const double rt = train::seconds_since(st.pushed_at);
+    st.reply_s = st.reply_s == 0 ? rt : 0.9 * st.reply_s + 0.1 * rt;
+  }
   if (st.core->report_due())
     send_to(*st.dir, st.coordinator, make_metrics(st.core->address(), st.coordinator, st.core->report()));
 }
@@ -100,7 +116,11 @@ void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes) {
   pushes.clear();
   worker_report(self);
   // Across nodes a push or its answer can be lost: pull again if no answer came in time.
-  if (pushed && st.reply_timeout.count() > 0) self->delayed_send(self, st.reply_timeout, retry_atom::value, ++st.pushes);
+  if (pushed && st.reply_timeout.count() > 0) {
+    st.waiting = true;
+    st.pushed_at = clock_type::now();
+    self->delayed_send(self, retry_after(st), retry_atom::value, ++st.pushes);
+  }
 }
 
 void worker_try_step(worker_actor_t* self) {
@@ -141,7 +161,8 @@ void worker_on_message(worker_actor_t* self, const net::message& m) {
         self->quit();
         return;
       }
-      if (cv.kind == wire::Control::Kind::START) {
+      if (cv.kind == wire::Control::Kind::START && !st.started) {
+        st.started = true;
         const net::address& me = st.core->address();
         send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, st.prefetch));
         for (auto& p : st.core->start()) send_to(*st.dir, p.to, std::move(p.msg));
@@ -169,7 +190,7 @@ caf::behavior worker_actor(worker_actor_t* self, std::shared_ptr<worker_core> co
         auto& st = self->state;
         if (push != st.pushes || st.core->ready()) return;
         for (auto& p : st.core->retry()) send_to(*st.dir, p.to, std::move(p.msg));
-        self->delayed_send(self, st.reply_timeout, retry_atom::value, push);
+        self->delayed_send(self, retry_after(st), retry_atom::value, push);
       },
       [self](release_atom) {
         auto& st = self->state;

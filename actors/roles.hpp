@@ -96,5 +96,7 @@ caf::actor spawn_node_actor(caf::actor_system& sys, node_setup setup, std::share
 
 using peer_up_atom = caf::atom_constant<caf::atom("peerup")>;
 using peer_down_atom = caf::atom_constant<caf::atom("peerdown")>;
+/// Sent to a node's actor once it is in the directory: it may join from then on.
+using node_start_atom = caf::atom_constant<caf::atom("nodestart")>;
 
 } // namespace troupe::actors

@@ -156,6 +156,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
                 coordinator ? std::vector<caf::actor>{} : locals, r.result, &r.log};
   caf::actor node = spawn_node_actor(sys, std::move(ns), r.dir);
   r.dir->add({r.self, net::role::node, 0}, node);
+  caf::anon_send(node, node_start_atom::value);
   return coordinator ? coordinator : node;
 }
 
@@ -223,6 +224,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
   const train::node_entry& me = c.nodes.at(self);
   log << "node " << me.name << " (" << self + 1 << " of " << c.nodes.size() << "), listening on " << me.host << ":"
       << me.port << "\n";
+  const std::string secret = net::read_secret_file(c.secret_file);  // before minutes of loading
   starting_point start = load(j, log);
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
@@ -236,7 +238,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     names.push_back(n.name);
     to.nodes.push_back({n.name, n.host, n.port});
   }
-  to.secret = net::read_secret_file(c.secret_file);
+  to.secret = secret;
   to.job_hash = job_identity(j, c, start);
   to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
   to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
@@ -257,7 +259,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
       if (const caf::actor* a = dir->local(to)) caf::anon_send(*a, std::move(m));
     };
     h.on_peer_up = [node_actor](uint32_t node) {
-      std::cerr << "DEBUG peer up " << node << std::endl; caf::anon_send(*node_actor, peer_up_atom::value, node); };
+      caf::anon_send(*node_actor, peer_up_atom::value, node); };
     h.on_peer_down = [node_actor](uint32_t node, const std::string& why) {
       caf::anon_send(*node_actor, peer_down_atom::value, node, why);
     };

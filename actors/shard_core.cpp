@@ -1,5 +1,6 @@
 #include "actors/shard_core.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <ostream>
 
@@ -50,6 +51,12 @@ std::vector<named_tensor> shard_core::snapshot() const {
     src += t.numel();
     out.push_back({names_[i], std::move(t)});
   }
+  return out;
+}
+
+std::vector<named_tensor> shard_core::rule_state() const {
+  std::vector<named_tensor> out = rule_->state();
+  std::sort(out.begin(), out.end(), [](const named_tensor& a, const named_tensor& b) { return a.name < b.name; });
   return out;
 }
 
@@ -183,12 +190,11 @@ void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string
     log << fresh << "the checkpoint has " << c.shard_versions.size() << " shard(s), this run " << shards << "\n";
     return;
   }
-  const std::string prefix = "shard" + std::to_string(shard.id()) + "/";
-  std::vector<named_tensor> mine;
-  for (const auto& t : c.optimizer)
-    if (t.name.rfind(prefix, 0) == 0) mine.push_back({t.name.substr(prefix.size()), t.value});
+  const std::vector<named_tensor> mine = net::shard_state(c, shard.id());
   try {
     shard.restore(c.shard_versions[shard.id()], mine);
+    log << "shard " << shard.id() << ": resumed at version " << shard.version() << ", rule state digest " << std::hex
+        << net::state_digest(shard.rule_state()) << std::dec << "\n";
   } catch (const error& e) {
     log << fresh << e.what() << "\n";
   }

@@ -48,6 +48,8 @@ public:
   const std::string& last_error() const { return last_error_; }
   /// The shard's tensors now (copies).
   std::vector<named_tensor> snapshot() const;
+  /// The update rule's state now (copies, sorted by name).
+  std::vector<named_tensor> rule_state() const;
   /// Continues from a checkpoint: the version (the learning-rate schedule
   /// goes on from it) and the rule's state. Throws troupe::error if it does not fit.
   void restore(uint64_t version, const std::vector<named_tensor>& rule_state);

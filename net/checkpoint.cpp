@@ -1,5 +1,7 @@
 #include "net/checkpoint.hpp"
 
+#include <algorithm>
+
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
@@ -117,6 +119,29 @@ checkpoint load_checkpoint(const std::string& path) {
   } catch (const kj::Exception& e) {
     throw error("checkpoint " + path + " is corrupt: " + e.getDescription().cStr());
   }
+}
+
+uint64_t state_digest(const std::vector<named_tensor>& ts) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const auto& t : ts) {
+    mix(t.name.data(), t.name.size() + 1);
+    for (int64_t d : t.value.shape().dims()) mix(&d, sizeof d);
+    mix(t.value.data(), static_cast<std::size_t>(t.value.numel()) * sizeof(float));
+  }
+  return h;
+}
+
+std::vector<named_tensor> shard_state(const checkpoint& c, uint32_t shard) {
+  const std::string prefix = "shard" + std::to_string(shard) + "/";
+  std::vector<named_tensor> out;
+  for (const auto& t : c.optimizer)
+    if (t.name.rfind(prefix, 0) == 0) out.push_back({t.name.substr(prefix.size()), t.value});
+  std::sort(out.begin(), out.end(), [](const named_tensor& a, const named_tensor& b) { return a.name < b.name; });
+  return out;
 }
 
 } // namespace troupe::net

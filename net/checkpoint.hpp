@@ -27,4 +27,12 @@ void save_checkpoint(const std::string& path, const checkpoint& c);
 /// naming the file and what is wrong.
 checkpoint load_checkpoint(const std::string& path);
 
+/// A 64-bit digest (FNV-1a) of tensors' names, shapes and bytes, in the order
+/// given: equal digests say two states are equal bit for bit.
+uint64_t state_digest(const std::vector<named_tensor>& ts);
+
+/// Shard `shard`'s entries of an asynchronous run's rule state (checkpoint
+/// entries "shard<s>/<name>", the prefix taken off), sorted by name.
+std::vector<named_tensor> shard_state(const checkpoint& c, uint32_t shard);
+
 } // namespace troupe::net

@@ -7,8 +7,9 @@
 #   scripts/local_cluster.sh 3 --model mlp --algorithm ddc-asgd --workers 6 --shards 2 --metrics-out run.jsonl
 # Environment:
 #   TROUPE_TRAINER     the trainer binary (default: build/troupe_trainer next to this script)
-#   TROUPE_CLUSTER_DIR where the job file, the secret and the nodes' logs go (default: a temporary directory,
-#                      removed at the end unless a node failed)
+#   TROUPE_CLUSTER_DIR where the cluster file, the secret, the nodes' logs and pids go (default: a temporary
+#                      directory, removed at the end unless a node failed). A directory that already holds a
+#                      cluster.toml of N nodes is used as it is: the same command restarts the same cluster.
 #   TROUPE_NODE_THREADS threads per node (default: the machine's cores / N, at least 1)
 #   TROUPE_PEER_TIMEOUT seconds of silence after which a node is dead (default 3)
 #   TROUPE_CHECKPOINT_EVERY  (optional) also checkpoint every this many steps
@@ -36,9 +37,14 @@ while [ ${#ports[@]} -lt "$n" ]; do
   p=$(( p + 1 ))
 done
 
-head -c 32 /dev/urandom > "$dir/secret"
-chmod 600 "$dir/secret"
-{
+if [ -f "$dir/cluster.toml" ] && [ "$(grep -c 'name = "node' "$dir/cluster.toml")" = "$n" ]; then
+  reuse=1
+else
+  reuse=0
+  head -c 32 /dev/urandom > "$dir/secret"
+  chmod 600 "$dir/secret"
+fi
+[ "$reuse" = 1 ] || {
   echo "# written by scripts/local_cluster.sh: $n nodes on loopback"
   echo "[cluster]"
   echo "secret-file = \"$dir/secret\""
@@ -59,12 +65,16 @@ cleanup() {
 }
 trap cleanup INT TERM
 for i in $(seq 1 $(( n - 1 ))); do
-  "$trainer" --config "$dir/cluster.toml" --node "node$i" "$@" "${extra[@]}" > "$dir/node$i.log" 2>&1 &
+  "$trainer" --config "$dir/cluster.toml" --node "node$i" "$@" "${extra[@]}" >> "$dir/node$i.log" 2>&1 &
   pids+=($!)
+  echo $! > "$dir/node$i.pid"
 done
 set +e
-"$trainer" --config "$dir/cluster.toml" --node node0 "$@" "${extra[@]}" 2>&1 | tee "$dir/node0.log"
-status=${PIPESTATUS[0]}
+"$trainer" --config "$dir/cluster.toml" --node node0 "$@" "${extra[@]}" > >(tee -a "$dir/node0.log") 2>&1 &
+node0=$!
+echo $node0 > "$dir/node0.pid"
+wait $node0
+status=$?
 # The other nodes stop when node 0 has stopped them; a node that does not, within 30 s, is killed.
 for pid in "${pids[@]}"; do
   for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -213,7 +213,12 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state; a restored shard c
                small_rule(rule_kind::ddc_asgd, 2), model::lr_schedule::constant, 100, kernels::context{});
   std::ostringstream log;
   resume_shard(b, c, "ddc-asgd", 1, log);
-  CHECK(log.str().empty());
+  // Restored bit for bit: the version, and the rule state's digest is the checkpoint's.
+  std::ostringstream expected;
+  expected << "shard 0: resumed at version " << a.version() << ", rule state digest " << std::hex
+           << net::state_digest(net::shard_state(c, 0)) << "\n";
+  CHECK(log.str() == expected.str());
+  CHECK(net::state_digest(b.rule_state()) == net::state_digest(a.rule_state()));
   CHECK(b.version() == a.version());
   for (auto* s : {&a, &b})
     for (uint32_t w = 0; w < 2; ++w) s->handle(make_pull(worker_addr(w), shard_addr(0)));

@@ -1,0 +1,31 @@
+// troupe_checkpoint: what a checkpoint holds, without loading a model: the
+// epochs and steps it records, its entries, and for an asynchronous run each
+// parameter shard's version and the digest of its update rule's state (the
+// same digest a resumed shard logs, so that a restore can be checked).
+//   troupe_checkpoint run.ckpt
+#include <iostream>
+
+#include <troupe/troupe.hpp>
+
+int main(int argc, char** argv) {
+  using namespace troupe;
+  if (argc != 2) {
+    std::cerr << "usage: troupe_checkpoint FILE\n";
+    return 2;
+  }
+  try {
+    const net::checkpoint c = net::load_checkpoint(argv[1]);
+    std::cout << "architecture: " << c.architecture << "\n"
+              << "epochs done: " << c.epoch << "\nsteps: " << c.step << "\n"
+              << "parameters and buffers: " << c.params.size() << " tensors, digest " << std::hex
+              << net::state_digest(c.params) << std::dec << "\n"
+              << "optimizer or rule: " << c.optimizer_kind << "\n";
+    for (uint32_t s = 0; s < c.shard_versions.size(); ++s)
+      std::cout << "shard " << s << ": version " << c.shard_versions[s] << ", rule state digest " << std::hex
+                << net::state_digest(net::shard_state(c, s)) << std::dec << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "troupe_checkpoint: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

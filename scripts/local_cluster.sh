@@ -13,6 +13,9 @@
 #   TROUPE_NODE_THREADS threads per node (default: the machine's cores / N, at least 1)
 #   TROUPE_PEER_TIMEOUT seconds of silence after which a node is dead (default 3)
 #   TROUPE_CHECKPOINT_EVERY  (optional) also checkpoint every this many steps
+#   TROUPE_NETNS=1      (root) each node in a network namespace of its own, all joined by veth pairs to a
+#                      bridge, so that the traffic crosses a real network stack; TROUPE_NETNS_RATE (e.g. 1gbit)
+#                      limits each node's link with tbf. The namespaces are removed at the end.
 # Node i's output goes to DIR/node<i>.log; node 0's is also printed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +30,42 @@ cores=$(nproc)
 threads=${TROUPE_NODE_THREADS:-$(( cores / n > 0 ? cores / n : 1 ))}
 keep=0
 if [ -n "${TROUPE_CLUSTER_DIR:-}" ]; then dir=$TROUPE_CLUSTER_DIR; mkdir -p "$dir"; keep=1; else dir=$(mktemp -d); fi
+
+# With TROUPE_NETNS: namespaces trp<tag>n<i> at 10.77.<tag % 250>.<i + 1>, a bridge in trp<tag>br.
+netns=${TROUPE_NETNS:-0}
+tag=$(( $$ % 10000 ))
+subnet=10.77.$(( tag % 250 ))
+host_of() { if [ "$netns" = 1 ]; then echo "$subnet.$(( $1 + 1 ))"; else echo 127.0.0.1; fi; }
+run_on() { if [ "$netns" = 1 ]; then ip netns exec "trp${tag}n$1" "${@:2}"; else "${@:2}"; fi; }
+netns_down() {
+  [ "$netns" = 1 ] || return 0
+  for i in $(seq 0 $(( n - 1 ))); do ip netns del "trp${tag}n$i" 2>/dev/null || true; done
+  ip netns del "trp${tag}br" 2>/dev/null || true
+}
+netns_up() {
+  [ "$netns" = 1 ] || return 0
+  ip netns add "trp${tag}br" && ip -n "trp${tag}br" link add br0 type bridge && ip -n "trp${tag}br" link set br0 up || return 1
+  for i in $(seq 0 $(( n - 1 ))); do
+    local ns=trp${tag}n$i
+    ip netns add "$ns" &&
+      ip link add "trp${tag}v$i" type veth peer name "trp${tag}b$i" &&
+      ip link set "trp${tag}v$i" netns "$ns" && ip link set "trp${tag}b$i" netns "trp${tag}br" &&
+      ip -n "trp${tag}br" link set "trp${tag}b$i" master br0 && ip -n "trp${tag}br" link set "trp${tag}b$i" up &&
+      ip -n "$ns" addr add "$(host_of "$i")/24" dev "trp${tag}v$i" && ip -n "$ns" link set "trp${tag}v$i" up &&
+      ip -n "$ns" link set lo up || return 1
+    if [ -n "${TROUPE_NETNS_RATE:-}" ]; then
+      ip netns exec "$ns" tc qdisc replace dev "trp${tag}v$i" root tbf rate "$TROUPE_NETNS_RATE" burst 256kb latency 50ms ||
+        return 1
+    fi
+  done
+}
+if [ "$netns" = 1 ]; then
+  if ! netns_up; then
+    netns_down
+    echo "local_cluster.sh: cannot make network namespaces (needs root and ip netns)" >&2
+    exit 77
+  fi
+fi
 
 # Free ports: a random start, skipping ports something listens on.
 in_use() { ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"; }
@@ -52,7 +91,7 @@ fi
   echo "heartbeat = $(awk -v t="${TROUPE_PEER_TIMEOUT:-3}" 'BEGIN { h = t / 6; print (h < 0.5 ? h : 0.5) }')"
   echo "nodes = ["
   for i in $(seq 0 $(( n - 1 ))); do
-    echo "  { name = \"node$i\", host = \"127.0.0.1\", port = ${ports[$i]}, threads = $threads },"
+    echo "  { name = \"node$i\", host = \"$(host_of "$i")\", port = ${ports[$i]}, threads = $threads },"
   done
   echo "]"
 } > "$dir/cluster.toml"
@@ -62,15 +101,16 @@ extra=()
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  netns_down
 }
 trap cleanup INT TERM
 for i in $(seq 1 $(( n - 1 ))); do
-  "$trainer" --config "$dir/cluster.toml" --node "node$i" "$@" "${extra[@]}" >> "$dir/node$i.log" 2>&1 &
+  run_on "$i" "$trainer" --config "$dir/cluster.toml" --node "node$i" "$@" "${extra[@]}" >> "$dir/node$i.log" 2>&1 &
   pids+=($!)
   echo $! > "$dir/node$i.pid"
 done
 set +e
-"$trainer" --config "$dir/cluster.toml" --node node0 "$@" "${extra[@]}" > >(tee -a "$dir/node0.log") 2>&1 &
+run_on 0 "$trainer" --config "$dir/cluster.toml" --node node0 "$@" "${extra[@]}" > >(tee -a "$dir/node0.log") 2>&1 &
 node0=$!
 echo $node0 > "$dir/node0.pid"
 wait $node0
@@ -84,5 +124,6 @@ for pid in "${pids[@]}"; do
   [ "$s" -ne 0 ] && [ "$status" -eq 0 ] && { echo "local_cluster.sh: a node ended with status $s (see $dir)" >&2; keep=1; }
 done
 [ "$status" -ne 0 ] && keep=1
+netns_down
 if [ "$keep" = 1 ]; then echo "local_cluster.sh: the nodes' logs are in $dir" >&2; else rm -rf "$dir"; fi
 exit "$status"

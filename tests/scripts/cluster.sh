@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
-#   cluster.sh BUILD_DIR three_nodes | faults | kill_worker | sigstop_worker | kill_shard | rejoin
+#   cluster.sh BUILD_DIR three_nodes | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -95,6 +95,18 @@ kill_shard)
     echo "shard $s resumed at $want"
   done
   grep -q '"epoch":2' "$tmp/m.jsonl" || fail "the resumed job did not finish epoch 2"
+  ;;
+netns)
+  # The three-node job with each node in a network namespace of its own, joined by veth pairs through a
+  # bridge (1 Gbit/s each, tbf): the traffic crosses a real network stack. Skipped where ip netns is not allowed.
+  if ! { [ "$(id -u)" = 0 ] && ip netns add "trp_probe$$" 2>/dev/null && ip netns del "trp_probe$$"; }; then
+    echo "skipped: network namespaces need root and ip netns (iproute2)"; exit 77
+  fi
+  TROUPE_NETNS=1 TROUPE_NETNS_RATE=1gbit TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm asgd \
+    --workers 3 --shards 2 --epochs 1 --metrics-out "$tmp/m.jsonl" || fail "the job across namespaces"
+  grep -q 'host = "10.77.' "$tmp/c/cluster.toml" || fail "the nodes were not in namespaces"
+  acc=$(accuracy "$tmp/m.jsonl"); echo "accuracy across namespaces: $acc"
+  close "$acc" 0.83 0.02 || fail "accuracy $acc outside [0.81, 0.85]"
   ;;
 rejoin)
   # A killed worker node started again with the same command joins the running job.

@@ -23,6 +23,8 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp libopenblas-openmp-dev
   dataset-fashion-mnist gnuplot-nox
+  # test-only: a one-machine Slurm, network namespaces, the fuzzer's clang
+  slurm-wlm munge iproute2
 )
 [ "$with_bench" = 1 ] && packages+=(libtorch-dev)
 

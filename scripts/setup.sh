@@ -22,6 +22,7 @@ packages=(
   libeigen3-dev libboost-dev catch2 zlib1g-dev
   libopenblas0-openmp libopenblas-openmp-dev
   dataset-fashion-mnist gnuplot-nox
+  clang libclang-rt-14-dev  # tests: the libFuzzer target (scripts/fuzz_frame.sh)
 )
 [ "$with_bench" = 1 ] && packages+=(libtorch-dev)
 

@@ -220,7 +220,7 @@ TEST_CASE("frames: every malformed header is rejected before a length is trusted
   CHECK(error_of(with(good, [](bytes& b) { put<uint8_t>(b, 46, 1); })) == frame_error::bad_reserved);
   CHECK(error_of(with(good, [](bytes& b) { put<uint32_t>(b, 52, 1); })) == frame_error::bad_reserved);
   CHECK(error_of(with(good, [](bytes& b) { put<uint64_t>(b, 16, 0); })) == frame_error::bad_reserved);    // sequence 0
-  CHECK(error_of(with(good, [](bytes& b) { put<uint8_t>(b, 44, 6); })) == frame_error::bad_reserved);     // role
+  CHECK(error_of(with(good, [](bytes& b) { put<uint8_t>(b, 44, net::roles); })) == frame_error::bad_reserved);  // role
   CHECK(error_of(with(good, [](bytes& b) { put<uint32_t>(b, 8, 0); })) == frame_error::bad_segments);
   CHECK(error_of(with(good, [](bytes& b) { put<uint32_t>(b, 8, 513); })) == frame_error::bad_segments);
   CHECK(error_of(with(good, [](bytes& b) { put<uint32_t>(b, 8, 0xffffffffu); })) == frame_error::bad_segments);

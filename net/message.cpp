@@ -307,15 +307,25 @@ envelope_reader::envelope_reader(const message& m, const reader_limits& limits) 
                                                               " labels for images " + v.dims.to_string());
         break;
       }
-      case wire::Envelope::PARAMS: check_flat(root_.getParams().getValues(), "params", limits); break;
+      case wire::Envelope::PARAMS: {
+        auto p = root_.getParams();
+        check_flat(p.getValues(), "params", limits);
+        for (auto t : p.getRuleState()) {
+          (void)t.getName();  // a Text: its bounds and NUL are checked here, not in the receiver
+          check_tensor(t.getTensor(), "params rule state", limits);
+        }
+        break;
+      }
       case wire::Envelope::PUSH_GRADIENT: check_flat(root_.getPushGradient().getValues(), "push_gradient", limits); break;
       case wire::Envelope::ACTIVATION: check_tensor(root_.getActivation().getTensor(), "activation", limits); break;
       case wire::Envelope::GRADIENT: check_tensor(root_.getGradient().getTensor(), "gradient", limits); break;
-      case wire::Envelope::PULL_PARAMS:
-      case wire::Envelope::CONTROL:
-      case wire::Envelope::METRICS:
-      case wire::Envelope::SNAPSHOT:
-      case wire::Envelope::EVALUATION: break;
+      // Every pointer a receiver follows is followed here once, so that a bad
+      // one is a message_error now and not a kj::Exception in the receiver.
+      case wire::Envelope::PULL_PARAMS: (void)root_.getPullParams(); break;
+      case wire::Envelope::CONTROL: (void)root_.getControl().getDetail(); break;
+      case wire::Envelope::METRICS: (void)root_.getMetrics(); break;
+      case wire::Envelope::SNAPSHOT: (void)root_.getSnapshot(); break;
+      case wire::Envelope::EVALUATION: (void)root_.getEvaluation(); break;
       default:
         throw message_error(reject_reason::unknown_kind, "unknown message kind " + std::to_string(int(root_.which())));
     }

@@ -2,10 +2,12 @@
 
 #include <boost/asio.hpp>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -31,6 +33,10 @@ constexpr std::size_t max_batch_frames = 64;    // frames per gather write
 constexpr uint64_t ack_every_frames = 64;       // a receiver acknowledges at least this often
 constexpr uint64_t ack_every_bytes = 8u << 20;  // ... or after this many bytes
 constexpr milliseconds first_backoff{20}, max_backoff{1000};
+// send() writes a frame itself only on a link idle this long: a request after a
+// reply qualifies; the next frame of a burst is left to the io thread, which
+// gathers many into one write.
+constexpr std::chrono::microseconds direct_write_idle{5};
 
 std::string printable(const std::vector<std::byte>& body) {
   std::string s;
@@ -42,6 +48,11 @@ std::string printable(const std::vector<std::byte>& body) {
 }
 
 std::string millis(milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+// As much as the socket takes per write (Asio's transfer_all stops each at 64 KiB).
+std::size_t whole_buffers(const boost::system::error_code& ec, std::size_t) {
+  return ec ? 0 : std::numeric_limits<std::size_t>::max();
+}
 
 } // namespace
 
@@ -79,9 +90,9 @@ struct transport::impl {
     std::deque<queued> control;        // handshake, heartbeat, refuse frames
     std::vector<queued> in_flight;     // being written
     std::vector<asio::const_buffer> buffers;
-    bool writing = false;              // once established: guarded by the peer's mutex
+    std::atomic<bool> writing{false};  // once established: changed under the peer's mutex
     bool disconnect_after = false;     // fault injection: close once this write completes
-    steady::time_point last_tx = steady::now();
+    std::atomic<steady::rep> last_tx{steady::now().time_since_epoch().count()};
   };
   using link_ptr = std::shared_ptr<link>;
 
@@ -91,14 +102,15 @@ struct transport::impl {
     uint32_t node = 0;
 
     std::mutex m;  // guards the fields up to `current`, which send() touches
-    std::deque<queued> queue;  // not yet written, in sequence order
-    uint64_t queued_bytes = 0; // queue, in flight and unacknowledged
+    std::deque<queued> queue;    // not yet written, in sequence order
+    std::deque<queued> unacked;  // written, not acknowledged, in sequence order
+    uint64_t queued_bytes = 0;   // queue, in flight and unacknowledged
     uint64_t next_seq = 1;
     bool kick_pending = false;
-    link_ptr current;          // the established link
+    link_ptr current;            // the established link
+    std::atomic<uint64_t> ack_out{0};  // `delivered`, for frames written by send() itself
 
     // io thread only:
-    std::deque<queued> unacked;  // written, not acknowledged, in sequence order
     bool up = false;
     uint64_t my_sid = 0, peer_sid = 0, peer_incarnation = 0;
     uint64_t delivered = 0, acked = 0;
@@ -434,6 +446,7 @@ struct transport::impl {
       p.peer_sid = their.session;
       p.peer_incarnation = their.incarnation;
       p.delivered = 0;
+      p.ack_out = 0;
       p.acked = 0;
     }
     {
@@ -469,6 +482,7 @@ struct transport::impl {
     }
     c.dropped_at_down += dropped;
     p.delivered = p.acked = p.ack_frames = p.ack_bytes = 0;
+    p.ack_out = 0;
     if (new_ids) {
       p.my_sid = random_id();
       p.peer_sid = 0;
@@ -495,15 +509,13 @@ struct transport::impl {
   void acknowledge(peer& p, uint64_t seq) {
     if (seq <= p.acked) return;
     p.acked = seq;
+    std::lock_guard<std::mutex> lock(p.m);
     uint64_t bytes = 0;
     while (!p.unacked.empty() && p.unacked.front().f.sequence <= seq) {
       bytes += p.unacked.front().f.bytes();
       p.unacked.pop_front();
     }
-    if (bytes) {
-      std::lock_guard<std::mutex> lock(p.m);
-      p.queued_bytes -= std::min(bytes, p.queued_bytes);
-    }
+    p.queued_bytes -= std::min(bytes, p.queued_bytes);
   }
 
   // ---- reading ----
@@ -577,6 +589,7 @@ struct transport::impl {
     }
     if (seq > p.delivered + 1) c.lost += seq - p.delivered - 1;
     p.delivered = seq;
+    p.ack_out.store(seq, std::memory_order_relaxed);
     ++p.ack_frames;
     p.ack_bytes += f.msg.bytes();
     ++c.frames_received;
@@ -694,14 +707,14 @@ struct transport::impl {
       asio::post(io, [this, l] { on_written(l, {}, 0); });
       return;
     }
-    asio::async_write(l->sock, l->buffers,
+    asio::async_write(l->sock, l->buffers, whole_buffers,
                       [this, l](const boost::system::error_code& ec, std::size_t n) { on_written(l, ec, n); });
   }
 
   void on_written(const link_ptr& l, const boost::system::error_code& ec, std::size_t n) {
     if (l->ph == link::phase::closed) return;  // close_link took the frames in flight
     c.bytes_sent += n;
-    l->last_tx = steady::now();
+    l->last_tx = steady::now().time_since_epoch().count();
     if (ec) {
       close_link(l, "write failed: " + ec.message());
       return;
@@ -716,17 +729,15 @@ struct transport::impl {
     }
     if (l->ph == link::phase::established) {
       peer& p = *peers[l->peer];
+      std::lock_guard<std::mutex> lock(p.m);
       for (auto& q : l->in_flight)
         if (q.f.kind == frame_kind::message) {
-          if (q.f.sequence <= p.acked) {
-            std::lock_guard<std::mutex> lock(p.m);
+          if (q.f.sequence <= p.acked)
             p.queued_bytes -= std::min<uint64_t>(q.f.bytes(), p.queued_bytes);
-          } else {
+          else
             p.unacked.push_back(std::move(q));
-          }
         }
       l->in_flight.clear();
-      std::lock_guard<std::mutex> lock(p.m);
       l->writing = false;
     } else {
       l->in_flight.clear();
@@ -754,14 +765,14 @@ struct transport::impl {
     {
       std::lock_guard<std::mutex> lock(p.m);
       was_current = p.current == l;
-      if (was_current) p.current.reset();
+      if (was_current) {
+        p.current.reset();
+        // Frames being written come after the unacknowledged ones: the next link sends them again.
+        for (auto& q : l->in_flight)
+          if (q.f.kind == frame_kind::message) p.unacked.push_back(std::move(q));
+        l->in_flight.clear();
+      }
       l->sock.close(ec);
-    }
-    if (was_current) {
-      // Frames being written come after the unacknowledged ones: the next link sends them again.
-      for (auto& q : l->in_flight)
-        if (q.f.kind == frame_kind::message) p.unacked.push_back(std::move(q));
-      l->in_flight.clear();
     }
     if (l->peer >= static_cast<int64_t>(opt.self)) return;  // they dial us
     if (l->dialer && was != link::phase::established) {
@@ -807,7 +818,8 @@ struct transport::impl {
         std::lock_guard<std::mutex> lock(p.m);
         l = p.current;
       }
-      if (l && !l->writing && now - l->last_tx >= opt.heartbeat) send_heartbeat(l);
+      if (l && !l->writing && now - steady::time_point(steady::duration(l->last_tx)) >= opt.heartbeat)
+        send_heartbeat(l);
     }
   }
 
@@ -829,6 +841,7 @@ struct transport::impl {
                   std::to_string(opt.max_frame_bytes) + ")");
     peer& p = *peers[node];
     link_ptr kick;
+    const bool io_thread = on_io_thread();
     {
       std::lock_guard<std::mutex> lock(p.m);
       if (p.queued_bytes + bytes > opt.max_queue_bytes) {
@@ -836,20 +849,73 @@ struct transport::impl {
         return false;
       }
       q.f.set_sequence(p.next_seq++);
-      p.queue.push_back(std::move(q));
       p.queued_bytes += bytes;
-      if (p.current && !p.current->writing && !p.kick_pending) {
+      const bool idle = p.current && !p.current->writing && !p.kick_pending;
+      if (idle && !io_thread && p.queue.empty() && !opt.faults.any() &&
+          steady::now() - steady::time_point(steady::duration(p.current->last_tx)) >= direct_write_idle)
+        return write_now(p, std::move(q));
+      p.queue.push_back(std::move(q));
+      if (idle) {
         p.kick_pending = true;
         kick = p.current;
       }
     }
     if (kick) {
-      if (on_io_thread())
+      if (io_thread)
         pump(kick);
       else
         asio::post(io, [this, kick] { pump(kick); });
     }
     return true;
+  }
+
+  // send() on an idle link from another thread: the caller writes the frame
+  // itself (non-blocking), sparing the hand-off to the io thread. What does
+  // not fit in the socket now is finished by the io thread. Holds p.m, which
+  // also keeps the io thread from closing the socket meanwhile.
+  bool write_now(peer& p, queued&& q) {
+    const link_ptr& l = p.current;
+    q.f.set_ack(p.ack_out.load(std::memory_order_relaxed));
+    std::vector<iovec> iov;
+    iov.reserve(1 + q.f.segments.size());
+    iov.push_back({q.f.head.data(), q.f.head.size()});
+    for (auto& s : q.f.segments) iov.push_back({const_cast<capnp::word*>(s.begin()), s.size() * sizeof(capnp::word)});
+    msghdr mh{};
+    mh.msg_iov = iov.data();
+    mh.msg_iovlen = iov.size();
+    const ssize_t n = ::sendmsg(l->sock.native_handle(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const std::size_t written = n > 0 ? static_cast<std::size_t>(n) : 0;
+    c.bytes_sent += written;
+    ++c.frames_sent;
+    if (written == q.f.bytes()) {
+      l->last_tx = steady::now().time_since_epoch().count();
+      p.unacked.push_back(std::move(q));
+      return true;
+    }
+    // The rest (or, after an error, all of it: the async write then fails and closes the link).
+    l->writing = true;
+    l->in_flight.clear();
+    l->in_flight.push_back(std::move(q));
+    asio::post(io, [this, l, written] { finish_write(l, written); });
+    return true;
+  }
+
+  void finish_write(const link_ptr& l, std::size_t skip) {
+    if (l->ph != link::phase::established) return;  // close_link took the frame
+    l->buffers.clear();
+    const out_frame& f = l->in_flight.front().f;
+    auto add = [&](const void* data, std::size_t size) {
+      if (skip >= size) {
+        skip -= size;
+        return;
+      }
+      l->buffers.emplace_back(static_cast<const std::byte*>(data) + skip, size - skip);
+      skip = 0;
+    };
+    add(f.head.data(), f.head.size());
+    for (auto& s : f.segments) add(s.begin(), s.size() * sizeof(capnp::word));
+    asio::async_write(l->sock, l->buffers, whole_buffers,
+                      [this, l](const boost::system::error_code& ec, std::size_t n) { on_written(l, ec, n); });
   }
 
   transport_stats stats() const {

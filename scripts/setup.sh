@@ -23,8 +23,8 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp libopenblas-openmp-dev
   dataset-fashion-mnist gnuplot-nox
-  # test-only: a one-machine Slurm, network namespaces, the fuzzer's clang
-  slurm-wlm munge iproute2
+  # test-only: a one-machine Slurm, network namespaces, the libFuzzer target's clang (scripts/fuzz_frame.sh)
+  slurm-wlm munge iproute2 clang libclang-rt-14-dev
 )
 [ "$with_bench" = 1 ] && packages+=(libtorch-dev)
 

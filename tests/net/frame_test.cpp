@@ -318,3 +318,26 @@ TEST_CASE("frames: random bytes and random mutations never crash the reader", "[
   CHECK(rejected > 5000);
   CHECK(accepted > 0);
 }
+
+TEST_CASE("envelope_reader follows every pointer a receiver reads (found by the fuzzer)", "[net][frame]") {
+  // A Control whose detail Text points outside its segment: rejected when the
+  // envelope is read, not later as a kj::Exception in the receiver.
+  auto b = make_builder(64);
+  init_envelope(*b, from, to).initControl().setDetail("abc");
+  auto segs = b->getSegmentsForOutput();
+  REQUIRE(segs.size() == 1);
+  std::vector<uint64_t> words(segs[0].size());
+  std::memcpy(words.data(), segs[0].begin(), words.size() * 8);
+  int patched = 0;
+  for (auto& w : words)
+    if ((w & 3) == 1 && ((w >> 32) & 7) == 2 && (w >> 35) == 4) {  // a list of 4 bytes: "abc\0"
+      w = (w & ~uint64_t(0xfffffffc)) | (uint64_t(0x1000000) << 2);
+      ++patched;
+    }
+  REQUIRE(patched == 1);
+  const uint32_t size = static_cast<uint32_t>(words.size());
+  const message m = message::from_segments(nullptr, reinterpret_cast<const capnp::word*>(words.data()),
+                                           kj::arrayPtr(&size, 1));
+  CHECK_NOTHROW(read_header(m));
+  CHECK_THROWS_AS(envelope_reader(m), message_error);
+}

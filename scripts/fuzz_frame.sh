@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target tests/fuzz/frame_fuzz.cpp (frame reader, envelope
+# reader, handshake decoders) with clang++ -fsanitize=fuzzer,address and runs
+# it for a bounded time. Cap'n Proto and OpenSSL come from the system (built by
+# g++); troupe's own sources are compiled again with clang and instrumented.
+#   scripts/fuzz_frame.sh BUILD_DIR [SECONDS]
+# BUILD_DIR is a configured and built tree (it holds the generated
+# *.capnp.c++). Exits 77 (CTest: skipped) when clang++ or libFuzzer is missing:
+#   apt-get install clang libclang-rt-14-dev
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:?usage: fuzz_frame.sh BUILD_DIR [SECONDS]}" && pwd)
+seconds=${2:-20}
+out=$build/fuzz
+clang=${CLANGXX:-clang++}
+
+if ! command -v "$clang" >/dev/null; then
+  echo "fuzz_frame: $clang not found: skipped (apt-get install clang libclang-rt-14-dev)"
+  exit 77
+fi
+mkdir -p "$out/include" "$out/corpus"
+probe=$out/probe.cpp
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > "$probe"
+if ! "$clang" -fsanitize=fuzzer,address "$probe" -o "$out/probe" 2>"$out/probe.log"; then
+  echo "fuzz_frame: $clang cannot build a libFuzzer target: skipped (apt-get install libclang-rt-14-dev)"
+  sed 's/^/  /' "$out/probe.log" | head -5
+  exit 77
+fi
+
+# The NaN scan's OpenMP calls run single-threaded here: no libomp needed, no threads in the fuzzer.
+cat > "$out/include/omp.h" <<'EOF'
+#pragma once
+static inline int omp_get_max_threads(void) { return 1; }
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_num_threads(void) { return 1; }
+EOF
+
+flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer -Wno-unknown-pragmas
+       -I"$out/include" -I"$root" -I"$root/include" -I"$build")
+sources=(net/address.cpp net/message.cpp net/tensor_codec.cpp net/buffer_pool.cpp net/frame.cpp net/auth.cpp
+         tensor/tensor.cpp tests/fuzz/frame_fuzz.cpp)
+objects=()
+for s in "${sources[@]}"; do
+  o=$out/$(echo "$s" | tr / _).o
+  if [ ! -f "$o" ] || [ "$root/$s" -nt "$o" ]; then "$clang" "${flags[@]}" -c "$root/$s" -o "$o"; fi
+  objects+=("$o")
+done
+for g in "$build"/net/*.capnp.c++; do
+  o=$out/$(basename "$g").o
+  if [ ! -f "$o" ] || [ "$g" -nt "$o" ]; then "$clang" "${flags[@]}" -c "$g" -o "$o"; fi
+  objects+=("$o")
+done
+"$clang" -fsanitize=fuzzer,address "${objects[@]}" -o "$out/frame_fuzz" -lcapnp -lkj -lcrypto -lpthread
+
+echo "fuzz_frame: running $out/frame_fuzz for ${seconds}s"
+# The corpus persists in the build tree between runs; a crash leaves crash-* in $out.
+cd "$out"
+exec ./frame_fuzz -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  -print_final_stats=1 corpus

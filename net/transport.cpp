@@ -457,6 +457,10 @@ struct transport::impl {
     l->reader.allow(session_kinds);
     p.last_rx = steady::now();
     ++c.links_up;
+    // The handshake's last frame (the dialer's proof) goes out before the
+    // handlers run: a send() they start from another thread must not write
+    // a message ahead of it.
+    pump(l);
     if (!down_why.empty() && handlers.on_peer_down) handlers.on_peer_down(j, down_why);
     if (!p.up) {
       p.up = true;

@@ -36,7 +36,8 @@ netns=${TROUPE_NETNS:-0}
 tag=$(( $$ % 10000 ))
 subnet=10.77.$(( tag % 250 ))
 host_of() { if [ "$netns" = 1 ]; then echo "$subnet.$(( $1 + 1 ))"; else echo 127.0.0.1; fi; }
-run_on() { if [ "$netns" = 1 ]; then ip netns exec "trp${tag}n$1" "${@:2}"; else "${@:2}"; fi; }
+# Runs in a background subshell: exec, so that its pid is the node's.
+run_on() { if [ "$netns" = 1 ]; then exec ip netns exec "trp${tag}n$1" "${@:2}"; else exec "${@:2}"; fi; }
 netns_down() {
   [ "$netns" = 1 ] || return 0
   for i in $(seq 0 $(( n - 1 ))); do ip netns del "trp${tag}n$i" 2>/dev/null || true; done

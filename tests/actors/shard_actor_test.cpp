@@ -16,7 +16,7 @@ using namespace troupe;
 using namespace troupe::testing;
 using Catch::Matchers::Contains;
 
-TEST_CASE("shard actor: malformed, wrong-shape and NaN messages are rejected; it keeps training", "[actors][caf]") {
+TEST_CASE("shard actor: malformed, wrong-shape and NaN messages are rejected, it keeps training", "[actors][caf]") {
   std::ostringstream log;  // outlives the actor system
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(1));

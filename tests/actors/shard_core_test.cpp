@@ -19,7 +19,7 @@ using namespace troupe::testing;
 using Catch::Matchers::Contains;
 using model::rule_kind;
 
-TEST_CASE("shard: pull, ASGD pushes, versions and staleness; replies go to the source", "[actors][shard]") {
+TEST_CASE("shard: pull, ASGD pushes, versions and staleness, replies go to the source", "[actors][shard]") {
   shard_core s = small_shard(rule_kind::asgd, 2);
   CHECK(s.address() == shard_addr(0));
   CHECK(s.id() == 0u);
@@ -103,7 +103,7 @@ TEST_CASE("shard: a second shard takes and answers its own range of the layout",
                   troupe::error);
 }
 
-TEST_CASE("shard: a Params a worker holds never changes; updates go in place once it is let go", "[actors][shard]") {
+TEST_CASE("shard: a Params a worker holds never changes, updates go in place once it is let go", "[actors][shard]") {
   const tensor_list init{{shape{2}, {1, 2}}, {shape{1}, {3}}};
   tensor_list g = init;  // the gradient: 2 * the initial values
   std::vector<float> w0;
@@ -181,7 +181,7 @@ TEST_CASE("shard: SSGD answers every worker of a round with one message", "[acto
   CHECK(read_params(r[0].msg).version == 1u);
 }
 
-TEST_CASE("shard: a checkpoint pull carries the rule's state; a restored shard continues", "[actors][shard]") {
+TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard continues", "[actors][shard]") {
   shard_core a = small_shard(rule_kind::ddc_asgd, 2);
   for (uint32_t w = 0; w < 2; ++w) a.handle(make_pull(worker_addr(w), shard_addr(0)));
   a.handle(push_message(0, 0, grad(1, 2, 3)));
@@ -243,7 +243,7 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state; a restored shard c
   CHECK(one_worker.version() == 0u);
 }
 
-TEST_CASE("shard: bad messages are rejected and counted; known workers are answered; training goes on",
+TEST_CASE("shard: bad messages are rejected and counted, known workers are answered, training goes on",
           "[actors][shard]") {
   shard_core s = small_shard(rule_kind::dc_asgd_a, 2);
   const float nan = std::numeric_limits<float>::quiet_NaN();

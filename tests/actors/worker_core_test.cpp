@@ -122,7 +122,7 @@ model::model probed_model(std::shared_ptr<probe_record> rec) {
 
 } // namespace
 
-TEST_CASE("worker: shard weights push each step's gradient to every shard; reports tally the answers",
+TEST_CASE("worker: shard weights push each step's gradient to every shard, reports tally the answers",
           "[actors][worker]") {
   model::model ref = tiny_model();
   const std::vector<float> w0 = flat_values(ref);
@@ -409,7 +409,7 @@ TEST_CASE("replica pool: replicas are flattened, reused, and made only when all 
   CHECK_THROWS_MATCHES(unbuilt.acquire(), troupe::error, testing::message(Contains("must return a built model")));
 }
 
-TEST_CASE("worker: Hogwild! workers step on one shared buffer; staleness counts updates in between",
+TEST_CASE("worker: Hogwild! workers step on one shared buffer, staleness counts updates in between",
           "[actors][worker][hogwild]") {
   const float lr = 0.1f;
   model::model ref = tiny_model();

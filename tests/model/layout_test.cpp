@@ -82,7 +82,7 @@ TEST_CASE("plan_shards: contiguous cuts of whole tensors that minimise the large
   check_ranges(plan_shards(sized({1, 1, 1, 9}), 2), {{0, 3, 0, 3}, {3, 4, 3, 12}});
 }
 
-TEST_CASE("plan_shards: among the best cuts, the earliest; 1 shard, one tensor per shard, errors", "[model][layout]") {
+TEST_CASE("plan_shards: among the best cuts, the earliest, 1 shard, one tensor per shard, errors", "[model][layout]") {
   // Ties: {5 | 5 5} and {5 5 | 5} both have 10; the last range starts as early as it can.
   check_ranges(plan_shards(sized({5, 5, 5}), 2), {{0, 1, 0, 5}, {1, 3, 5, 15}});
   // {1 1 1 1} into 3: the largest range holds 2 wherever it is; it goes last.
@@ -126,7 +126,7 @@ TEST_CASE("model::layout names every parameter with its shape and offset, in mod
   CHECK(same.layout() == l);
 }
 
-TEST_CASE("flatten: parameters become views of one value and one gradient buffer; training is unchanged",
+TEST_CASE("flatten: parameters become views of one value and one gradient buffer, training is unchanged",
           "[model][layout]") {
   auto make = [] {
     model::model m = nn::sequential(nn::conv2d(1, 2, 3).padding(1), nn::relu(), nn::flatten(), nn::dense(32, 3));

@@ -99,7 +99,7 @@ TEST_CASE("whole-model backward matches numerical gradients", "[model][grad]") {
   check_model_gradients(net, x, labels);
 }
 
-TEST_CASE("layers before the first learning layer skip their input gradient; gradients stay right", "[model][grad]") {
+TEST_CASE("layers before the first learning layer skip their input gradient, gradients stay right", "[model][grad]") {
   // As the reference MLP: flatten first, so the first dense layer needs no input gradient.
   auto net = sequential(flatten(), nn::tanh(), dense(8, 5), relu(), dense(5, 3));
   net.build({2, 2, 2}, 4);

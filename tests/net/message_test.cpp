@@ -289,7 +289,7 @@ TEST_CASE("a message can be changed in place only while it has one holder", "[ne
   CHECK(message().exclusive_builder() == nullptr);
 }
 
-TEST_CASE("init_flat lays a range out as one payload; payload finds it again", "[net][message]") {
+TEST_CASE("init_flat lays a range out as one payload, payload finds it again", "[net][message]") {
   auto b = make_builder(13 * sizeof(float));
   auto p = init_envelope(*b, worker3, shard0).initPushGradient();
   const std::vector<shape> shapes{{2, 3}, {4}, {0}, {3}};

@@ -682,3 +682,32 @@ TEST_CASE("transport: send refuses itself, unknown nodes, more than the queue bo
   transport a2(options(nodes, 0), {});
   CHECK_THROWS_WITH(a2.start(), Contains("cannot listen on 127.0.0.1:" + std::to_string(nodes[0].port)));
 }
+
+// Regression: a send() that another thread makes the moment a session is up
+// (as a node's actor does when it joins) was written ahead of the dialer's
+// proof, and the acceptor closed the link. The handler here waits for such a
+// send, so that it happens in that window.
+TEST_CASE("transport: a message sent from another thread as the session comes up follows the handshake",
+          "[net][transport]") {
+  for (int round = 0; round < 10; ++round) {
+    INFO("round " << round);
+    auto nodes = loopback_nodes(2);
+    node_log log[2];
+    std::vector<std::unique_ptr<transport>> t(2);
+    for (uint32_t i = 0; i < 2; ++i) {
+      transport_handlers h = log[i].handlers();
+      auto up = h.on_peer_up;
+      h.on_peer_up = [&t, i, up](uint32_t node) {
+        up(node);
+        std::thread([&t, i, node] { t[i]->send(node, worker(node), tensor_message(worker(i), worker(node), 64, i)); })
+            .join();
+      };
+      t[i] = std::make_unique<transport>(options(nodes, i), h);
+    }
+    for (auto& x : t) x->start();
+    REQUIRE(wait_until([&] { return log[0].count() == 1 && log[1].count() == 1; }, std::chrono::milliseconds(5000)));
+    CHECK(log[0].rejected == 0);
+    CHECK(log[1].rejected == 0);
+    for (auto& x : t) x->stop();
+  }
+}

@@ -38,12 +38,12 @@ faults)
   ;;
 kill_worker)
   # A worker node killed mid-run: the job finishes without it, within a point of the run without the fault.
-  job=("${mlp[@]}" --algorithm asgd --workers 3 --shards 1 --epochs 3)
+  job=("${mlp[@]}" --algorithm asgd --workers 3 --shards 1 --epochs 6)
   TROUPE_PEER_TIMEOUT=1.5 TROUPE_CLUSTER_DIR=$tmp/ref "$cluster" 3 "${job[@]}" --metrics-out "$tmp/ref.jsonl" > /dev/null ||
     fail "the run without the fault"
   TROUPE_PEER_TIMEOUT=1.5 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${job[@]}" --metrics-out "$tmp/m.jsonl" &
   runner=$!
-  wait_for "$tmp/c/node0.log" 60 "epoch 1/3" || fail "no first epoch"
+  wait_for "$tmp/c/node0.log" 60 "epoch 1/6" || fail "no first epoch"
   kill -9 "$(cat "$tmp/c/node2.pid")"
   wait $runner || fail "the job did not finish after node2 was killed"
   grep -q "node node2 was lost" "$tmp/c/node0.log" || fail "the coordinator did not record the loss"
@@ -55,7 +55,7 @@ kill_worker)
 sigstop_worker)
   # A frozen worker node is declared dead within the peer timeout + 1 s.
   TROUPE_PEER_TIMEOUT=1.5 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm asgd --workers 3 --shards 1 \
-    --epochs 3 --metrics-out "$tmp/m.jsonl" > /dev/null &
+    --epochs 8 --metrics-out "$tmp/m.jsonl" > /dev/null &
   runner=$!
   wait_for "$tmp/c/node2.log" 60 "joined the run" || fail "node2 did not join"
   sleep 0.5
@@ -73,7 +73,7 @@ sigstop_worker)
 kill_shard)
   # A shard's node killed: a clear error naming it and the checkpoint; the same
   # command resumes, every shard's version and rule state restored bit for bit.
-  job=("${mlp[@]}" --algorithm ddc-asgd --workers 3 --shards 2 --epochs 2 --checkpoint "$tmp/run.ckpt"
+  job=("${mlp[@]}" --algorithm ddc-asgd --workers 3 --shards 2 --epochs 6 --checkpoint "$tmp/run.ckpt"
        --checkpoint-every-steps 40 --metrics-out "$tmp/m.jsonl")
   TROUPE_PEER_TIMEOUT=1.5 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${job[@]}" > /dev/null 2>&1 &
   runner=$!
@@ -94,7 +94,7 @@ kill_shard)
     grep -q "shard $s: resumed at $want" "$tmp"/c/node*.log || fail "shard $s was not restored to '$want'"
     echo "shard $s resumed at $want"
   done
-  grep -q '"epoch":2' "$tmp/m.jsonl" || fail "the resumed job did not finish epoch 2"
+  grep -q '"epoch":6' "$tmp/m.jsonl" || fail "the resumed job did not finish"
   ;;
 netns)
   # The three-node job with each node in a network namespace of its own, joined by veth pairs through a
@@ -111,18 +111,18 @@ netns)
 rejoin)
   # A killed worker node started again with the same command joins the running job.
   TROUPE_PEER_TIMEOUT=1 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm asgd --workers 3 --shards 1 \
-    --epochs 4 --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 &
+    --epochs 10 --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 &
   runner=$!
-  wait_for "$tmp/c/node0.log" 60 "epoch 1/4" || fail "no first epoch"
+  wait_for "$tmp/c/node0.log" 60 "epoch 1/10" || fail "no first epoch"
   kill -9 "$(cat "$tmp/c/node2.pid")"
   wait_for "$tmp/c/node0.log" 10 "node node2 was lost" || fail "the loss was not seen"
   "$TROUPE_TRAINER" --config "$tmp/c/cluster.toml" --node node2 "${mlp[@]}" --algorithm asgd --workers 3 --shards 1 \
-    --epochs 4 --metrics-out "$tmp/m.jsonl" >> "$tmp/c/node2.log" 2>&1 &
+    --epochs 10 --metrics-out "$tmp/m.jsonl" >> "$tmp/c/node2.log" 2>&1 &
   again=$!
   wait_for "$tmp/c/node0.log" 30 "node node2 joined again" || fail "node2 did not join again"
   wait $runner || true  # local_cluster.sh reports the killed first node2
   wait $again || fail "the restarted node2 did not end cleanly"
-  grep -q '"epoch":4' "$tmp/m.jsonl" || fail "the job did not finish"
+  grep -q '"epoch":10' "$tmp/m.jsonl" || fail "the job did not finish"
   tail -n 1 "$tmp/m.jsonl" | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;

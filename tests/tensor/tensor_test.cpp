@@ -96,7 +96,7 @@ TEST_CASE("allocator seam: tensors take memory from the allocator of their devic
   CHECK_THROWS_WITH(tensor::empty({1}, device{device_kind::cuda, 0}), Contains("no allocator"));
 }
 
-TEST_CASE("a read-only wrapped tensor reads memory it must not change; clone() is writable", "[tensor]") {
+TEST_CASE("a read-only wrapped tensor reads memory it must not change, clone() is writable", "[tensor]") {
   const std::vector<float> mem{1, 2, 3, 4, 5, 6};
   {
     tensor r = tensor::wrap_read_only({2, 3}, mem.data());

@@ -102,7 +102,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
   }
 }
 
-TEST_CASE("a --config file is read first wherever it appears; the options override it", "[cli]") {
+TEST_CASE("a --config file is read first wherever it appears, the options override it", "[cli]") {
   testing::temp_dir dir;
   const std::string path = dir.file("job.toml");
   write_file(path, "algorithm = \"asgd\"\nworkers = 4\nepochs = 7\nmodel = \"mlp\"\n");

@@ -134,7 +134,7 @@ TEST_CASE("fit with the same seed gives the same losses", "[train][fit]") {
   CHECK(c[0].train_loss != a[0].train_loss);
 }
 
-TEST_CASE("fit resumes the sequential loop from its checkpoint; evaluate reads it", "[train][fit]") {
+TEST_CASE("fit resumes the sequential loop from its checkpoint, evaluate reads it", "[train][fit]") {
   small_data d;
   const std::string ckpt = d.dir.file("run.ckpt");
   std::ostringstream log1;
@@ -338,7 +338,7 @@ TEST_CASE("asynchronous algorithms train with several workers and report stalene
   }
 }
 
-TEST_CASE("push-every, shards and speed factors run; staleness grows with slow workers", "[actors][fit]") {
+TEST_CASE("push-every, shards and speed factors run, staleness grows with slow workers", "[actors][fit]") {
   larger_data d;
   std::ostringstream log;
   job j = mlp_job(d.dir.path(), dc_asgd_a().workers(3).shards(3).push_every(2).speeds({1, 1, 3})).momentum(0).threads(2);

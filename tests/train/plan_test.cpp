@@ -163,7 +163,7 @@ TEST_CASE("plan: uneven data splits", "[train][plan]") {
                        testing::message(Contains("--workers 5 exceeds the 4 training samples")));
 }
 
-TEST_CASE("plan: more shards than nodes; nodes that may not run workers or shards", "[train][plan]") {
+TEST_CASE("plan: more shards than nodes, nodes that may not run workers or shards", "[train][plan]") {
   const plan p = make_plan(with(algorithm_kind::asgd, 2, 3), nodes({node("a", 2), node("b", 2)}), four_tensors(), 20);
   check_addresses(p);
   REQUIRE(p.shards.size() == 3);
@@ -236,7 +236,7 @@ TEST_CASE("plan: total updates for SSGD, push-every, and tiny runs", "[train][pl
   CHECK(make_plan(s, topology::local(1), four_tensors(), 3).total_updates == 1);
 }
 
-TEST_CASE("plan: Hogwild! shares one buffer on one node; speeds; shard count errors", "[train][plan]") {
+TEST_CASE("plan: Hogwild! shares one buffer on one node, speeds, shard count errors", "[train][plan]") {
   const plan h = make_plan(with(algorithm_kind::hogwild, 2), topology::local(2), four_tensors(), 10);
   CHECK(h.shards.empty());
   CHECK(h.nodes[0].shards == 0);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <sstream>
 #include <ostream>
 
 #include "actors/messages.hpp"
@@ -313,11 +314,15 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
       [self](join_timeout_atom) {
         auto& st = self->state;
         if (st.started || st.done) return;
+        // This node joins once its links to all others are up: name the others.
         std::string missing;
         for (uint32_t n = 0; n < st.s.node_names.size(); ++n)
-          if (!st.joined.count(n)) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
-        abort_run(self, "node(s) " + missing + " did not join within " + std::to_string(st.s.join_timeout_s) +
-                            " s (are they started, with the same job file, and reachable?)");
+          if (!st.joined.count(n) && n != me(self).node) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
+        if (missing.empty()) missing = node_name(self, me(self).node);
+        std::ostringstream t;
+        t << st.s.join_timeout_s;
+        abort_run(self, "node(s) " + missing + " did not join within " + t.str() +
+                            " s (are they started, with the same job file and secret, and reachable?)");
       },
       [self](start_again_atom) {
         // Nodes whose workers have not reported yet get their start again.

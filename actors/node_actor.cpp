@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <set>
+#include <sstream>
 
 #include "actors/messages.hpp"
 #include "actors/roles.hpp"
@@ -113,8 +114,9 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
         std::string missing;
         for (uint32_t n = 0; n < st.s.node_names.size(); ++n)
           if (n != st.s.self && !st.up.count(n)) missing += (missing.empty() ? "" : ", ") + name_of(self, n);
-        fail(self, "node " + name_of(self, st.s.self) + ": no link to node(s) " + missing + " within " +
-                       std::to_string(st.s.join_timeout_s) +
+        std::ostringstream t;
+        t << st.s.join_timeout_s;
+        fail(self, "node " + name_of(self, st.s.self) + ": no link to node(s) " + missing + " within " + t.str() +
                        " s (are they started, with the same job file and secret, and reachable?)");
       },
       [self](const net::message& m) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
-#   cluster.sh BUILD_DIR three_nodes | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
+#   cluster.sh BUILD_DIR three_nodes | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns | other_job
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -107,6 +107,25 @@ netns)
   grep -q 'host = "10.77.' "$tmp/c/cluster.toml" || fail "the nodes were not in namespaces"
   acc=$(accuracy "$tmp/m.jsonl"); echo "accuracy across namespaces: $acc"
   close "$acc" 0.83 0.02 || fail "accuracy $acc outside [0.81, 0.85]"
+  ;;
+other_job)
+  # Two nodes of different jobs (another epoch count) refuse each other; the coordinator's node names
+  # the node that did not join when the join timeout ends.
+  head -c 32 /dev/urandom > "$tmp/secret"; chmod 600 "$tmp/secret"
+  p=$(( 30000 + RANDOM % 20000 ))
+  printf '[cluster]\nsecret-file = "%s"\njoin-timeout = 4\nnodes = [{ name = "a", port = %d }, { name = "b", port = %d }]\n' \
+    "$tmp/secret" "$p" $(( p + 1 )) > "$tmp/cluster.toml"
+  job=("${mlp[@]}" --algorithm asgd --workers 2 --max-steps 50)
+  "$TROUPE_TRAINER" --config "$tmp/cluster.toml" --node b "${job[@]}" --epochs 2 > "$tmp/b.log" 2>&1 &
+  other=$!
+  if "$TROUPE_TRAINER" --config "$tmp/cluster.toml" --node a "${job[@]}" --epochs 1 > "$tmp/a.log" 2>&1; then
+    fail "nodes of two jobs trained together"
+  fi
+  wait $other && fail "node b of the other job did not fail"
+  cat "$tmp/a.log"
+  grep -q "refused" "$tmp/a.log" "$tmp/b.log" || fail "no refusal logged"
+  grep -qi "another job\|job" "$tmp/a.log" "$tmp/b.log" || fail "the refusal does not say the jobs differ"
+  grep -q "node(s) b did not join within" "$tmp/a.log" || fail "the error does not name the missing node"
   ;;
 rejoin)
   # A killed worker node started again with the same command joins the running job.

@@ -61,6 +61,7 @@ std::vector<net::address> addresses(const train::plan& p, net::role role) {
     case net::role::worker: for (const auto& w : p.workers) out.push_back(w.address); break;
     case net::role::loader: for (const auto& l : p.loaders) out.push_back(l.address); break;
     case net::role::shard: for (const auto& s : p.shards) out.push_back(s.address); break;
+    case net::role::stage: for (const auto& s : p.stages) out.push_back(s.address); break;
     case net::role::evaluator: out.push_back(p.evaluator); break;
     default: break;
   }
@@ -84,6 +85,7 @@ void stop_all(coordinator_t* self) {
   auto& st = self->state;
   stop_training(self);
   broadcast(self, net::role::shard, wire::Control::Kind::STOP);
+  broadcast(self, net::role::stage, wire::Control::Kind::STOP);
   broadcast(self, net::role::evaluator, wire::Control::Kind::STOP);
   for (uint32_t n : st.joined)
     if (n != me(self).node && !st.gone.count(n)) st.stopping.insert(n);
@@ -210,6 +212,8 @@ void start_node(coordinator_t* self, uint32_t node) {
       send_to(*st.dir, l.address, make_control(me(self), l.address, wire::Control::Kind::START, epoch));
   for (const auto& w : st.s.plan.workers)
     if (w.address.node == node) send_to(*st.dir, w.address, make_control(me(self), w.address, wire::Control::Kind::START));
+  for (const auto& s : st.s.plan.stages)
+    if (s.address.node == node) send_to(*st.dir, s.address, make_control(me(self), s.address, wire::Control::Kind::START));
 }
 
 /// Node `node`'s transport link is gone: a worker node's workers are lost and
@@ -219,9 +223,17 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
   st.gone.insert(node);
   if (st.finishing || st.lost.count(node)) return;
   const std::string who = "node " + node_name(self, node);
-  std::string shards;
+  std::string shards, stages;
   for (const auto& s : st.s.plan.shards)
     if (s.address.node == node) shards += (shards.empty() ? "" : ", ") + std::to_string(s.address.index);
+  for (const auto& s : st.s.plan.stages)
+    if (s.address.node == node) stages += (stages.empty() ? "" : ", ") + std::to_string(s.address.index);
+  if (!stages.empty()) {
+    abort_run(self, who + " was lost (" + why + "); it ran pipeline stage(s) " + stages +
+                        ": the pipeline cannot go on. Run the same command on every node to start again" +
+                        (st.s.job->config().checkpoint.empty() ? "." : " from the last checkpoint."));
+    return;
+  }
   if (!shards.empty()) {
     const std::string& ckpt = st.s.job->config().checkpoint;
     abort_run(self, who + " was lost (" + why + "); it held parameter shard(s) " + shards + ". " +

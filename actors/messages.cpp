@@ -42,10 +42,11 @@ net::message make_metrics(const net::address& from, const net::address& to, cons
 
 train::step_report read_metrics(const net::envelope_reader& r) {
   const net::address from = net::read_address(r.root().getSource());
-  if (from.role != net::role::worker) reject(net::reject_reason::malformed, "metrics from a " + net::to_string(from));
+  if (from.role != net::role::worker && from.role != net::role::stage)
+    reject(net::reject_reason::malformed, "metrics from a " + net::to_string(from));
   auto m = r.root().getMetrics();
   train::step_report out;
-  out.worker = from.index;
+  out.worker = from.role == net::role::worker ? from.index : 0;  // a pipeline reports as one worker
   out.step = m.getStep();
   out.loss = m.getLoss();
   out.samples = m.getSamples();

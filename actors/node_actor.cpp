@@ -54,7 +54,7 @@ void maybe_join(node_t* self) {
   auto& st = self->state;
   if (!st.started || st.joined || st.up.size() + 1 < st.s.node_names.size()) return;
   st.joined = true;
-  if (st.s.log) *st.s.log << "node " << name_of(self, st.s.self) << ": every link is up; joined the run" << std::endl;
+  if (st.s.log && st.s.node_names.size() > 1) *st.s.log << "node " << name_of(self, st.s.self) << ": every link is up; joined the run" << std::endl;
   tell_coordinator(self, wire::Control::Kind::JOIN);
   self->delayed_send(self, join_again, join_again_atom::value);
 }

@@ -250,6 +250,86 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self, std::shared_pt
   };
 }
 
+// --- pipeline stage ---
+
+struct stage_state {
+  std::shared_ptr<stage_core> core;
+  std::shared_ptr<const directory> dir;
+  net::address loader, coordinator;
+  int prefetch = 2;
+  int64_t credited = 0;                  // batches asked of the loader (first stage)
+  bool waiting = false;                  // for an input, since `waiting_since`
+  clock_type::time_point waiting_since;
+  std::string track;
+};
+using stage_actor_t = caf::stateful_actor<stage_state>;
+
+void stage_step(stage_actor_t* self) {
+  auto& st = self->state;
+  const net::address& me = st.core->address();
+  if (st.waiting && !st.core->waiting() && st.core->config().trace) {
+    st.core->config().trace->span(st.track, "wait", st.waiting_since, clock_type::now());
+    st.waiting = false;
+  }
+  stage_core::result r = st.core->run();
+  for (auto& m : r.messages) send_to(*st.dir, m.to, std::move(m.msg));
+  for (auto& rep : r.reports) send_to(*st.dir, st.coordinator, make_metrics(me, st.coordinator, rep));
+  // One credit per mini-batch taken: at most `prefetch` batches wait at the first stage.
+  const int64_t want = st.core->batches_taken() + st.prefetch;
+  if (st.core->config().index == 0 && st.credited > 0 && want > st.credited) {
+    send_to(*st.dir, st.loader,
+            make_control(me, st.loader, wire::Control::Kind::CREDIT, static_cast<uint32_t>(want - st.credited)));
+    st.credited = want;
+  }
+  if (!st.waiting && st.core->waiting()) {
+    st.waiting = true;
+    st.waiting_since = clock_type::now();
+  }
+}
+
+caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core, net::address loader,
+                          net::address coordinator, int prefetch, std::shared_ptr<const directory> dir) {
+  auto& st = self->state;
+  st.core = std::move(core);
+  st.dir = std::move(dir);
+  st.loader = loader;
+  st.coordinator = coordinator;
+  st.prefetch = prefetch;
+  st.track = net::to_string(st.core->address());
+  return {
+      [self](const net::message& m) {
+        auto& st = self->state;
+        const net::address& me = st.core->address();
+        try {
+          switch (net::read_header(m).kind) {
+            case wire::Envelope::CONTROL: {
+              const control_view cv = read_control(m);
+              if (cv.kind == wire::Control::Kind::STOP) {
+                self->quit();
+                return;
+              }
+              if (cv.kind == wire::Control::Kind::START && st.core->config().index == 0 && st.credited == 0) {
+                st.credited = st.prefetch;
+                send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, st.prefetch));
+              }
+              return;
+            }
+            case wire::Envelope::PULL_PARAMS: {
+              outgoing o = st.core->answer_pull(m);
+              send_to(*st.dir, o.to, std::move(o.msg));
+              return;
+            }
+            default:
+              st.core->take(m);
+          }
+          stage_step(self);
+        } catch (const std::exception& e) {
+          fail(self, *st.dir, me, st.coordinator, net::to_string(me) + ": " + e.what());
+        }
+      },
+  };
+}
+
 // --- evaluator ---
 
 struct evaluator_state {
@@ -340,6 +420,11 @@ caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<worker_core> cor
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<shard_core> core,
                        std::shared_ptr<const directory> dir, std::ostream* log) {
   return sys.spawn(shard_actor, std::move(core), std::move(dir), log);
+}
+
+caf::actor spawn_stage(caf::actor_system& sys, std::shared_ptr<stage_core> core, net::address loader,
+                       net::address coordinator, int prefetch, std::shared_ptr<const directory> dir) {
+  return sys.spawn(stage_actor, std::move(core), loader, coordinator, prefetch, std::move(dir));
 }
 
 caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<evaluator_core> core, net::address coordinator,

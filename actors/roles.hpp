@@ -19,6 +19,7 @@
 #include "actors/evaluator_core.hpp"
 #include "actors/loader_core.hpp"
 #include "actors/shard_core.hpp"
+#include "actors/stage_core.hpp"
 #include "actors/worker_core.hpp"
 #include "train/job.hpp"
 #include "train/metrics.hpp"
@@ -43,6 +44,13 @@ caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<worker_core> cor
 /// (which must outlive the actor system).
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<shard_core> core,
                        std::shared_ptr<const directory> dir, std::ostream* log);
+
+/// A pipeline stage: runs its schedule as its inputs come (the first stage
+/// gives its loader a credit per mini-batch it has taken), reports each
+/// finished mini-batch to the coordinator (the last stage), answers the
+/// evaluator's pulls with its parameters.
+caf::actor spawn_stage(caf::actor_system& sys, std::shared_ptr<stage_core> core, net::address loader,
+                       net::address coordinator, int prefetch, std::shared_ptr<const directory> dir);
 
 /// Evaluates and checkpoints snapshots on a thread of its own; answers the coordinator.
 caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<evaluator_core> core, net::address coordinator,

@@ -14,6 +14,7 @@
 #include "train/cluster.hpp"
 #include "train/job_file.hpp"
 #include "train/loop.hpp"
+#include "train/trace.hpp"
 
 namespace troupe::actors {
 
@@ -97,7 +98,56 @@ struct node_run {
   std::ostream& log;
   /// After how long a worker pulls again the shards that did not answer a push (0: never, one process).
   std::chrono::milliseconds reply_timeout{0};
+  std::shared_ptr<train::tracer> trace;  ///< the run's timeline (--trace), or null
 };
+
+/// The pipeline stages (and the loader of the first) the plan puts on node `r.self`.
+void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<const job>& shared_job,
+                  std::vector<caf::actor>& locals) {
+  const settings& s = r.j.config();
+  const model::param_layout layout = r.start.net.layout();
+  const model::model::flat_buffers flat = r.start.net.flatten();
+  const shape sample = r.start.data->sets.train.sample_shape();
+  const int k_stages = static_cast<int>(r.p.stages.size());
+  int64_t steps = r.p.total_updates - r.start.first_steps;
+  if (s.max_steps > 0) steps = std::min(steps, s.max_steps - r.start.first_steps);
+  for (int k = 0; k < k_stages; ++k) {
+    const train::stage_plan& sp = r.p.stages[k];
+    if (sp.address.node != r.self) continue;
+    stage_config c;
+    c.plan = sp;
+    c.index = k;
+    c.stages = k_stages;
+    c.previous = k > 0 ? r.p.stages[k - 1].address : sp.address;
+    c.next = k + 1 < k_stages ? r.p.stages[k + 1].address : sp.address;
+    c.coordinator = r.p.coordinator;
+    c.layout = layout;
+    c.schedule = s.pipeline.schedule;
+    c.micro_batches = s.pipeline.micro_batches;
+    c.total_micro_batches = std::max<int64_t>(0, steps) * s.pipeline.micro_batches;
+    c.lr = s.lr;
+    c.momentum = s.momentum;
+    c.weight_decay = s.weight_decay;
+    c.lr_schedule = s.schedule;
+    c.total_steps = r.p.total_updates;
+    c.stash = s.pipeline.stash;
+    c.trace = r.trace;
+    // A stage's replicas: the whole model built (same seed), its layers cut out.
+    auto replicas = std::make_shared<replica_pool>([shared_job, sample, first = sp.first_layer, last = sp.last_layer] {
+      return shared_job->build_model(sample).slice(first, last);
+    });
+    std::vector<float> initial(flat.values.data() + sp.params.begin, flat.values.data() + sp.params.end);
+    auto core = std::make_shared<stage_core>(std::move(c), replicas, std::move(initial));
+    locals.push_back(spawn_stage(sys, core, r.p.loaders[0].address, r.p.coordinator, s.algo.prefetch, r.dir));
+    r.dir->add(sp.address, locals.back());
+    if (k == 0) {
+      auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size,
+                                                  r.p.loaders[0], r.start.first_epoch);
+      locals.push_back(spawn_loader(sys, loader, r.dir));
+      r.dir->add(r.p.loaders[0].address, locals.back());
+    }
+  }
+}
 
 /// Spawns the actors the plan puts on node `r.self` (the coordinator and the
 /// evaluator on node 0), then the node's own actor, which joins the run.
@@ -123,10 +173,10 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
       r.dir->add(sp.address, locals.back());
     }
   }
+  const shape sample = r.start.data->sets.train.sample_shape();
+  if (!r.p.stages.empty()) spawn_stages(sys, r, shared_job, locals);
   // Workers borrow replicas for their steps: as many exist as steps run at once.
-  auto replicas = std::make_shared<replica_pool>([shared_job, sample = r.start.data->sets.train.sample_shape()] {
-    return shared_job->build_model(sample);
-  });
+  auto replicas = std::make_shared<replica_pool>([shared_job, sample] { return shared_job->build_model(sample); });
   for (std::size_t i = 0; i < r.p.workers.size(); ++i) {
     const train::worker_plan& w = r.p.workers[i];
     if (w.address.node != r.self) continue;
@@ -143,7 +193,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
   caf::actor coordinator;
   if (r.self == r.p.coordinator.node) {
     // The evaluator's model: the starting parameters, overwritten by each snapshot.
-    evaluator_core::config ec{r.p.evaluator, r.p.shards, r.hogwild, r.start.data, s.batch_size, s.checkpoint,
+    evaluator_core::config ec{r.p.evaluator, r.p.parameter_holders(), r.hogwild, r.start.data, s.batch_size, s.checkpoint,
                               to_string(s.algo.kind)};
     auto evaluator = std::make_shared<evaluator_core>(std::move(ec), std::move(r.start.net));
     r.dir->add(r.p.evaluator, spawn_evaluator(sys, evaluator, r.p.coordinator, r.dir));
@@ -180,6 +230,15 @@ void wait_for(caf::actor_system& sys, const caf::actor& last, const directory& d
 
 void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {
   const settings& s = j.config();
+  if (!p.stages.empty()) {
+    log << "model " << j.model_name() << ": " << layout.numel() << " parameters; a pipeline of " << p.stages.size()
+        << " stages (" << model::to_string(s.pipeline.schedule) << ", " << s.pipeline.micro_batches
+        << " micro-batches per mini-batch):";
+    for (const auto& st : p.stages)
+      log << " layers [" << st.first_layer << ", " << st.last_layer << ") " << st.params.numel() << " parameters;";
+    log << "\n";
+    return;
+  }
   log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
       << p.workers.size() << " worker(s), "
       << (p.shards.empty() ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)")
@@ -192,19 +251,23 @@ history run_on_actors(const job& j, std::ostream& log) {
   starting_point start = load(j, log);
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
-  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count);
+  const model::model::layer_profile profile = start.net.profile();
+  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count, &profile);
   auto hw = s.algo.kind == algorithm_kind::hogwild ? make_hogwild(start.net) : nullptr;
   log_plan(j, p, layout, log);
   auto result = std::make_shared<outcome>();
+  auto trace = s.trace.empty() ? nullptr : std::make_shared<train::tracer>(s.trace, 0);
   {
     caf::actor_system_config cfg;
     configure(cfg, p, 0);
     caf::actor_system sys{cfg};
     auto dir = std::make_shared<directory>();
     node_run r{j, p, 0, start, hw, dir, result, {"local"}, 60, train::info_of(j, topo.nodes[0].threads), log};
+    r.trace = trace;
     const caf::actor last = spawn_node(sys, r);
     wait_for(sys, last, *dir);
   }  // the actor system waits for every actor here
+  if (trace) trace->write();
   if (!result->error.empty()) throw error(result->error);
   return result->epochs;
 }
@@ -228,8 +291,9 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
   starting_point start = load(j, log);
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
+  const model::model::layer_profile profile = start.net.profile();
   const train::topology topo = train::topology_of(c, self, s.threads);
-  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count);
+  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count, &profile);
   if (self == p.coordinator.node) log_plan(j, p, layout, log);
   std::vector<std::string> names;
   net::transport_options to;
@@ -252,6 +316,9 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     auto dir = std::make_shared<directory>();
     node_run r{j, p, self, start, nullptr, dir, result, names, c.join_timeout_s,
                train::info_of(j, topo.nodes[self].threads), log, to.peer_timeout};
+    // Each node writes its own timeline: node 0 to --trace, node n to --trace with ".node<n>" added.
+    if (!s.trace.empty())
+      r.trace = std::make_shared<train::tracer>(self == 0 ? s.trace : s.trace + ".node" + std::to_string(self), self);
     // The transport's events go to the node's actor, which exists once spawn_node returns.
     auto node_actor = std::make_shared<caf::actor>();
     net::transport_handlers h;
@@ -275,6 +342,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     link.start();
     wait_for(sys, last, *dir);
     link.stop();
+    if (r.trace) r.trace->write();
   }
   if (!result->error.empty()) throw error(result->error);
   return result->epochs;
@@ -291,12 +359,12 @@ history fit(const job& j, std::ostream& log) {
   const auto env = train::environment();
   const train::cluster_spec c = train::resolve(j.cluster_config(), env);
   if (!c.single_process()) {
-    if (!runs_on_actors(j.config().algo.kind))
+    if (!runs_on_actors(j.config().algo.kind) && j.config().pipeline.stages <= 1)
       throw error("a cluster of " + std::to_string(c.nodes.size()) +
                   " nodes needs an algorithm on actors (e.g. --algorithm asgd); sequential runs in one process");
     return actors::run_cluster(j, c, train::self_index(c, j.node_name(), env), log);
   }
-  if (!runs_on_actors(j.config().algo.kind)) return train::run_sequential(j, log);
+  if (!runs_on_actors(j.config().algo.kind) && j.config().pipeline.stages <= 1) return train::run_sequential(j, log);
   return actors::run_on_actors(j, log);
 }
 

@@ -35,22 +35,20 @@ bool param_layout::operator==(const param_layout& o) const {
   return true;
 }
 
-std::vector<shard_range> plan_shards(const param_layout& layout, int shards) {
-  const int n = static_cast<int>(layout.size());
-  if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
-  if (shards > n)
-    throw error("--shards " + std::to_string(shards) + " exceeds the model's " + std::to_string(n) +
-                " parameter tensors (a shard holds whole tensors)");
-  // prefix[i]: elements of tensors [0, i).
+std::vector<std::size_t> contiguous_partition(const std::vector<int64_t>& costs, int parts, const char* what) {
+  const int n = static_cast<int>(costs.size());
+  if (parts < 1) throw error(std::string(what) + " must be at least 1, got " + std::to_string(parts));
+  if (parts > n) throw error(std::string(what) + " " + std::to_string(parts) + " exceeds the " + std::to_string(n) + " items to share");
+  // prefix[i]: the cost of items [0, i).
   std::vector<int64_t> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layout[i].numel();
-  // best[s][i]: the smallest largest range when tensors [0, i) form s ranges;
-  // cut[s][i]: where the last of those ranges starts (the earliest best cut).
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  // best[s][i]: the smallest largest group when items [0, i) form s groups;
+  // cut[s][i]: where the last of those groups starts (the earliest best cut).
   constexpr int64_t inf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(shards + 1, std::vector<int64_t>(n + 1, inf));
-  std::vector<std::vector<int>> cut(shards + 1, std::vector<int>(n + 1, 0));
+  std::vector<std::vector<int64_t>> best(parts + 1, std::vector<int64_t>(n + 1, inf));
+  std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(n + 1, 0));
   best[0][0] = 0;
-  for (int s = 1; s <= shards; ++s)
+  for (int s = 1; s <= parts; ++s)
     for (int i = s; i <= n; ++i)
       for (int j = s - 1; j < i; ++j) {
         if (best[s - 1][j] == inf) continue;
@@ -60,13 +58,29 @@ std::vector<shard_range> plan_shards(const param_layout& layout, int shards) {
           cut[s][i] = j;
         }
       }
-  std::vector<shard_range> out(shards);
+  std::vector<std::size_t> bounds(parts + 1);
+  bounds[parts] = static_cast<std::size_t>(n);
   int end = n;
-  for (int s = shards; s >= 1; --s) {
-    const int begin = cut[s][end];
-    out[s - 1] = {static_cast<uint32_t>(begin), static_cast<uint32_t>(end), prefix[begin], prefix[end]};
-    end = begin;
+  for (int s = parts; s >= 1; --s) {
+    end = cut[s][end];
+    bounds[s - 1] = static_cast<std::size_t>(end);
   }
+  return bounds;
+}
+
+std::vector<shard_range> plan_shards(const param_layout& layout, int shards) {
+  const int n = static_cast<int>(layout.size());
+  if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
+  if (shards > n)
+    throw error("--shards " + std::to_string(shards) + " exceeds the model's " + std::to_string(n) +
+                " parameter tensors (a shard holds whole tensors)");
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < n; ++i) sizes.push_back(layout[i].numel());
+  const std::vector<std::size_t> b = contiguous_partition(sizes, shards, "--shards");
+  std::vector<shard_range> out;
+  for (int s = 0; s < shards; ++s)
+    out.push_back({static_cast<uint32_t>(b[s]), static_cast<uint32_t>(b[s + 1]), layout[b[s]].offset,
+                   b[s + 1] < layout.size() ? layout[b[s + 1]].offset : layout.numel()});
   return out;
 }
 

@@ -51,6 +51,12 @@ struct shard_range {
   bool holds(std::size_t tensor) const { return tensor >= first && tensor < last; }
 };
 
+/// Cuts items of costs `costs` into `parts` contiguous groups so that the
+/// costliest group costs as little as it can (the earliest such cut); returns
+/// each group's first item, then the number of items (parts + 1 bounds).
+/// Throws troupe::error when parts < 1 or exceeds the number of items.
+std::vector<std::size_t> contiguous_partition(const std::vector<int64_t>& costs, int parts, const char* what);
+
 /// Cuts `layout` into `shards` contiguous ranges of whole tensors, so that
 /// the largest range is as small as it can be (the earliest such cut). Throws
 /// troupe::error when `shards` < 1 or exceeds the number of tensors.

@@ -60,13 +60,54 @@ const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool 
   return *cur;
 }
 
-void model::backward(const kernels::context& ctx, const tensor& dout) {
+const tensor& model::backward(const kernels::context& ctx, const tensor& dout) {
   require_built("backward");
+  static const tensor none;
   const tensor* cur = &dout;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     cur = &(*it)->backward(ctx, *cur);
-    if (!(*it)->needs_input_grad()) break;  // nothing before it learns
+    if (!(*it)->needs_input_grad()) return none;  // nothing before it learns
   }
+  return *cur;
+}
+
+model::layer_profile model::profile() {
+  require_built("profile");
+  layer_profile out;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    int64_t params = 0;
+    const auto ps = layers_[i]->parameters();
+    for (parameter* p : ps) params += p->value.numel();
+    const shape& y = shapes_[i];
+    // A layer over [c, h, w] reuses its weights at every output position.
+    const int64_t positions = y.rank() == 3 ? y[1] * y[2] : 1;
+    out.tensors.push_back(static_cast<int>(ps.size()));
+    out.costs.push_back(params > 0 ? params * positions : y.numel());
+  }
+  return out;
+}
+
+model model::slice(std::size_t first, std::size_t last) {
+  require_built("slice");
+  if (first >= last || last > layers_.size())
+    throw error("model::slice: layers [" + std::to_string(first) + ", " + std::to_string(last) +
+                ") of a model of " + std::to_string(layers_.size()) + " layers");
+  parameters();  // every parameter named with its layer's index in the whole model
+  model out;
+  out.first_ = first_ + first;
+  out.input_ = first == 0 ? input_ : shapes_[first - 1];
+  for (std::size_t i = first; i < last; ++i) {
+    out.layers_.push_back(std::move(layers_[i]));
+    out.shapes_.push_back(shapes_[i]);
+  }
+  // A stage after the first sends d(loss)/d(its input) back: every layer computes its input gradient.
+  if (out.first_ > 0)
+    for (auto& l : out.layers_) l->set_needs_input_grad(true);
+  out.built_ = true;
+  layers_.clear();
+  shapes_.clear();
+  built_ = false;
+  return out;
 }
 
 std::vector<parameter*> model::parameters() {
@@ -74,8 +115,8 @@ std::vector<parameter*> model::parameters() {
   std::vector<parameter*> out;
   for (std::size_t i = 0; i < layers_.size(); ++i)
     for (parameter* p : layers_[i]->parameters()) {
-      // Names carry the layer index: "0.conv2d.weight".
-      std::string prefix = std::to_string(i) + "." + layers_[i]->kind() + ".";
+      // Names carry the layer's index in the whole model: "0.conv2d.weight".
+      std::string prefix = std::to_string(first_ + i) + "." + layers_[i]->kind() + ".";
       if (p->name.rfind(prefix, 0) != 0) p->name = prefix + p->name;
       out.push_back(p);
     }
@@ -107,7 +148,7 @@ std::vector<named_tensor> model::state() {
   for (parameter* p : parameters()) out.push_back({p->name, p->value});
   for (std::size_t i = 0; i < layers_.size(); ++i)
     for (auto& b : layers_[i]->buffers())
-      out.push_back({std::to_string(i) + "." + layers_[i]->kind() + "." + b.name, b.value});
+      out.push_back({std::to_string(first_ + i) + "." + layers_[i]->kind() + "." + b.name, b.value});
   return out;
 }
 

@@ -30,8 +30,30 @@ public:
   /// Forward pass over a batch [n, input...], its kernels run in `ctx`. The
   /// result stays valid until the next forward call.
   const tensor& forward(const kernels::context& ctx, const tensor& x, bool training);
-  /// Backward pass from d(loss)/d(output) in `ctx`; fills every parameter's grad.
-  void backward(const kernels::context& ctx, const tensor& dout);
+  /// Backward pass from d(loss)/d(output) in `ctx`; fills every parameter's
+  /// grad. Returns d(loss)/d(input), valid until the next backward call, or an
+  /// undefined tensor when no layer needs it (nothing before this model learns).
+  const tensor& backward(const kernels::context& ctx, const tensor& dout);
+
+  /// Layers [first, last) of this built model as a model of their own (a
+  /// pipeline stage): they move out of this model, which is left empty.
+  /// Parameter and buffer names keep the layers' indices in the whole model
+  /// ("3.dense.weight"), so checkpoints and shards see the same names whole or
+  /// in stages. A slice that does not start at the first layer computes its
+  /// input gradient (backward returns it), to send to the stage before it.
+  /// Throws troupe::error for an empty or out-of-range cut.
+  model slice(std::size_t first, std::size_t last);
+  /// Per layer: its number of parameter tensors, and a rough cost of its
+  /// forward pass per sample in multiply-adds (a layer's weights times the
+  /// output positions that reuse them; an elementwise layer's outputs). What
+  /// a pipeline is cut by.
+  struct layer_profile {
+    std::vector<int> tensors;
+    std::vector<int64_t> costs;
+  };
+  layer_profile profile();
+  /// The index in the whole model of this model's first layer (0 unless sliced).
+  std::size_t first_layer() const { return first_; }
 
   std::vector<parameter*> parameters();
   /// The declared layout of parameters(): names, shapes and offsets in one
@@ -66,6 +88,7 @@ private:
   std::vector<std::unique_ptr<layer>> layers_;
   std::vector<shape> shapes_;  // output shape of each layer (per sample)
   shape input_;
+  std::size_t first_ = 0;  // index of layers_[0] in the whole model
   bool built_ = false;
 };
 

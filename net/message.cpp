@@ -317,7 +317,16 @@ envelope_reader::envelope_reader(const message& m, const reader_limits& limits) 
         break;
       }
       case wire::Envelope::PUSH_GRADIENT: check_flat(root_.getPushGradient().getValues(), "push_gradient", limits); break;
-      case wire::Envelope::ACTIVATION: check_tensor(root_.getActivation().getTensor(), "activation", limits); break;
+      case wire::Envelope::ACTIVATION: {
+        auto a = root_.getActivation();
+        check_tensor(a.getTensor(), "activation", limits);
+        auto v = view(a.getTensor(), "activation");
+        const std::size_t labels = a.getLabels().size();
+        if (labels != 0 && (v.dims.rank() == 0 || v.dims[0] != static_cast<int64_t>(labels)))
+          throw message_error(reject_reason::wrong_shape, "activation: " + std::to_string(labels) + " labels for " +
+                                                              v.dims.to_string());
+        break;
+      }
       case wire::Envelope::GRADIENT: check_tensor(root_.getGradient().getTensor(), "gradient", limits); break;
       // Every pointer a receiver follows is followed here once, so that a bad
       // one is a message_error now and not a kj::Exception in the receiver.

@@ -95,17 +95,20 @@ struct PushGradient {
 }
 
 # Pipeline stages: activations forward, gradients backward, per micro-batch.
+# Micro-batches are numbered over the run: micro-batch i is part i % M of
+# mini-batch i / M.
 struct Activation {
   microBatch @0 :UInt64;
-  stage @1 :UInt32;
-  version @2 :UInt64;                # weight version used (weight stashing)
-  tensor @3 :Tensor;
+  stage @1 :UInt32;                  # the stage that made it
+  version @2 :UInt64;                # weight version its forward used (weight stashing)
+  tensor @3 :Tensor;                 # the stage's output [n, ...]
+  labels @4 :List(Int32);            # n labels, for the last stage's loss
 }
 
 struct Gradient {
   microBatch @0 :UInt64;
-  stage @1 :UInt32;
-  tensor @2 :Tensor;
+  stage @1 :UInt32;                  # the stage that made it
+  tensor @2 :Tensor;                 # d(loss)/d(the receiving stage's output)
 }
 
 struct Control {

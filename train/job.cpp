@@ -78,6 +78,10 @@ const char* to_string(progress_mode p) {
 
 algorithm_kind parse_algorithm(const std::string& name) { return parse_choice(name, all_algorithms(), "algorithm"); }
 lr_schedule parse_schedule(const std::string& name) { return parse_choice(name, schedules, "schedule"); }
+pipeline_schedule parse_pipeline_schedule(const std::string& name) {
+  return parse_choice(name, std::vector<pipeline_schedule>{pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b},
+                      "pipeline schedule");
+}
 progress_mode parse_progress(const std::string& name) { return parse_choice(name, progress_modes, "progress mode"); }
 
 model::update_config rule_config(const settings& s) {
@@ -121,6 +125,23 @@ void validate(const settings& s) {
         " workers (give one per worker, e.g. 1,1,2,4)");
   for (float f : a.speeds)
     if (!(f >= 1.0f) || !std::isfinite(f)) bad("--speeds: every factor must be >= 1 (a slowdown), got " + n2s(f));
+  const pipeline_settings& p = s.pipeline;
+  if (p.stages < 1 || p.stages > 256) bad("--pipeline-stages must be in [1, 256], got " + n2s(p.stages));
+  if (p.micro_batches < 1) bad("--micro-batches must be at least 1, got " + n2s(p.micro_batches));
+  if (p.stash < 0) bad("--stash must be >= 0 (0: every version in flight), got " + n2s(p.stash));
+  if (p.stages > 1) {
+    if (a.kind != algorithm_kind::sequential)
+      bad("--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) +
+          ": stages pushing to parameter shards (a hybrid) are not built yet; use --algorithm sequential "
+          "(each stage updates its own parameters)");
+    if (p.micro_batches > s.batch_size)
+      bad("--micro-batches " + n2s(p.micro_batches) + " exceeds --batch-size " + n2s(s.batch_size));
+    if (!p.cuts.empty() && static_cast<int>(p.cuts.size()) != p.stages - 1)
+      bad("--pipeline-cuts: " + n2s(p.cuts.size()) + " cuts for " + n2s(p.stages) + " stages (give stages - 1)");
+    for (std::size_t i = 0; i < p.cuts.size(); ++i)
+      if (p.cuts[i] < 1 || (i > 0 && p.cuts[i] <= p.cuts[i - 1]))
+        bad("--pipeline-cuts must be increasing layer indices >= 1");
+  }
   switch (a.kind) {
     case algorithm_kind::sequential:
       if (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.speeds.empty())

@@ -19,6 +19,7 @@
 
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
+#include "model/schedule.hpp"
 #include "model/update_rule.hpp"
 #include "train/cluster_spec.hpp"
 #include "train/data_source.hpp"
@@ -27,6 +28,7 @@
 namespace troupe {
 
 using model::lr_schedule;
+using model::pipeline_schedule;
 
 /// How a job trains: one plain loop, or data parallel on actors with a
 /// parameter-server update rule (docs/algorithms.md).
@@ -53,6 +55,7 @@ const char* to_string(progress_mode p);
 
 /// Parse the names of to_string(); each throws troupe::error listing the choices.
 algorithm_kind parse_algorithm(const std::string& name);
+pipeline_schedule parse_pipeline_schedule(const std::string& name);
 lr_schedule parse_schedule(const std::string& name);
 progress_mode parse_progress(const std::string& name);
 
@@ -110,6 +113,15 @@ inline algorithm dc_asgd_c() { return algorithm(algorithm_kind::dc_asgd_c); }
 inline algorithm dc_asgd_a() { return algorithm(algorithm_kind::dc_asgd_a); }
 inline algorithm ddc_asgd() { return algorithm(algorithm_kind::ddc_asgd); }
 
+/// Model parallelism: the model cut into stages that run as actors, micro-batches flowing through them.
+struct pipeline_settings {
+  int stages = 1;                 ///< pipeline stages; 1: no pipeline
+  int micro_batches = 4;          ///< M: micro-batches per mini-batch (the batch size is divided among them)
+  pipeline_schedule schedule = pipeline_schedule::gpipe;
+  std::vector<int> cuts;          ///< the first layer of stages 1..K-1; empty: cut by the layers' costs
+  int stash = 0;                  ///< 1F1B: weight versions a stage keeps (0: as many as it has in flight)
+};
+
 /// Every plain value of a job: what a job file holds besides the model and the data.
 struct settings {
   int epochs = 5;                 ///< passes over the training set
@@ -128,6 +140,8 @@ struct settings {
   bool evaluate = true;           ///< test accuracy after every epoch
   progress_mode progress = progress_mode::automatic;
   algorithm_settings algo;
+  pipeline_settings pipeline;
+  std::string trace;              ///< a Chrome trace (JSON) of the run's actors is written here; empty: none
 };
 
 /// Throws troupe::error naming the option and the first invalid value, e.g.
@@ -185,6 +199,15 @@ public:
   job& max_steps(int64_t n) { s_.max_steps = n; return *this; }
   job& evaluate(bool on) { s_.evaluate = on; return *this; }
   job& progress(progress_mode p) { s_.progress = p; return *this; }
+  /// Cut the model into `stages` pipeline stages, each an actor; `micro_batches` per mini-batch.
+  job& pipeline(int stages, int micro_batches = 4, pipeline_schedule schedule = pipeline_schedule::gpipe) {
+    s_.pipeline.stages = stages;
+    s_.pipeline.micro_batches = micro_batches;
+    s_.pipeline.schedule = schedule;
+    return *this;
+  }
+  /// Write the run's timeline (Chrome trace event format, for Perfetto) to `path`.
+  job& trace(std::string path) { s_.trace = std::move(path); return *this; }
   /// All plain values at once (e.g. read from a job file).
   job& configure(const troupe::settings& s) { s_ = s; return *this; }
   /// The nodes of the run (a job file's [cluster] table); none: this process alone.

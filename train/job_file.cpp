@@ -206,6 +206,27 @@ job_key numbers_key(std::string name, std::string value_name, std::string help, 
   return k;
 }
 
+// A list of whole numbers >= lo, stored as ints.
+template <class F>
+job_key integers_key(std::string name, std::string value_name, std::string help, F field, int64_t lo) {
+  job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::numbers,
+                       "a list of integers >= " + std::to_string(lo));
+  k.set = [field, lo](job_spec& s, const job_value& v) {
+    std::vector<int> out;
+    for (double x : std::get<std::vector<double>>(v)) {
+      if (!(x >= static_cast<double>(lo)) || x > 1e9 || x != static_cast<double>(static_cast<int64_t>(x))) return false;
+      out.push_back(static_cast<int>(x));
+    }
+    field(s) = std::move(out);
+    return true;
+  };
+  k.get = [field](const job_spec& s) -> job_value {
+    const auto& xs = field(s);
+    return std::vector<double>(xs.begin(), xs.end());
+  };
+  return k;
+}
+
 template <class F>
 job_key text_key(std::string name, std::string value_name, std::string help, F field) {
   job_key k = make_key(std::move(name), std::move(value_name), std::move(help), value_kind::text, "a string");
@@ -315,6 +336,19 @@ std::vector<job_key> make_keys() {
                  [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
       number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
                  [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
+      integer_key("pipeline-stages", "K", "cut the model into K pipeline stages, each an actor (default 1: none)",
+                  [](auto& s) -> auto& { return s.train.pipeline.stages; }, 1, 256),
+      integer_key("micro-batches", "M", "micro-batches per mini-batch in a pipeline (default 4)",
+                  [](auto& s) -> auto& { return s.train.pipeline.micro_batches; }, 1),
+      choice_key("schedule", "NAME", "pipeline schedule: gpipe (a flush per mini-batch) or 1f1b (weight stashing)",
+                 [](auto& s) -> auto& { return s.train.pipeline.schedule; }, parse_pipeline_schedule,
+                 std::vector<pipeline_schedule>{pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b}),
+      integers_key("pipeline-cuts", "LIST", "the first layer of stages 2..K, e.g. 3,7 (default: cut by the layers' costs)",
+                   [](auto& s) -> auto& { return s.train.pipeline.cuts; }, 1),
+      integer_key("stash", "N", "1F1B: weight versions a stage keeps (default 0: every one in flight)",
+                  [](auto& s) -> auto& { return s.train.pipeline.stash; }, 0),
+      text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
+               [](auto& s) -> auto& { return s.train.trace; }),
   };
 }
 

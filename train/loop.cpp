@@ -29,6 +29,7 @@ run_info info_of(const job& j, int threads) {
   r.batch_size = s.batch_size;
   r.threads = threads;
   r.workers = s.algo.workers;
+  r.pipeline_stages = s.pipeline.stages;
   r.asynchronous = runs_on_actors(s.algo.kind);
   return r;
 }

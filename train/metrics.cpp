@@ -41,6 +41,7 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["peak_rss_mb"] = number(m.peak_rss_mb, 5);
   j["algorithm"] = r.algorithm;
   j["workers"] = r.workers;
+  j["pipeline_stages"] = r.pipeline_stages;
   j["mean_staleness"] = number(m.mean_staleness);
   j["max_staleness"] = m.max_staleness;
   j["rejected"] = m.rejected;

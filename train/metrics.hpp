@@ -44,13 +44,14 @@ struct run_info {
   int64_t batch_size = 0;
   int threads = 0;         ///< CPU threads the run uses
   int workers = 1;
+  int pipeline_stages = 1;
   bool asynchronous = false;
 };
 
 /// The JSON Lines record of one epoch (one line, no newline): epoch, model,
 /// train_loss, test_accuracy (null when not evaluated), samples_per_s,
 /// train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
-/// workers, mean_staleness, max_staleness, rejected, lost_workers. Non-finite numbers are null.
+/// workers, pipeline_stages, mean_staleness, max_staleness, rejected, lost_workers. Non-finite numbers are null.
 std::string to_json(const epoch_metrics& m, const run_info& r);
 
 /// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"

@@ -51,7 +51,69 @@ std::string plan::describe() const {
   return os.str();
 }
 
-plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples) {
+std::vector<shard_plan> plan::parameter_holders() const {
+  if (stages.empty()) return shards;
+  std::vector<shard_plan> out;  // every stage, those without parameters too: index k is stage k
+  for (const auto& st : stages) out.push_back({st.address, st.params});
+  return out;
+}
+
+namespace {
+
+/// Cuts the model's layers into the pipeline's stages, placed round-robin on
+/// the nodes that may host workers; one loader feeds the first stage.
+void plan_pipeline(plan& p, const settings& s, const topology& t, const model::param_layout& layout,
+                   int64_t train_samples, const model::model::layer_profile& profile) {
+  const pipeline_settings& ps = s.pipeline;
+  const std::size_t layers = profile.costs.size();
+  std::vector<std::size_t> bounds;
+  if (ps.cuts.empty()) {
+    bounds = model::contiguous_partition(profile.costs, ps.stages, "--pipeline-stages");
+  } else {
+    bounds.push_back(0);
+    for (int c : ps.cuts) {
+      if (static_cast<std::size_t>(c) >= layers)
+        throw error("--pipeline-cuts: layer " + std::to_string(c) + " of a model of " + std::to_string(layers) + " layers");
+      bounds.push_back(static_cast<std::size_t>(c));
+    }
+    bounds.push_back(layers);
+  }
+  const std::vector<uint32_t> nodes = eligible(t, &node_spec::run_workers, "pipeline stages");
+  uint32_t tensor = 0;
+  for (int k = 0; k < ps.stages; ++k) {
+    stage_plan st;
+    const uint32_t node = nodes[static_cast<std::size_t>(k) % nodes.size()];
+    st.address = {node, net::role::stage, static_cast<uint32_t>(k)};
+    st.first_layer = bounds[k];
+    st.last_layer = bounds[k + 1];
+    const uint32_t first = tensor;
+    for (std::size_t l = st.first_layer; l < st.last_layer; ++l) tensor += static_cast<uint32_t>(profile.tensors[l]);
+    st.params = {first, tensor, first < layout.size() ? layout[first].offset : layout.numel(),
+                 tensor < layout.size() ? layout[tensor].offset : layout.numel()};
+    p.stages.push_back(st);
+    ++p.nodes[node].stages;
+  }
+  loader_plan l;
+  l.address = {p.stages[0].address.node, net::role::loader, 0};
+  l.worker = p.stages[0].address;
+  l.begin = 0;
+  l.end = train_samples;
+  l.seed = s.seed;
+  p.loaders.push_back(l);
+  p.batches_per_epoch = batches(train_samples, s.batch_size);
+  p.total_updates = std::max<int64_t>(1, p.batches_per_epoch * s.epochs);
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    node_plan& np = p.nodes[n];
+    np.scheduler_threads = std::max(1, std::min(t.nodes[n].threads, std::max(1, np.stages)));
+  }
+  for (auto& st : p.stages)
+    st.threads = std::max(1, t.nodes[st.address.node].threads / p.nodes[st.address.node].stages);
+}
+
+} // namespace
+
+plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples,
+               const model::model::layer_profile* profile) {
   if (t.nodes.empty()) throw error("the topology has no nodes");
   for (const auto& n : t.nodes)
     if (n.threads < 1) throw error("node " + n.name + ": threads must be at least 1, got " + std::to_string(n.threads));
@@ -67,6 +129,11 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   p.evaluator = {0, net::role::evaluator, 0};
   p.nodes.resize(t.nodes.size());
   p.samples_per_epoch = train_samples;
+  if (s.pipeline.stages > 1) {
+    if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
+    plan_pipeline(p, s, t, layout, train_samples, *profile);
+    return p;
+  }
 
   // Workers (each with its loader on its node) round-robin over the nodes that may host them.
   const std::vector<uint32_t> worker_nodes = eligible(t, &node_spec::run_workers, "workers");

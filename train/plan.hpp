@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/layout.hpp"
+#include "model/model.hpp"
 #include "net/address.hpp"
 #include "train/job.hpp"
 
@@ -48,9 +49,17 @@ struct shard_plan {
   model::shard_range range;  ///< its part of the parameter layout
 };
 
+/// A pipeline stage: layers [first_layer, last_layer) of the model, and their parameters in the layout.
+struct stage_plan {
+  net::address address;
+  std::size_t first_layer = 0, last_layer = 0;
+  model::shard_range params;  ///< empty (first == last) for a stage without parameters
+  int threads = 1;            ///< kernel threads of its forward and backward passes
+};
+
 /// Per node: how many actors it hosts and the threads of its actor runtime.
 struct node_plan {
-  int workers = 0, shards = 0;
+  int workers = 0, shards = 0, stages = 0;
   int scheduler_threads = 1;
   /// Kernel threads of its shards' updates: a worker's share where workers
   /// run too (the shards run on the same scheduler threads; more OpenMP
@@ -62,12 +71,15 @@ struct plan {
   net::address coordinator, evaluator;
   std::vector<loader_plan> loaders;   ///< loaders[i] feeds workers[i]
   std::vector<worker_plan> workers;
-  std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer)
+  std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer) and pipelines
+  std::vector<stage_plan> stages;     ///< a pipeline's stages, in order (empty: data parallel); loaders[0] feeds stages[0]
   std::vector<node_plan> nodes;
   int64_t samples_per_epoch = 0;      ///< the training set's size
   int64_t batches_per_epoch = 0;      ///< over all loaders
   int64_t total_updates = 1;          ///< updates a shard applies over the whole run (the lr schedule's length)
 
+  /// Where a snapshot pulls the parameters from: the shards, or a pipeline's stages (index k: stage k).
+  std::vector<shard_plan> parameter_holders() const;
   /// The shard holding parameter tensor `tensor` of the layout.
   uint32_t shard_of(std::size_t tensor) const;
   /// A few lines for the log: roles per node, data ranges, shard ranges.
@@ -76,7 +88,9 @@ struct plan {
 
 /// Throws troupe::error when the job cannot run on `t` (no node may host
 /// workers or shards, more workers than samples, more shards than parameter
-/// tensors, ...), naming what is short.
-plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples);
+/// tensors, ...), naming what is short. A pipeline (s.pipeline.stages > 1)
+/// needs the model's `profile` to cut it.
+plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples,
+               const model::model::layer_profile* profile = nullptr);
 
 } // namespace troupe::train

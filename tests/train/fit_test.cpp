@@ -424,3 +424,56 @@ TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors"
     if (!actors) CHECK(seen.step == 30);
   }
 }
+
+TEST_CASE("a GPipe pipeline reproduces the sequential loop's losses for 100 steps", "[actors][fit][pipeline]") {
+  larger_data d;  // 32 steps per epoch
+  std::ostringstream log;
+  std::vector<double> expected, got;
+  job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100);
+  seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
+  fit(seq, log);
+  for (int stages : {2, 3}) {
+    INFO(stages << " stages");
+    got.clear();
+    job pipe = seq;
+    pipe.pipeline(stages, 4, pipeline_schedule::gpipe).metrics_out(d.dir.file("pipe.jsonl"));
+    pipe.on_step([&](const step_event& e) { got.push_back(e.loss); });
+    history h = fit(pipe, log);
+    REQUIRE(got.size() == 100);
+    for (std::size_t i = 0; i < 100; ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
+    }
+    CHECK(h.back().test_accuracy > 0.8);
+    CHECK_THAT(read_lines(d.dir.file("pipe.jsonl")).back(), Contains("\"pipeline_stages\":" + std::to_string(stages)));
+  }
+}
+
+TEST_CASE("a 1F1B pipeline with weight stashing trains, and writes a timeline", "[actors][fit][pipeline]") {
+  larger_data d;
+  std::ostringstream log;
+  const std::string trace = d.dir.file("trace.json");
+  job j = mlp_job(d.dir.path()).threads(2).epochs(2).pipeline(3, 4, pipeline_schedule::one_f_one_b).trace(trace);
+  history h = fit(j, log);
+  REQUIRE(h.size() == 2);
+  CHECK(h.back().test_accuracy > 0.8);
+  CHECK_THAT(log.str(), Contains("a pipeline of 3 stages (1f1b, 4 micro-batches"));
+  std::ifstream f(trace);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Contains("\"traceEvents\""));
+  CHECK_THAT(text, Contains("\"name\":\"forward\""));
+  CHECK_THAT(text, Contains("\"name\":\"backward\""));
+  CHECK_THAT(text, Contains("stage 2 on node 0"));
+  CHECK_THAT(text, Contains("\"micro_batch\":"));
+}
+
+TEST_CASE("pipeline options are checked", "[train][fit][pipeline]") {
+  larger_data d;
+  std::ostringstream log;
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2), log), troupe::error,
+                       message(Contains("hybrid) are not built yet")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(2, 64), log), troupe::error,
+                       message(Contains("--micro-batches 64 exceeds --batch-size 32")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(9), log), troupe::error,
+                       message(Contains("--pipeline-stages 9 exceeds the 6 items")));
+}

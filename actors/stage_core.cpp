@@ -1,0 +1,272 @@
+#include "actors/stage_core.hpp"
+
+#include <cstring>
+
+#include "kernels/kernels.hpp"
+#include "model/optimizer.hpp"
+#include "net/tensor_codec.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+[[noreturn]] void reject(net::reject_reason r, const std::string& what) { throw net::message_error(r, what); }
+
+/// Rows [begin, end) of a batch of `n` samples for micro-batch `j` of `m`.
+std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * j / m, n * (j + 1) / m}; }
+
+} // namespace
+
+stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial)
+    : c_(std::move(c)), replicas_(std::move(replicas)), ctx_(kernels::context::with_threads(c_.plan.threads)),
+      program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches),
+      track_(net::to_string(c_.plan.address)) {
+  if (static_cast<int64_t>(initial.size()) != c_.plan.params.numel())
+    throw error(track_ + ": " + std::to_string(initial.size()) + " parameters for a range of " +
+                std::to_string(c_.plan.params.numel()));
+  current_ = std::make_shared<std::vector<float>>(std::move(initial));
+  velocity_.assign(current_->size(), 0.0f);
+  grads_.assign(current_->size(), 0.0f);
+  if (c_.stash > 0) stash_.emplace_back(0, current_);
+}
+
+void stage_core::take(const net::message& m) {
+  net::reader_limits limits = net::peer_limits();
+  limits.threads = ctx_.threads;
+  net::envelope_reader r(m, limits);
+  switch (r.root().which()) {
+    case wire::Envelope::BATCH:
+      if (!first()) reject(net::reject_reason::unknown_kind, track_ + ": a Batch for a stage that is not the first");
+      batches_[static_cast<int64_t>(r.root().getBatch().getIndex())] = m;
+      break;
+    case wire::Envelope::ACTIVATION:
+      if (first()) reject(net::reject_reason::unknown_kind, track_ + ": an Activation for the first stage");
+      activations_[static_cast<int64_t>(r.root().getActivation().getMicroBatch())] = m;
+      break;
+    case wire::Envelope::GRADIENT:
+      if (last()) reject(net::reject_reason::unknown_kind, track_ + ": a Gradient for the last stage");
+      gradients_[static_cast<int64_t>(r.root().getGradient().getMicroBatch())] = m;
+      break;
+    default:
+      reject(net::reject_reason::unknown_kind, track_ + ": unexpected message kind");
+  }
+}
+
+outgoing stage_core::answer_pull(const net::message& m) const {
+  net::envelope_reader r(m);
+  if (r.root().which() != wire::Envelope::PULL_PARAMS) reject(net::reject_reason::unknown_kind, "expected PullParams");
+  const net::address to = net::read_address(r.root().getSource());
+  const model::shard_range& range = c_.plan.params;
+  auto b = net::make_builder(range.numel() * sizeof(float) + 64 * (range.last - range.first));
+  auto p = net::init_envelope(*b, c_.plan.address, to).initParams();
+  p.setShard(c_.plan.address.index);
+  p.setVersion(version_id_);
+  float* dst = net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
+  if (!current_->empty()) std::memcpy(dst, current_->data(), current_->size() * sizeof(float));
+  return {to, net::message::from_builder(std::move(b))};
+}
+
+int64_t stage_core::needed_batch() const {
+  if (!first() || done() || program_.peek().what != model::pipeline_action::kind::forward) return -1;
+  const int64_t b = program_.peek().micro_batch / c_.micro_batches;
+  return batches_.count(b) ? -1 : b;
+}
+
+bool stage_core::ready(const model::pipeline_action& a) const {
+  using k = model::pipeline_action::kind;
+  switch (a.what) {
+    case k::forward: return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
+    case k::backward: return last() ? flight_.count(a.micro_batch) > 0 : gradients_.count(a.micro_batch) > 0;
+    case k::update: return true;
+  }
+  return false;
+}
+
+stage_core::result stage_core::run() {
+  result out;
+  while (!done() && ready(program_.peek())) {
+    const model::pipeline_action a = program_.peek();
+    program_.advance();
+    switch (a.what) {
+      case model::pipeline_action::kind::forward: forward(a.micro_batch, out); break;
+      case model::pipeline_action::kind::backward: backward(a.micro_batch, out); break;
+      case model::pipeline_action::kind::update: update(a.micro_batch); break;
+    }
+  }
+  return out;
+}
+
+void stage_core::bind(replica& r, const weights& w, bound_tensors& b) const {
+  const std::vector<model::parameter*> params = r.net.parameters();
+  const model::shard_range& range = c_.plan.params;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const model::layout_entry& e = c_.layout[range.first + i];
+    b.bind_read_only(params[i]->value, e.dims, w->data() + (e.offset - range.begin));
+  }
+}
+
+net::message stage_core::make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb,
+                                             const tensor& t, const std::vector<int32_t>* labels) const {
+  auto b = net::make_builder(t.numel() * sizeof(float) + (labels ? labels->size() * 4 : 0));
+  auto env = net::init_envelope(*b, c_.plan.address, to);
+  wire::Tensor::Builder dst = nullptr;
+  if (kind == wire::Envelope::ACTIVATION) {
+    auto a = env.initActivation();
+    a.setMicroBatch(static_cast<uint64_t>(mb));
+    a.setStage(static_cast<uint32_t>(c_.index));
+    a.setVersion(version_id_);
+    dst = a.initTensor();
+    if (labels) {
+      auto l = a.initLabels(static_cast<unsigned>(labels->size()));
+      for (unsigned i = 0; i < l.size(); ++i) l.set(i, (*labels)[i]);
+    }
+  } else {
+    auto g = env.initGradient();
+    g.setMicroBatch(static_cast<uint64_t>(mb));
+    g.setStage(static_cast<uint32_t>(c_.index));
+    dst = g.initTensor();
+  }
+  net::encode(t, dst);
+  return net::message::from_builder(std::move(b));
+}
+
+void stage_core::forward(int64_t mb, result& out) {
+  train::trace_span span(c_.trace.get(), track_, "forward", mb);
+  flight f;
+  std::vector<int32_t> labels;
+  tensor x;
+  if (first()) {
+    const int64_t batch = mb / c_.micro_batches;
+    f.input = batches_.at(batch);
+    net::envelope_reader r(f.input, net::peer_limits());
+    auto b = r.root().getBatch();
+    const net::tensor_view img = net::view(b.getImages(), "batch images");
+    const int64_t n = img.dims[0];
+    if (n < c_.micro_batches)
+      throw error(track_ + ": a batch of " + std::to_string(n) + " samples for " + std::to_string(c_.micro_batches) +
+                  " micro-batches (--batch-size must be at least --micro-batches)");
+    const auto [lo, hi] = rows(n, mb % c_.micro_batches, c_.micro_batches);
+    std::vector<int64_t> dims = img.dims.dims();
+    dims[0] = hi - lo;
+    const int64_t per = img.numel() / n;
+    x = tensor::wrap_read_only(shape(dims), img.data + lo * per);
+    auto l = b.getLabels();
+    for (int64_t i = lo; i < hi; ++i) labels.push_back(l[static_cast<unsigned>(i)]);
+    // The last micro-batch of a mini-batch has taken its rows: the flights keep the message.
+    if (mb % c_.micro_batches == c_.micro_batches - 1) {
+      batches_.erase(batch);
+      ++batches_taken_;
+    }
+  } else {
+    f.input = activations_.at(mb);
+    activations_.erase(mb);
+    net::envelope_reader r(f.input, net::peer_limits());
+    auto a = r.root().getActivation();
+    const net::tensor_view v = net::view(a.getTensor(), "activation");
+    x = tensor::wrap_read_only(v.dims, v.data);
+    for (int32_t l : a.getLabels()) labels.push_back(l);
+  }
+  f.r = replicas_->acquire();
+  f.w = current_;
+  f.version = version_id_;
+  {
+    bound_tensors bound;
+    bind(*f.r, f.w, bound);
+    const tensor& y = f.r->net.forward(ctx_, x, true);
+    if (last()) {
+      const double loss = kernels::softmax_cross_entropy(ctx_, y, labels, &f.dlogits);
+      auto& l = losses_[mb / c_.micro_batches];
+      l.first += loss * static_cast<double>(labels.size());
+      l.second += static_cast<int64_t>(labels.size());
+    } else {
+      out.messages.push_back({c_.next, make_tensor_message(wire::Envelope::ACTIVATION, c_.next, mb, y, &labels)});
+    }
+  }
+  flight_[mb] = std::move(f);
+  max_in_flight_ = std::max(max_in_flight_, in_flight());
+  if (in_flight() > program_.bound())
+    throw error(track_ + ": " + std::to_string(in_flight()) + " micro-batches in flight, over the schedule's bound of " +
+                std::to_string(program_.bound()));
+}
+
+void stage_core::backward(int64_t mb, result& out) {
+  train::trace_span span(c_.trace.get(), track_, "backward", mb);
+  flight& f = flight_.at(mb);
+  net::message grad_msg;
+  tensor dy;
+  if (last()) {
+    dy = f.dlogits;
+  } else {
+    grad_msg = gradients_.at(mb);
+    gradients_.erase(mb);
+    net::envelope_reader r(grad_msg, net::peer_limits());
+    const net::tensor_view v = net::view(r.root().getGradient().getTensor(), "gradient");
+    dy = tensor::wrap_read_only(v.dims, v.data);
+  }
+  {
+    bound_tensors bound;
+    bind(*f.r, f.w, bound);
+    const tensor& dx = f.r->net.backward(ctx_, dy);
+    if (!first() && dx.defined())
+      out.messages.push_back({c_.previous, make_tensor_message(wire::Envelope::GRADIENT, c_.previous, mb, dx, nullptr)});
+  }
+  // A micro-batch's gradient is the mean over its samples: summed weighted by
+  // its samples, the update divides by all of them (GPipe: the mini-batch's mean).
+  const float* g = f.r->flat.grads.data();
+  const int64_t n = static_cast<int64_t>(grads_.size());
+  const float samples = static_cast<float>(dy.dim(0));
+  for (int64_t i = 0; i < n; ++i) grads_[i] += samples * g[i];
+  summed_ += dy.dim(0);
+  last_backward_ = mb;
+  replicas_->release(f.r);
+  flight_.erase(mb);
+  if (last()) {
+    const int64_t batch = mb / c_.micro_batches;
+    if (++done_in_batch_[batch] == c_.micro_batches) {
+      const auto [loss, samples] = losses_[batch];
+      train::step_report rep;
+      rep.step = static_cast<uint64_t>(batch + 1);
+      rep.loss = samples ? loss / static_cast<double>(samples) : 0.0;
+      rep.samples = static_cast<uint64_t>(samples);
+      out.reports.push_back(rep);
+      losses_.erase(batch);
+      done_in_batch_.erase(batch);
+    }
+  }
+}
+
+void stage_core::update(int64_t) {
+  train::trace_span span(c_.trace.get(), track_, "update");
+  if (summed_ == 0 || grads_.empty()) {
+    summed_ = 0;
+    return;
+  }
+  const float inv = 1.0f / static_cast<float>(summed_);
+  for (float& x : grads_) x *= inv;
+  const int64_t step = last_backward_ / c_.micro_batches;
+  const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, step, c_.total_steps);
+  // A version a micro-batch in flight (or the stash) still holds never changes.
+  weights w = current_.use_count() == 1 ? current_ : std::make_shared<std::vector<float>>(*current_);
+  const shape s{static_cast<int64_t>(w->size())};
+  tensor wt = tensor::wrap(s, w->data()), gt = tensor::wrap(s, grads_.data()), vt = tensor::wrap(s, velocity_.data());
+  if (c_.momentum == 0.0f)
+    kernels::sgd_step(ctx_, wt, gt, lr, c_.weight_decay);
+  else
+    kernels::momentum_step(ctx_, wt, gt, vt, lr, c_.momentum, c_.weight_decay, false);
+  current_ = std::move(w);
+  ++version_id_;
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  summed_ = 0;
+  if (c_.stash > 0) {
+    // At most `stash` versions: a micro-batch whose version was dropped goes on with the oldest kept.
+    stash_.emplace_back(version_id_, current_);
+    while (static_cast<int>(stash_.size()) > c_.stash) stash_.pop_front();
+    for (auto& [mb, f] : flight_)
+      if (f.version < stash_.front().first) {
+        f.version = stash_.front().first;
+        f.w = stash_.front().second;
+      }
+  }
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,119 @@
+#pragma once
+
+// A pipeline stage: layers [first, last) of the model, its parameters and
+// their optimizer, and the schedule it follows (model/schedule.hpp). It takes
+// Batch (the first stage), Activation and Gradient messages, runs every
+// action of its schedule whose input is there, and returns the messages to
+// send on. Each micro-batch in flight has its own replica of the stage (its
+// activations); 1F1B keeps, per micro-batch, the weight version its forward
+// used, so that its backward uses the same (weight stashing).
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "actors/worker_core.hpp"
+#include "kernels/context.hpp"
+#include "model/schedule.hpp"
+#include "net/message.hpp"
+#include "train/epoch_accumulator.hpp"
+#include "train/plan.hpp"
+#include "train/trace.hpp"
+
+namespace troupe::actors {
+
+struct stage_config {
+  train::stage_plan plan;
+  int index = 0, stages = 1;         ///< k of K
+  net::address previous, next;       ///< the neighbouring stages (unused at the ends)
+  net::address coordinator;          ///< the last stage reports each mini-batch to it
+  model::param_layout layout;        ///< the whole model's
+  model::pipeline_schedule schedule = model::pipeline_schedule::gpipe;
+  int micro_batches = 4;
+  int64_t total_micro_batches = 0;   ///< of the run
+  float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
+  model::lr_schedule lr_schedule = model::lr_schedule::constant;
+  int64_t total_steps = 1;           ///< mini-batches of the run (the lr schedule's length)
+  int stash = 0;                     ///< 1F1B: weight versions kept (0: every one in flight)
+  std::shared_ptr<train::tracer> trace;
+};
+
+class stage_core {
+public:
+  /// `replicas` make built stage models (the model's layers [first, last));
+  /// `initial` holds the stage's parameters (its range of the layout).
+  stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial);
+
+  /// A Batch (first stage), Activation or Gradient: kept until its action runs.
+  /// Throws net::message_error for one that does not fit.
+  void take(const net::message& m);
+  /// The answer to a PullParams: this stage's parameters now.
+  outgoing answer_pull(const net::message& m) const;
+
+  struct result {
+    std::vector<outgoing> messages;            ///< activations on, gradients back
+    std::vector<train::step_report> reports;   ///< the last stage: one per finished mini-batch
+  };
+  /// Runs the schedule's actions while their inputs are here.
+  result run();
+
+  bool done() const { return program_.done(); }
+  /// True when the next action waits for an input that is not here.
+  bool waiting() const { return !done() && !ready(program_.peek()); }
+  /// The mini-batch the next forward needs (first stage), or -1.
+  int64_t needed_batch() const;
+  /// Micro-batches forwarded and not yet backwarded: now, and the most so far.
+  int in_flight() const { return static_cast<int>(flight_.size()); }
+  int max_in_flight() const { return max_in_flight_; }
+  /// The schedule's bound on in_flight() (1F1B: K - k; GPipe: M).
+  int bound() const { return program_.bound(); }
+  uint64_t version() const { return version_id_; }
+  /// Mini-batches whose every micro-batch the first stage has forwarded (each frees a loader credit).
+  int64_t batches_taken() const { return batches_taken_; }
+  const net::address& address() const { return c_.plan.address; }
+  const stage_config& config() const { return c_; }
+
+private:
+  using weights = std::shared_ptr<std::vector<float>>;  // never written while another holder exists
+  struct flight {
+    replica* r = nullptr;
+    weights w;
+    uint64_t version = 0;
+    net::message input;            // its payload is the replica's input: kept until the backward
+    tensor dlogits;                // the last stage: d(loss)/d(logits)
+  };
+
+  bool first() const { return c_.index == 0; }
+  bool last() const { return c_.index + 1 == c_.stages; }
+  bool ready(const model::pipeline_action& a) const;
+  void forward(int64_t mb, result& out);
+  void backward(int64_t mb, result& out);
+  void update(int64_t mb);
+  /// Points the replica's parameters at weight version `w` (read-only).
+  void bind(replica& r, const weights& w, bound_tensors& b) const;
+  net::message make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb, const tensor& t,
+                                   const std::vector<int32_t>* labels) const;
+
+  stage_config c_;
+  std::shared_ptr<replica_pool> replicas_;
+  kernels::context ctx_;
+  model::pipeline_program program_;
+  std::string track_;
+  weights current_;
+  uint64_t version_id_ = 0;
+  std::deque<std::pair<uint64_t, weights>> stash_;  // 1F1B: versions kept, oldest first
+  std::vector<float> velocity_, grads_;              // momentum; gradients summed (GPipe) or the last (1F1B)
+  int64_t summed_ = 0;                               // samples whose gradients grads_ sums
+  int64_t last_backward_ = 0;
+  std::map<int64_t, net::message> batches_;          // first stage: mini-batch -> Batch
+  std::map<int64_t, net::message> activations_, gradients_;  // micro-batch -> message
+  std::map<int64_t, flight> flight_;
+  std::map<int64_t, std::pair<double, int64_t>> losses_;      // last stage: mini-batch -> (loss sum, samples)
+  std::map<int64_t, int> done_in_batch_;                      // last stage: micro-batches backwarded per mini-batch
+  int max_in_flight_ = 0;
+  int64_t batches_taken_ = 0;
+};
+
+} // namespace troupe::actors

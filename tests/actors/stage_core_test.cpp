@@ -1,0 +1,202 @@
+// Pipeline stages without actors: GPipe's gradients against the whole model's,
+// PipeDream's weight-stashing pattern for 1F1B, the in-flight bound.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "actors/stage_core.hpp"
+#include "kernels/kernels.hpp"
+#include "model/nn.hpp"
+#include "net/tensor_codec.hpp"
+#include "tests/actors/ps_messages.hpp"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace troupe::testing;
+
+namespace {
+
+net::address stage_addr(uint32_t k) { return {0, net::role::stage, k}; }
+
+model::model mlp5() {
+  model::model m = nn::sequential(nn::dense(6, 5), nn::relu(), nn::dense(5, 4), nn::relu(), nn::dense(4, 3));
+  m.build({6}, 1);
+  return m;
+}
+
+net::message batch_of(const tensor& x, const std::vector<int32_t>& y, uint64_t index) {
+  auto b = net::make_builder();
+  auto batch = net::init_envelope(*b, loader_addr(0), stage_addr(0)).initBatch();
+  batch.setIndex(index);
+  net::encode(x, batch.initImages());
+  auto l = batch.initLabels(static_cast<unsigned>(y.size()));
+  for (unsigned i = 0; i < l.size(); ++i) l.set(i, y[i]);
+  return net::message::from_builder(std::move(b));
+}
+
+net::message activation_of(const tensor& x, const std::vector<int32_t>& y, uint64_t mb, uint32_t from, uint32_t to) {
+  auto b = net::make_builder();
+  auto a = net::init_envelope(*b, stage_addr(from), stage_addr(to)).initActivation();
+  a.setMicroBatch(mb);
+  a.setStage(from);
+  net::encode(x, a.initTensor());
+  auto l = a.initLabels(static_cast<unsigned>(y.size()));
+  for (unsigned i = 0; i < l.size(); ++i) l.set(i, y[i]);
+  return net::message::from_builder(std::move(b));
+}
+
+net::message gradient_of(const tensor& dy, uint64_t mb, uint32_t from, uint32_t to) {
+  auto b = net::make_builder();
+  auto g = net::init_envelope(*b, stage_addr(from), stage_addr(to)).initGradient();
+  g.setMicroBatch(mb);
+  g.setStage(from);
+  net::encode(dy, g.initTensor());
+  return net::message::from_builder(std::move(b));
+}
+
+std::vector<float> tensor_of(const net::message& m) {
+  net::envelope_reader r(m);
+  auto t = r.root().which() == wire::Envelope::GRADIENT ? r.root().getGradient().getTensor()
+                                                          : r.root().getActivation().getTensor();
+  net::tensor_view v = net::view(t, "test");
+  return std::vector<float>(v.data, v.data + v.numel());
+}
+
+/// A stage of `whole` (built by `make`) cutting layers [first, last).
+std::shared_ptr<stage_core> make_stage(const std::function<model::model()>& make, int k, int stages,
+                                       std::size_t first, std::size_t last, model::pipeline_schedule s, int m,
+                                       int64_t total, float lr, int stash = 0) {
+  model::model whole = make();
+  const model::param_layout layout = whole.layout();
+  const auto profile = whole.profile();
+  uint32_t t0 = 0, t1 = 0;
+  for (std::size_t l = 0; l < last; ++l) (l < first ? t0 : t1) += static_cast<uint32_t>(profile.tensors[l]);
+  t1 += t0;
+  stage_config c;
+  c.plan.address = stage_addr(static_cast<uint32_t>(k));
+  c.plan.first_layer = first;
+  c.plan.last_layer = last;
+  c.plan.params = {t0, t1, t0 < layout.size() ? layout[t0].offset : layout.numel(),
+                   t1 < layout.size() ? layout[t1].offset : layout.numel()};
+  c.index = k;
+  c.stages = stages;
+  c.previous = stage_addr(static_cast<uint32_t>(k > 0 ? k - 1 : 0));
+  c.next = stage_addr(static_cast<uint32_t>(k + 1));
+  c.coordinator = coordinator_addr();
+  c.layout = layout;
+  c.schedule = s;
+  c.micro_batches = m;
+  c.total_micro_batches = total;
+  c.lr = lr;
+  c.momentum = 0;
+  c.stash = stash;
+  auto flat = whole.flatten();
+  std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);
+  auto pool = std::make_shared<replica_pool>([make, first, last] { return make().slice(first, last); });
+  return std::make_shared<stage_core>(c, pool, initial);
+}
+
+std::vector<float> params_of(stage_core& s) {
+  return read_params(s.answer_pull(make_pull(evaluator_addr(), s.address())).msg).values;
+}
+
+} // namespace
+
+TEST_CASE("pipeline: GPipe's gradients equal the whole model's full-batch gradients", "[actors][pipeline]") {
+  const kernels::context ctx = kernels::context::with_threads(1);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n(0, 1);
+  tensor x = tensor::empty({8, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.at(i) = n(rng);
+  const std::vector<int32_t> y{0, 1, 2, 0, 1, 2, 2, 1};
+
+  // The whole model on the full batch.
+  model::model whole = mlp5();
+  auto flat = whole.flatten();
+  const std::vector<float> w0 = flat.values.to_vector();
+  tensor dlogits;
+  kernels::softmax_cross_entropy(ctx, whole.forward(ctx, x, true), y, &dlogits);
+  whole.backward(ctx, dlogits);
+  const std::vector<float> g = flat.grads.to_vector();
+
+  for (int m : {1, 2, 4, 3}) {
+    INFO(m << " micro-batches");
+    // Three stages, lr 1, no momentum: each stage's weights move by exactly its gradient.
+    std::vector<std::shared_ptr<stage_core>> st{
+        make_stage(mlp5, 0, 3, 0, 2, model::pipeline_schedule::gpipe, m, m, 1.0f),
+        make_stage(mlp5, 1, 3, 2, 4, model::pipeline_schedule::gpipe, m, m, 1.0f),
+        make_stage(mlp5, 2, 3, 4, 5, model::pipeline_schedule::gpipe, m, m, 1.0f)};
+    st[0]->take(batch_of(x, y, 0));
+    for (int round = 0; round < 20; ++round)
+      for (auto& s : st)
+        for (auto& o : s->run().messages) st.at(o.to.index)->take(o.msg);
+    for (auto& s : st) REQUIRE(s->done());
+    std::vector<float> moved;
+    for (auto& s : st)
+      for (float v : params_of(*s)) moved.push_back(v);
+    REQUIRE(moved.size() == g.size());
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const double got = w0[i] - moved[i];
+      diff += (got - g[i]) * (got - g[i]);
+      norm += g[i] * g[i];
+    }
+    CHECK(std::sqrt(diff / norm) <= 1e-6);
+  }
+}
+
+TEST_CASE("pipeline: 1F1B weight stashing gives the input-gradient pattern of its version count", "[actors][pipeline]") {
+  // PipeDream's test: three micro-batches forward on the same weights, then
+  // backward and update in turn. With v versions kept, backward i uses the
+  // weights its forward used while they are kept, else the oldest kept.
+  // The stage is the second layer of two, dense(3 -> 2), which sends its input gradient back.
+  auto tiny = [] {
+    model::model m = nn::sequential(nn::dense(3, 3), nn::dense(3, 2));
+    m.build({3}, 1);
+    return m;
+  };
+  const tensor x = tiny_images();
+  const tensor dy = tensor::from({2, 2}, {1, -1, 0.5f, 2});
+  for (int versions : {1, 2, 3}) {
+    INFO(versions << " stashed versions");
+    // Stage 1 of 5: it warms up with three forwards (K - 1 - k = 3) and sends input gradients back.
+    auto s = make_stage(tiny, 1, 5, 1, 2, model::pipeline_schedule::one_f_one_b, 1, 3, 0.5f, versions);
+    for (uint64_t mb = 0; mb < 3; ++mb) s->take(activation_of(x, tiny_labels, mb, 0, 1));
+    CHECK(s->run().messages.size() == 3);  // three activations on, no backward yet
+    CHECK(s->in_flight() == 3);
+    for (uint64_t mb = 0; mb < 3; ++mb) s->take(gradient_of(dy, mb, 2, 1));
+    std::map<int64_t, std::vector<float>> dx;
+    for (auto& o : s->run().messages) {
+      REQUIRE(o.to == stage_addr(0));
+      net::envelope_reader r(o.msg);
+      dx[static_cast<int64_t>(r.root().getGradient().getMicroBatch())] = tensor_of(o.msg);
+    }
+    REQUIRE(dx.size() == 3);
+    CHECK(s->done());
+    CHECK(s->version() == 3u);
+    CHECK((dx[0] == dx[1]) == (versions >= 2));
+    CHECK((dx[0] == dx[2]) == (versions >= 3));
+  }
+}
+
+TEST_CASE("pipeline: a stage holds no more micro-batches than its schedule's bound", "[actors][pipeline]") {
+  const tensor x = tensor::from({4, 6}, std::vector<float>(24, 0.5f));
+  const std::vector<int32_t> y{0, 1, 2, 1};
+  for (auto sched : {model::pipeline_schedule::gpipe, model::pipeline_schedule::one_f_one_b}) {
+    INFO(model::to_string(sched));
+    std::vector<std::shared_ptr<stage_core>> st{make_stage(mlp5, 0, 2, 0, 2, sched, 4, 16, 0.1f),
+                                                make_stage(mlp5, 1, 2, 2, 5, sched, 4, 16, 0.1f)};
+    for (uint64_t b = 0; b < 4; ++b) st[0]->take(batch_of(x, y, b));
+    for (int round = 0; round < 100 && !(st[0]->done() && st[1]->done()); ++round)
+      for (auto& s : st)
+        for (auto& o : s->run().messages) st.at(o.to.index)->take(o.msg);
+    for (auto& s : st) {
+      CHECK(s->done());
+      CHECK(s->max_in_flight() <= s->bound());
+    }
+    // 1F1B: the first stage of two holds two micro-batches at most, GPipe all four of a mini-batch.
+    CHECK(st[0]->max_in_flight() == (sched == model::pipeline_schedule::gpipe ? 4 : 2));
+  }
+}

@@ -130,10 +130,6 @@ void validate(const settings& s) {
   if (p.micro_batches < 1) bad("--micro-batches must be at least 1, got " + n2s(p.micro_batches));
   if (p.stash < 0) bad("--stash must be >= 0 (0: every version in flight), got " + n2s(p.stash));
   if (p.stages > 1) {
-    if (a.kind != algorithm_kind::sequential)
-      bad("--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) +
-          ": stages pushing to parameter shards (a hybrid) are not built yet; use --algorithm sequential "
-          "(each stage updates its own parameters)");
     if (p.micro_batches > s.batch_size)
       bad("--micro-batches " + n2s(p.micro_batches) + " exceeds --batch-size " + n2s(s.batch_size));
     if (!p.cuts.empty() && static_cast<int>(p.cuts.size()) != p.stages - 1)

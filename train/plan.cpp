@@ -130,6 +130,10 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   p.nodes.resize(t.nodes.size());
   p.samples_per_epoch = train_samples;
   if (s.pipeline.stages > 1) {
+    if (a.kind != algorithm_kind::sequential)
+      throw error("--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) +
+                  ": stages pushing to parameter shards (a hybrid of data and model parallelism) are not built "
+                  "yet; use --algorithm sequential (each stage updates its own parameters)");
     if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
     plan_pipeline(p, s, t, layout, train_samples, *profile);
     return p;

@@ -90,6 +90,12 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"dc-rho-ms", "0.5", "rho_ms"},
       {"ddc-alpha", "0.4", "alpha"},
       {"ddc-mu0", "0.5", "mu0"},
+      {"pipeline-stages", "2", "pipeline_stages"},
+      {"micro-batches", "2", "micro_batches"},
+      {"schedule", "1f1b", "pipeline_schedule"},
+      {"pipeline-cuts", "3", "pipeline_cuts"},
+      {"stash", "2", "stash"},
+      {"trace", "t.json", "trace"},
   };
   CHECK(cases.size() == job_keys().size());
   const job_spec base = parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt"}).spec;

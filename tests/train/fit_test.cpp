@@ -471,7 +471,7 @@ TEST_CASE("pipeline options are checked", "[train][fit][pipeline]") {
   larger_data d;
   std::ostringstream log;
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2), log), troupe::error,
-                       message(Contains("hybrid) are not built yet")));
+                       message(Contains("parallelism) are not built yet")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(2, 64), log), troupe::error,
                        message(Contains("--micro-batches 64 exceeds --batch-size 32")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(9), log), troupe::error,

@@ -25,6 +25,8 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
   const algorithm_settings& a = t.algo;
   std::string speeds = "[";
   for (float f : a.speeds) speeds += exact(f) + " ";
+  std::string cuts = "[";
+  for (int c : t.pipeline.cuts) cuts += std::to_string(c) + " ";
   const train::cluster_spec& c = s.cluster;
   std::string nodes = "[";
   for (const auto& n : c.nodes) {
@@ -64,6 +66,12 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"rho_ms", exact(a.rho_ms)},
       {"alpha", exact(a.alpha)},
       {"mu0", exact(a.mu0)},
+      {"pipeline_stages", std::to_string(t.pipeline.stages)},
+      {"micro_batches", std::to_string(t.pipeline.micro_batches)},
+      {"pipeline_schedule", model::to_string(t.pipeline.schedule)},
+      {"pipeline_cuts", cuts + "]"},
+      {"stash", std::to_string(t.pipeline.stash)},
+      {"trace", t.trace},
       {"secret_file", c.secret_file},
       {"join_timeout_s", std::to_string(c.join_timeout_s)},
       {"peer_timeout_s", std::to_string(c.peer_timeout_s)},
@@ -100,6 +108,12 @@ inline train::job_spec everything_changed() {
   t.metrics_out = "run.jsonl";
   t.max_steps = 1000;
   t.checkpoint_every_steps = 50;
+  t.pipeline.stages = 2;
+  t.pipeline.micro_batches = 8;
+  t.pipeline.schedule = pipeline_schedule::one_f_one_b;
+  t.pipeline.cuts = {3};
+  t.pipeline.stash = 3;
+  t.trace = "timeline.json";
   t.checkpoint_every_s = 2.5;
   t.evaluate = false;
   t.progress = progress_mode::lines;

@@ -271,9 +271,14 @@ void stage_step(stage_actor_t* self) {
     st.core->config().trace->span(st.track, "wait", st.waiting_since, clock_type::now());
     st.waiting = false;
   }
-  stage_core::result r = st.core->run();
-  for (auto& m : r.messages) send_to(*st.dir, m.to, std::move(m.msg));
-  for (auto& rep : r.reports) send_to(*st.dir, st.coordinator, make_metrics(me, st.coordinator, rep));
+  // One action at a time, its output sent at once: the next stage starts on
+  // a micro-batch while this one computes the next.
+  for (;;) {
+    stage_core::result r = st.core->run(1);
+    if (r.actions == 0) break;
+    for (auto& m : r.messages) send_to(*st.dir, m.to, std::move(m.msg));
+    for (auto& rep : r.reports) send_to(*st.dir, st.coordinator, make_metrics(me, st.coordinator, rep));
+  }
   // One credit per mini-batch taken: at most `prefetch` batches wait at the first stage.
   const int64_t want = st.core->batches_taken() + st.prefetch;
   if (st.core->config().index == 0 && st.credited > 0 && want > st.credited) {

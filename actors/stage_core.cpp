@@ -82,9 +82,10 @@ bool stage_core::ready(const model::pipeline_action& a) const {
   return false;
 }
 
-stage_core::result stage_core::run() {
+stage_core::result stage_core::run(int max_actions) {
   result out;
-  while (!done() && ready(program_.peek())) {
+  while (out.actions < max_actions && !done() && ready(program_.peek())) {
+    ++out.actions;
     const model::pipeline_action a = program_.peek();
     program_.advance();
     switch (a.what) {

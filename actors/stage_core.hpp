@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -55,9 +56,12 @@ public:
   struct result {
     std::vector<outgoing> messages;            ///< activations on, gradients back
     std::vector<train::step_report> reports;   ///< the last stage: one per finished mini-batch
+    int actions = 0;                           ///< actions run
   };
-  /// Runs the schedule's actions while their inputs are here.
-  result run();
+  /// Runs the schedule's actions while their inputs are here, at most
+  /// `max_actions` of them (an actor runs one at a time and sends its output
+  /// at once, so that the next stage starts while this one goes on).
+  result run(int max_actions = std::numeric_limits<int>::max());
 
   bool done() const { return program_.done(); }
   /// True when the next action waits for an input that is not here.

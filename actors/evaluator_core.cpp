@@ -25,7 +25,7 @@ std::vector<outgoing> evaluator_core::begin(const snapshot_request& r) {
     return {};
   }
   std::vector<outgoing> out;
-  for (const auto& s : c_.shards) out.push_back({s.address, make_pull(c_.self, s.address, r.checkpoint)});
+  for (const auto& s : c_.shards) out.push_back({s.address, make_pull(c_.self, s.address, r.checkpoint, r.steps)});
   return out;
 }
 
@@ -57,7 +57,7 @@ std::vector<outgoing> evaluator_core::retry() const {
   std::vector<outgoing> out;
   for (std::size_t s = 0; s < answered_.size(); ++s)
     if (active_ && !answered_[s])
-      out.push_back({c_.shards[s].address, make_pull(c_.self, c_.shards[s].address, req_.checkpoint)});
+      out.push_back({c_.shards[s].address, make_pull(c_.self, c_.shards[s].address, req_.checkpoint, req_.steps)});
   return out;
 }
 

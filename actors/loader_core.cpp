@@ -18,6 +18,7 @@ void loader_core::restart(int epoch) {
 }
 
 net::message loader_core::next() {
+  train::trace_span span(trace_.get(), track_, "load");
   if (batches_.next_size() == 0) {
     batches_.start_epoch(++epoch_);
     if (batches_.next_size() == 0) throw error(net::to_string(p_.address) + ": its part of the data is empty");

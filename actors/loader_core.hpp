@@ -1,10 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "data/dataset.hpp"
 #include "net/message.hpp"
 #include "train/plan.hpp"
+#include "train/trace.hpp"
 
 namespace troupe::actors {
 
@@ -18,6 +22,11 @@ public:
   loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
               const train::loader_plan& p, int first_epoch = 0);
   net::message next();
+  /// The run's timeline: a span "load" per batch.
+  void trace(std::shared_ptr<train::tracer> t) {
+    trace_ = std::move(t);
+    track_ = net::to_string(p_.address);
+  }
   /// Goes on at the start of epoch `epoch` (a worker that joins a running
   /// job); nothing changes when the loader is in that epoch already.
   void restart(int epoch);
@@ -31,6 +40,8 @@ private:
   data::batch tmp_;  // its images view the message being built while next() fills it
   shape sample_;
   train::loader_plan p_;
+  std::shared_ptr<train::tracer> trace_;
+  std::string track_;
   int epoch_ = 0;
   uint64_t index_ = 0;
 };

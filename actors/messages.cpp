@@ -10,11 +10,12 @@ namespace {
 
 } // namespace
 
-net::message make_pull(const net::address& from, const net::address& shard, bool with_state) {
+net::message make_pull(const net::address& from, const net::address& shard, bool with_state, uint64_t steps) {
   auto b = net::make_builder();
   auto p = net::init_envelope(*b, from, shard).initPullParams();
   p.setShard(shard.index);
   p.setWithState(with_state);
+  p.setSteps(steps);
   return net::message::from_builder(std::move(b));
 }
 

@@ -14,7 +14,9 @@ namespace troupe::actors {
 
 /// A request for shard `shard`'s parameters; `with_state`: the reply carries
 /// the update rule's state too (for a checkpoint).
-net::message make_pull(const net::address& from, const net::address& shard, bool with_state = false);
+/// `steps`: a pipeline stage answers once it has applied this many mini-batches' updates.
+net::message make_pull(const net::address& from, const net::address& shard, bool with_state = false,
+                       uint64_t steps = 0);
 net::message make_control(const net::address& from, const net::address& to, wire::Control::Kind kind,
                           uint32_t amount = 0, const std::string& detail = {});
 /// A worker's report to the coordinator.

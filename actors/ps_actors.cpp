@@ -88,6 +88,8 @@ struct worker_state {
   std::vector<outgoing> held;  // pushes delayed by the speed factor
   int prefetch = 2;
   bool busy = false;
+  bool idle = false;                            // since `idle_since`: no step possible (the trace's "wait")
+  clock_type::time_point idle_since;
 };
 using worker_actor_t = caf::stateful_actor<worker_state>;
 
@@ -109,9 +111,10 @@ void worker_report(worker_actor_t* self) {
     send_to(*st.dir, st.coordinator, make_metrics(st.core->address(), st.coordinator, st.core->report()));
 }
 
-void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes) {
+/// Sends the step's pushes; `sent_before`: some went out during backward.
+void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes, bool sent_before = false) {
   auto& st = self->state;
-  const bool pushed = !pushes.empty();
+  const bool pushed = sent_before || !pushes.empty();
   for (auto& p : pushes) send_to(*st.dir, p.to, std::move(p.msg));
   pushes.clear();
   worker_report(self);
@@ -126,6 +129,10 @@ void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes) {
 void worker_try_step(worker_actor_t* self) {
   auto& st = self->state;
   while (!st.busy && st.core->ready() && !st.batches.empty()) {
+    if (st.idle) {  // the trace's "wait": for parameters or a batch
+      st.idle = false;
+      st.core->trace_span("wait", st.idle_since, clock_type::now());
+    }
     net::message b = std::move(st.batches.front());
     st.batches.pop_front();
     const net::address& me = st.core->address();
@@ -141,7 +148,11 @@ void worker_try_step(worker_actor_t* self) {
       self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(extra * 1e6)), release_atom::value);
       return;
     }
-    worker_send(self, out.pushes);
+    worker_send(self, out.pushes, out.sent_during_backward > 0);
+  }
+  if (!st.idle && !st.busy) {
+    st.idle = true;
+    st.idle_since = clock_type::now();
   }
 }
 
@@ -320,8 +331,7 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
               return;
             }
             case wire::Envelope::PULL_PARAMS: {
-              outgoing o = st.core->answer_pull(m);
-              send_to(*st.dir, o.to, std::move(o.msg));
+              for (outgoing& o : st.core->take_pull(m)) send_to(*st.dir, o.to, std::move(o.msg));
               return;
             }
             default:

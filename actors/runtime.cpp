@@ -111,6 +111,9 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
   const int k_stages = static_cast<int>(r.p.stages.size());
   int64_t steps = r.p.total_updates - r.start.first_steps;
   if (s.max_steps > 0) steps = std::min(steps, s.max_steps - r.start.first_steps);
+  // A resumed run takes at least one step, as workers and the sequential loop do
+  // (the coordinator ends the run on the first report past --max-steps).
+  steps = std::max<int64_t>(1, steps);
   for (int k = 0; k < k_stages; ++k) {
     const train::stage_plan& sp = r.p.stages[k];
     if (sp.address.node != r.self) continue;
@@ -124,12 +127,13 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
     c.layout = layout;
     c.schedule = s.pipeline.schedule;
     c.micro_batches = s.pipeline.micro_batches;
-    c.total_micro_batches = std::max<int64_t>(0, steps) * s.pipeline.micro_batches;
+    c.total_micro_batches = steps * s.pipeline.micro_batches;
     c.lr = s.lr;
     c.momentum = s.momentum;
     c.weight_decay = s.weight_decay;
     c.lr_schedule = s.schedule;
     c.total_steps = r.p.total_updates;
+    c.steps_before = r.start.first_steps;
     c.stash = s.pipeline.stash;
     c.trace = r.trace;
     // A stage's replicas: the whole model built (same seed), its layers cut out.
@@ -143,6 +147,7 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
     if (k == 0) {
       auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size,
                                                   r.p.loaders[0], r.start.first_epoch);
+      loader->trace(r.trace);
       locals.push_back(spawn_loader(sys, loader, r.dir));
       r.dir->add(r.p.loaders[0].address, locals.back());
     }
@@ -169,6 +174,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
       auto core = std::make_shared<shard_core>(sp, mine, rule_config(s), s.schedule, r.p.total_updates, ctx);
       if (r.start.resuming)
         resume_shard(*core, r.start.checkpoint, to_string(s.algo.kind), static_cast<int>(r.p.shards.size()), r.log);
+      core->trace(r.trace);
       locals.push_back(spawn_shard(sys, core, r.dir, &r.log));
       r.dir->add(sp.address, locals.back());
     }
@@ -182,9 +188,14 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
     if (w.address.node != r.self) continue;
     auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size,
                                                 r.p.loaders[i], r.start.first_epoch);
+    loader->trace(r.trace);
     locals.push_back(spawn_loader(sys, loader, r.dir));
     r.dir->add(r.p.loaders[i].address, locals.back());
     auto core = std::make_shared<worker_core>(w, replicas, make_source(r.j, r.p, w, layout, r.hogwild));
+    // Pipelined execution; a slowed worker (--speeds) holds its pushes back, so it pushes after backward.
+    if (s.algo.overlap && w.speed <= 1.0f)
+      core->overlap([dir = r.dir](outgoing&& o) { send_to(*dir, o.to, std::move(o.msg)); });
+    if (r.trace) core->trace(r.trace, net::to_string(w.address));
     // SSGD's rounds wait for every worker: a pull during one would not end it, so no retry.
     const auto retry = s.algo.kind == algorithm_kind::ssgd ? std::chrono::milliseconds(0) : r.reply_timeout;
     locals.push_back(spawn_worker(sys, core, r.p.loaders[i].address, r.p.coordinator, s.algo.prefetch, retry, r.dir));

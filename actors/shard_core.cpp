@@ -160,7 +160,10 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
     net::envelope_reader r(m, limits_);
     switch (r.root().which()) {
       case wire::Envelope::PULL_PARAMS: return on_pull(r, from);
-      case wire::Envelope::PUSH_GRADIENT: return on_push(r, from);
+      case wire::Envelope::PUSH_GRADIENT: {
+        train::trace_span span(trace_.get(), track_, "apply");
+        return on_push(r, from);
+      }
       default:
         reject(net::reject_reason::unknown_kind, "shard " + std::to_string(id()) + ": unexpected message kind " +
                                                      std::to_string(static_cast<int>(r.root().which())));

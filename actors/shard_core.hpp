@@ -13,6 +13,7 @@
 #include "net/checkpoint.hpp"
 #include "net/message.hpp"
 #include "train/plan.hpp"
+#include "train/trace.hpp"
 
 namespace troupe::actors {
 
@@ -39,6 +40,11 @@ public:
   /// so that the worker keeps training; a message whose source cannot be
   /// read is only counted.
   std::vector<reply> handle(const net::message& m);
+  /// The run's timeline: a span "apply" per push.
+  void trace(std::shared_ptr<train::tracer> t) {
+    trace_ = std::move(t);
+    track_ = net::to_string(p_.address);
+  }
 
   const net::address& address() const { return p_.address; }
   uint32_t id() const { return p_.address.index; }
@@ -73,6 +79,8 @@ private:
   uint32_t worker_index(const net::address& from, const char* what) const;
 
   train::shard_plan p_;
+  std::shared_ptr<train::tracer> trace_;
+  std::string track_;
   std::vector<std::string> names_;
   std::vector<shape> shapes_;
   int64_t n_ = 0;

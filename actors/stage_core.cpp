@@ -52,6 +52,33 @@ void stage_core::take(const net::message& m) {
   }
 }
 
+std::vector<outgoing> stage_core::take_pull(const net::message& m) {
+  net::envelope_reader r(m);
+  if (r.root().which() != wire::Envelope::PULL_PARAMS) reject(net::reject_reason::unknown_kind, "expected PullParams");
+  const uint64_t steps = r.root().getPullParams().getSteps();
+  std::vector<outgoing> out;
+  if (static_cast<uint64_t>(applied_mini_batches()) >= steps) out.push_back(answer_pull(m));
+  else pulls_.emplace_back(steps, m);
+  return out;
+}
+
+int64_t stage_core::applied_mini_batches() const {
+  const auto v = static_cast<int64_t>(version_id_);
+  return c_.steps_before + (c_.schedule == model::pipeline_schedule::gpipe ? v : v / c_.micro_batches);
+}
+
+void stage_core::answer_due_pulls(std::vector<outgoing>& out) {
+  const auto applied = static_cast<uint64_t>(applied_mini_batches());
+  for (auto it = pulls_.begin(); it != pulls_.end();) {
+    if (it->first > applied) {
+      ++it;
+      continue;
+    }
+    out.push_back(answer_pull(it->second));
+    it = pulls_.erase(it);
+  }
+}
+
 outgoing stage_core::answer_pull(const net::message& m) const {
   net::envelope_reader r(m);
   if (r.root().which() != wire::Envelope::PULL_PARAMS) reject(net::reject_reason::unknown_kind, "expected PullParams");
@@ -91,7 +118,10 @@ stage_core::result stage_core::run(int max_actions) {
     switch (a.what) {
       case model::pipeline_action::kind::forward: forward(a.micro_batch, out); break;
       case model::pipeline_action::kind::backward: backward(a.micro_batch, out); break;
-      case model::pipeline_action::kind::update: update(a.micro_batch); break;
+      case model::pipeline_action::kind::update:
+        update(a.micro_batch);
+        answer_due_pulls(out.messages);
+        break;
     }
   }
   return out;
@@ -240,11 +270,12 @@ void stage_core::update(int64_t) {
   train::trace_span span(c_.trace.get(), track_, "update");
   if (summed_ == 0 || grads_.empty()) {
     summed_ = 0;
+    ++version_id_;  // a stage without parameters has applied the mini-batch too
     return;
   }
   const float inv = 1.0f / static_cast<float>(summed_);
   for (float& x : grads_) x *= inv;
-  const int64_t step = last_backward_ / c_.micro_batches;
+  const int64_t step = c_.steps_before + last_backward_ / c_.micro_batches;
   const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, step, c_.total_steps);
   // A version a micro-batch in flight (or the stash) still holds never changes.
   weights w = current_.use_count() == 1 ? current_ : std::make_shared<std::vector<float>>(*current_);

@@ -37,6 +37,7 @@ struct stage_config {
   float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
   model::lr_schedule lr_schedule = model::lr_schedule::constant;
   int64_t total_steps = 1;           ///< mini-batches of the run (the lr schedule's length)
+  int64_t steps_before = 0;          ///< mini-batches done before this start (a resumed run)
   int stash = 0;                     ///< 1F1B: weight versions kept (0: every one in flight)
   std::shared_ptr<train::tracer> trace;
 };
@@ -50,8 +51,14 @@ public:
   /// A Batch (first stage), Activation or Gradient: kept until its action runs.
   /// Throws net::message_error for one that does not fit.
   void take(const net::message& m);
-  /// The answer to a PullParams: this stage's parameters now.
-  outgoing answer_pull(const net::message& m) const;
+  /// A PullParams: answered at once (returned) when the stage has applied the
+  /// updates of the mini-batches it asks for (PullParams.steps), else kept
+  /// and answered by the run() that applies them: an epoch's snapshot holds
+  /// every stage's parameters after the same mini-batches, the last update of
+  /// the first stage included.
+  std::vector<outgoing> take_pull(const net::message& m);
+  /// Mini-batches whose updates this stage has applied (1F1B: an update per micro-batch).
+  int64_t applied_mini_batches() const;
 
   struct result {
     std::vector<outgoing> messages;            ///< activations on, gradients back
@@ -97,6 +104,10 @@ private:
   void update(int64_t mb);
   /// Points the replica's parameters at weight version `w` (read-only).
   void bind(replica& r, const weights& w, bound_tensors& b) const;
+  /// This stage's parameters now, for the PullParams `m`.
+  outgoing answer_pull(const net::message& m) const;
+  /// The kept pulls that the updates applied so far answer.
+  void answer_due_pulls(std::vector<outgoing>& out);
   net::message make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb, const tensor& t,
                                    const std::vector<int32_t>* labels) const;
 
@@ -118,6 +129,7 @@ private:
   std::map<int64_t, int> done_in_batch_;                      // last stage: micro-batches backwarded per mini-batch
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
+  std::vector<std::pair<uint64_t, net::message>> pulls_;     // kept PullParams: (mini-batches asked, message)
 };
 
 } // namespace troupe::actors

@@ -101,17 +101,23 @@ public:
     return net::payload(b->getRoot<wire::Envelope>().getPushGradient().getValues());
   }
 
-  /// Sends the pushes opened for this step (their headers set now) and waits for every shard.
-  void push(uint64_t step, std::vector<outgoing>& out) {
-    for (std::size_t s = 0; s < c_.shards.size(); ++s) {
-      auto p = push_[s].exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
-      p.setBaseVersion(version_[s]);
-      p.setStep(step);
-      out.push_back({c_.shards[s].address, push_[s]});
-    }
-    waiting_ = static_cast<int>(c_.shards.size());
-    std::fill(answered_.begin(), answered_.end(), false);
+  /// Sends shard s's push opened for this step (its header set now) and waits for its answer.
+  void push_one(std::size_t s, uint64_t step, std::vector<outgoing>& out) {
+    auto p = push_[s].exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
+    p.setBaseVersion(version_[s]);
+    p.setStep(step);
+    out.push_back({c_.shards[s].address, push_[s]});
+    if (answered_[s]) ++waiting_;
+    answered_[s] = false;
+    sent_[s] = true;
     pushed_ = true;
+  }
+  bool sent(std::size_t s) const { return sent_[s]; }
+  /// Sends the pushes of this step that push_one has not sent; the next step starts afresh.
+  void push(uint64_t step, std::vector<outgoing>& out) {
+    for (std::size_t s = 0; s < c_.shards.size(); ++s)
+      if (!sent_[s]) push_one(s, step, out);
+    std::fill(sent_.begin(), sent_.end(), false);
   }
 
 private:
@@ -121,6 +127,7 @@ private:
   std::vector<uint64_t> version_;           // per shard: version of the parameters held
   std::vector<net::message> push_;          // per shard: the last PushGradient, reused in place
   std::vector<bool> answered_;              // per shard: its Params for the last push (or the first pull) came
+  std::vector<bool> sent_ = std::vector<bool>(c_.shards.size(), false);  // per shard: pushed in this step
   int waiting_;                             // shards whose Params have not arrived
   bool pushed_ = false;                     // waiting for the answers to a push (not the first pull)
 };
@@ -142,6 +149,7 @@ public:
   }
   bool ready() const override { return x_.ready(); }
   void bind(replica& r, bound_tensors& b) override {
+    layers_of(r.net);
     const std::vector<model::parameter*> params = r.net.parameters();
     for (std::size_t s = 0; s < x_.shards().size(); ++s) {
       const model::shard_range& range = x_.shards()[s].range;
@@ -158,11 +166,32 @@ public:
     for (auto& m : latest_) m = net::message();  // trained on: the shard may now update it in place
     std::fill(values_.begin(), values_.end(), nullptr);
   }
+  bool pushes_during_backward() const override { return true; }
+  void after_layer(std::size_t layer, uint64_t step, std::vector<outgoing>& out) override {
+    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+      // Backward runs from the last layer to the first: once it has passed the
+      // layer of a shard's first tensor, every gradient of the shard is written.
+      if (x_.sent(s) || x_.shards()[s].range.first == x_.shards()[s].range.last || first_layer_.at(s) < layer) continue;
+      x_.push_one(s, step, out);
+      latest_[s] = net::message();  // no layer before reads these weights
+      values_[s] = nullptr;
+    }
+  }
+  /// The layer holding each shard's first tensor (from the replica's layers' tensor counts).
+  void layers_of(const model::model& net) {
+    if (!first_layer_.empty()) return;
+    std::vector<std::size_t> layer_of_tensor;
+    const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
+    for (std::size_t l = 0; l < counts.size(); ++l) layer_of_tensor.insert(layer_of_tensor.end(), counts[l], l);
+    for (const auto& sp : x_.shards())
+      first_layer_.push_back(sp.range.first < layer_of_tensor.size() ? layer_of_tensor[sp.range.first] : 0);
+  }
 
 private:
   shard_exchange x_;
   std::vector<net::message> latest_;
   std::vector<const float*> values_;
+  std::vector<std::size_t> first_layer_;  // per shard: the layer of its first tensor
 };
 
 /// k local steps with the worker's own optimizer on its own copy of the
@@ -357,13 +386,36 @@ worker_core::step_out worker_core::step(const net::message& m) {
   bound_tensors bound;
   source_->bind(*replica, bound);
   step_out out;
-  const tensor& logits = replica->net.forward(ctx_, x, true);
-  out.loss = kernels::softmax_cross_entropy(ctx_, logits, labels_, &dlogits_);
-  replica->net.backward(ctx_, dlogits_);
+  {
+    train::trace_span span(trace_.get(), track_, "forward");
+    const tensor& logits = replica->net.forward(ctx_, x, true);
+    out.loss = kernels::softmax_cross_entropy(ctx_, logits, labels_, &dlogits_);
+  }
   ++steps_;
+  if (send_ && source_->pushes_during_backward()) {
+    std::vector<outgoing> early;
+    auto backward = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
+    replica->net.backward(ctx_, dlogits_, [&](std::size_t layer) {
+      source_->after_layer(layer, steps_, early);
+      if (early.empty()) return;
+      // The backward span is cut around each send: the trace shows where the pushes went out.
+      backward.reset();
+      {
+        train::trace_span push(trace_.get(), track_, "push");
+        for (outgoing& o : early) send_(std::move(o));
+      }
+      out.sent_during_backward += static_cast<int>(early.size());
+      early.clear();
+      backward = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
+    });
+  } else {
+    train::trace_span span(trace_.get(), track_, "backward");
+    replica->net.backward(ctx_, dlogits_);
+  }
   loss_sum_ += out.loss;
   ++loss_n_;
   samples_ += labels_.size();
+  train::trace_span span(trace_.get(), track_, source_->pushes_during_backward() ? "push" : "update");
   source_->update(ctx_, *replica, steps_, out.pushes);
   return out;
 }

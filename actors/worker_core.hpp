@@ -6,6 +6,7 @@
 // every k local steps, or a Hogwild! buffer shared in this process.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "net/message.hpp"
 #include "train/epoch_accumulator.hpp"
 #include "train/plan.hpp"
+#include "train/trace.hpp"
 
 namespace troupe::actors {
 
@@ -111,8 +113,14 @@ public:
   /// Before forward: the replica's parameters hold, or view, this step's
   /// weights; its gradients are where backward should write them.
   virtual void bind(replica& r, bound_tensors& b) = 0;
-  /// After backward: applies the update or appends the pushes for the shards to `out`.
+  /// After backward: applies the update or appends the pushes for the shards to `out`
+  /// (those after_layer has not sent).
   virtual void update(const kernels::context& ctx, replica& r, uint64_t step, std::vector<outgoing>& out) = 0;
+  /// True when after_layer sends pushes during backward (pipelined execution).
+  virtual bool pushes_during_backward() const { return false; }
+  /// During backward, once layer `layer` (and every layer after it) is done:
+  /// appends the pushes of the shards whose gradients are complete to `out`.
+  virtual void after_layer(std::size_t layer, uint64_t step, std::vector<outgoing>& out) {}
   /// True when an update was applied, or a push answered by every shard, since the last report.
   bool report_due() const { return report_due_; }
   /// The tally since the last report; starts a new one.
@@ -154,10 +162,27 @@ public:
 
   struct step_out {
     double loss = 0;
-    std::vector<outgoing> pushes;  ///< empty between pushes
+    std::vector<outgoing> pushes;  ///< empty between pushes (and those sent during backward)
+    int sent_during_backward = 0;  ///< pushes handed to the sender while backward went on
   };
   /// Trains on one Batch message. Requires ready().
   step_out step(const net::message& batch);
+  /// Pipelined execution: each parameter shard's push goes to `send` as soon
+  /// as backward has produced its gradients, while backward goes on with the
+  /// layers before (P3's overlap of communication with backward). Without a
+  /// sender (the default), every push waits for the whole backward (linear
+  /// execution). Only the push-every-step source overlaps.
+  void overlap(std::function<void(outgoing&&)> send) { send_ = std::move(send); }
+  /// The run's timeline: spans forward, backward and push on `track`.
+  void trace(std::shared_ptr<train::tracer> t, std::string track) {
+    trace_ = std::move(t);
+    track_ = std::move(track);
+  }
+  /// A span `name` on this worker's track (nothing without a trace).
+  void trace_span(const char* name, std::chrono::steady_clock::time_point begin,
+                  std::chrono::steady_clock::time_point end) const {
+    if (trace_) trace_->span(track_, name, begin, end);
+  }
   /// True when report() has something to say.
   bool report_due() const { return source_->report_due(); }
   /// The steps since the last report.
@@ -177,6 +202,9 @@ private:
   std::vector<int32_t> labels_;
   double loss_sum_ = 0;
   uint64_t samples_ = 0, loss_n_ = 0;
+  std::function<void(outgoing&&)> send_;
+  std::shared_ptr<train::tracer> trace_;
+  std::string track_;
 };
 
 } // namespace troupe::actors

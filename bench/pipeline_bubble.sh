@@ -24,8 +24,8 @@ for K in 2 4; do
     "$bin" --stages "$K" --micro-batches "$M" --schedule "$s" --steps "$steps" --trace "$t" "${extra[@]}" >/dev/null 2>"$t.log" ||
       { cat "$t.log" >&2; exit 1; }
     # GPipe: per mini-batch (N = M); 1F1B: over the run (N = every micro-batch)
-    if [ "$s" = gpipe ]; then python3 "$stats" "$t" --stages "$K" --micro-batches "$M" --json "$t.stats" >/dev/null
-    else python3 "$stats" "$t" --stages "$K" --json "$t.stats" >/dev/null; fi
+    if [ "$s" = gpipe ]; then python3 "$stats" "$t" --only stage --stages "$K" --micro-batches "$M" --json "$t.stats" >/dev/null
+    else python3 "$stats" "$t" --only stage --stages "$K" --json "$t.stats" >/dev/null; fi
     python3 - "$t.stats" "$K" "$M" "$s" "$steps" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); K, M, s, steps = sys.argv[2:]

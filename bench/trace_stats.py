@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Utilization and pipeline bubble from a troupe trace (--trace FILE).
 
-  trace_stats.py TRACE [--micro-batches M] [--stages K] [--json OUT]
+  trace_stats.py TRACE [--only TEXT] [--micro-batches M] [--stages K] [--json OUT]
 
 Reads the Chrome trace event file troupe writes (one track per actor, "X"
 spans named forward, backward, update, push, apply, load, wait, ...), and
@@ -18,6 +18,9 @@ to its last, over every track): the per-mini-batch bubble, without the gaps
 between mini-batches. With --stages K the ideal bubble (K-1)/(N+K-1) is
 printed next to it, N being M per mini-batch, and the number of micro-batches
 of the whole run for the window of the run.
+
+--only TEXT keeps the tracks whose name holds TEXT (e.g. "stage", "worker"):
+the window is theirs alone.
 
 The output is a table, and with --json a JSON object a tool can read.
 """
@@ -71,9 +74,14 @@ def main():
     ap.add_argument("--stages", type=int, default=0, help="K: print the ideal bubble")
     ap.add_argument("--idle", action="append", default=["wait"], help="span names that are not work (default: wait)")
     ap.add_argument("--json", help="also write the figures as JSON to this file")
+    ap.add_argument("--only", help="only the tracks whose name holds this text")
     a = ap.parse_args()
 
     names, spans = load(a.trace)
+    if a.only:
+        spans = [s for s in spans if a.only in names.get((s["pid"], s["tid"]), "")]
+        if not spans:
+            sys.exit(f"trace_stats: no track of {a.trace} has '{a.only}' in its name")
     idle_names = set(a.idle)
     tracks = sorted({(s["pid"], s["tid"]) for s in spans})
     label = {t: names.get(t, f"pid {t[0]} tid {t[1]}") for t in tracks}

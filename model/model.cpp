@@ -61,12 +61,18 @@ const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool 
 }
 
 const tensor& model::backward(const kernels::context& ctx, const tensor& dout) {
+  return backward(ctx, dout, nullptr);
+}
+
+const tensor& model::backward(const kernels::context& ctx, const tensor& dout,
+                              const std::function<void(std::size_t)>& after_layer) {
   require_built("backward");
   static const tensor none;
   const tensor* cur = &dout;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    cur = &(*it)->backward(ctx, *cur);
-    if (!(*it)->needs_input_grad()) return none;  // nothing before it learns
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    cur = &layers_[i]->backward(ctx, *cur);
+    if (after_layer) after_layer(i);
+    if (!layers_[i]->needs_input_grad()) return none;  // nothing before it learns
   }
   return *cur;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ public:
   /// grad. Returns d(loss)/d(input), valid until the next backward call, or an
   /// undefined tensor when no layer needs it (nothing before this model learns).
   const tensor& backward(const kernels::context& ctx, const tensor& dout);
+  /// The same, calling `after_layer(i)` once layer i's parameter gradients are
+  /// written (last layer first): a data-parallel worker sends a parameter
+  /// shard's gradients while backward goes on with the layers before it.
+  const tensor& backward(const kernels::context& ctx, const tensor& dout,
+                         const std::function<void(std::size_t)>& after_layer);
 
   /// Layers [first, last) of this built model as a model of their own (a
   /// pipeline stage): they move out of this model, which is left empty.

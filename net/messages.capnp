@@ -74,6 +74,9 @@ struct Batch {
 struct PullParams {
   shard @0 :UInt32;
   withState @1 :Bool;                # for a checkpoint: the update rule's state too
+  steps @2 :UInt64;                  # a pipeline stage answers once it has applied the updates of
+                                     # this many mini-batches (a snapshot consistent across stages);
+                                     # parameter shards answer at once
 }
 
 # A shard's parameters at a version (number of updates it has applied).

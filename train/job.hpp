@@ -69,6 +69,7 @@ struct algorithm_settings {
   float worker_momentum = 0;    ///< local optimizer's momentum with push_every > 1
   std::vector<float> speeds;    ///< per-worker slowdown factors >= 1 (empty: all 1)
   int prefetch = 2;             ///< batches a loader keeps in flight per worker
+  bool overlap = true;          ///< push each shard's gradients during backward (pipelined execution); false: linear
   float lambda = 0.04f;         ///< DC-ASGD-c: constant lambda
   float lambda0 = 2.0f;         ///< DC-ASGD-a, DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)
   float rho_ms = 0.95f;         ///< DC-ASGD-a, DDC-ASGD: decay of the mean square MS
@@ -89,6 +90,10 @@ public:
   algorithm& worker_momentum(float m) { s_.worker_momentum = m; return *this; }
   algorithm& speeds(std::vector<float> factors) { s_.speeds = std::move(factors); return *this; }
   algorithm& prefetch(int n) { s_.prefetch = n; return *this; }
+  /// Pipelined execution (default): each parameter shard's gradients go out as
+  /// soon as backward has produced them, while it goes on; false: after the
+  /// whole backward (linear execution).
+  algorithm& overlap(bool on) { s_.overlap = on; return *this; }
   algorithm& lambda(float v) { s_.lambda = v; return *this; }
   algorithm& lambda0(float v) { s_.lambda0 = v; return *this; }
   algorithm& rho_ms(float v) { s_.rho_ms = v; return *this; }

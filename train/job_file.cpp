@@ -326,6 +326,10 @@ std::vector<job_key> make_keys() {
                   [](auto& s) -> auto& { return s.train.algo.speeds; }, at_least(1)),
       integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
                   [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
+      boolean_key("overlap",
+                  "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
+                  "(pipelined execution), true or false (default true; false: linear execution)",
+                  [](auto& s) -> auto& { return s.train.algo.overlap; }),
       number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
                  [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
       number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",

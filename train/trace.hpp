@@ -50,6 +50,8 @@ public:
   ~trace_span() {
     if (t_) t_->span(*track_, name_, begin_, std::chrono::steady_clock::now(), mb_);
   }
+  /// `track` is kept by reference: a temporary would be gone by the end.
+  trace_span(tracer* t, std::string&& track, const char* name, int64_t micro_batch = -1) = delete;
   trace_span(const trace_span&) = delete;
   trace_span& operator=(const trace_span&) = delete;
 

@@ -99,7 +99,9 @@ std::shared_ptr<stage_core> make_stage(const std::function<model::model()>& make
 }
 
 std::vector<float> params_of(stage_core& s) {
-  return read_params(s.answer_pull(make_pull(evaluator_addr(), s.address())).msg).values;
+  auto answers = s.take_pull(make_pull(evaluator_addr(), s.address()));
+  REQUIRE(answers.size() == 1);
+  return read_params(answers[0].msg).values;
 }
 
 } // namespace
@@ -198,5 +200,38 @@ TEST_CASE("pipeline: a stage holds no more micro-batches than its schedule's bou
     }
     // 1F1B: the first stage of two holds two micro-batches at most, GPipe all four of a mini-batch.
     CHECK(st[0]->max_in_flight() == (sched == model::pipeline_schedule::gpipe ? 4 : 2));
+  }
+}
+
+TEST_CASE("pipeline: a stage answers a snapshot's pull once it has applied the mini-batches it names",
+          "[actors][pipeline]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0, 1);
+  tensor x = tensor::empty({4, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.at(i) = n(rng);
+  const std::vector<int32_t> y{0, 1, 2, 0};
+  for (auto sched : {model::pipeline_schedule::gpipe, model::pipeline_schedule::one_f_one_b}) {
+    INFO(model::to_string(sched));
+    // Two stages, two micro-batches, one mini-batch.
+    std::vector<std::shared_ptr<stage_core>> st{make_stage(mlp5, 0, 2, 0, 2, sched, 2, 2, 0.5f),
+                                                make_stage(mlp5, 1, 2, 2, 5, sched, 2, 2, 0.5f)};
+    const std::vector<float> before = params_of(*st[0]);
+    // Asked for the state after mini-batch 1 before the first stage has applied it: kept.
+    CHECK(st[0]->take_pull(make_pull(evaluator_addr(), st[0]->address(), false, 1)).empty());
+    st[0]->take(batch_of(x, y, 0));
+    std::vector<net::message> answers;
+    for (int round = 0; round < 10; ++round)
+      for (auto& s : st)
+        for (auto& o : s->run().messages) {
+          if (o.to == evaluator_addr()) answers.push_back(o.msg);
+          else st.at(o.to.index)->take(o.msg);
+        }
+    REQUIRE(st[0]->done());
+    CHECK(st[0]->applied_mini_batches() == 1);
+    // Answered by the update, with the parameters after it.
+    REQUIRE(answers.size() == 1);
+    const std::vector<float> answered = read_params(answers[0]).values;
+    CHECK(answered == params_of(*st[0]));
+    CHECK(answered != before);
   }
 }

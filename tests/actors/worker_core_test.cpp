@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "actors/messages.hpp"
@@ -489,4 +490,79 @@ TEST_CASE("worker: Hogwild! workers step on one shared buffer, staleness counts 
     pool.release(r0);
     pool.release(r1);
   }
+}
+
+TEST_CASE("worker: pipelined execution sends a shard's push as soon as backward has produced it",
+          "[actors][worker][overlap]") {
+  // Two layers with parameters; shard 1 holds the second layer's, shard 0 the first's.
+  const auto make = [] {
+    model::model m = nn::sequential(nn::dense(3, 2), nn::relu(), nn::dense(2, 6));
+    m.build({3}, 7);
+    return m;
+  };
+  model::model ref = make();
+  const model::param_layout layout = ref.layout();
+  const auto ranges = model::plan_shards(layout, 2);
+  REQUIRE(ranges[0].first == 0);
+  REQUIRE(ranges[1].first == 2);  // the second dense layer's weight: layer 2
+  shard_source_config c;
+  c.self = worker_addr(0);
+  c.layout = layout;
+  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
+  tensor x = tensor::empty({2, 3});
+  for (int64_t i = 0; i < 6; ++i) x.at(i) = 0.1f * static_cast<float>(i) - 0.2f;
+
+  const auto gradient = [](const net::message& m) {
+    net::envelope_reader r(m);
+    const net::flat_view g = net::view(r.root().getPushGradient().getValues(), "test");
+    return std::vector<float>(g.data, g.data + g.numel);
+  };
+  // The same two steps linear (pushes after backward) and pipelined (a sender given).
+  std::map<uint32_t, std::vector<float>> got[2][2];  // [pipelined][step] shard -> gradient
+  for (int pipelined = 0; pipelined < 2; ++pipelined) {
+    INFO((pipelined ? "pipelined" : "linear"));
+    std::vector<std::unique_ptr<shard_core>> shards;
+    auto params = ref.parameters();
+    for (uint32_t s = 0; s < 2; ++s) {
+      std::vector<named_tensor> ts;
+      for (uint32_t i = ranges[s].first; i < ranges[s].last; ++i)
+        ts.push_back({params[i]->name, params[i]->value.clone()});
+      shards.push_back(std::make_unique<shard_core>(c.shards[s], ts, small_rule(model::rule_kind::asgd, 1, 0.1f),
+                                                    model::lr_schedule::constant, 100, kernels::context{}));
+    }
+    worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(make), shard_weights(c));
+    std::vector<outgoing> sent;
+    if (pipelined) w.overlap([&](outgoing&& o) { sent.push_back(std::move(o)); });
+    for (auto& pull : w.start()) w.on_params(shards[pull.to.index]->handle(pull.msg).at(0).msg);
+    REQUIRE(w.ready());
+    for (int step = 0; step < 2; ++step) {
+      sent.clear();
+      worker_core::step_out out = w.step(batch_message(x, tiny_labels));
+      if (pipelined) {
+        // Both pushes went out during backward, the last layer's shard first.
+        CHECK(out.pushes.empty());
+        CHECK(out.sent_during_backward == 2);
+        REQUIRE(sent.size() == 2);
+        CHECK(sent[0].to == shard_addr(1));
+        CHECK(sent[1].to == shard_addr(0));
+      } else {
+        CHECK(out.sent_during_backward == 0);
+        REQUIRE(out.pushes.size() == 2);
+        sent = out.pushes;
+      }
+      CHECK_FALSE(w.ready());
+      for (auto& o : sent) {
+        got[pipelined][step][o.to.index] = gradient(o.msg);
+        w.on_params(shards[o.to.index]->handle(o.msg).at(0).msg);
+      }
+      REQUIRE(w.ready());
+    }
+  }
+  // The same gradients either way, step after step.
+  for (int step = 0; step < 2; ++step)
+    for (uint32_t s = 0; s < 2; ++s) {
+      INFO("step " << step << ", shard " << s);
+      REQUIRE(got[0][step][s].size() == static_cast<std::size_t>(ranges[s].numel()));
+      CHECK(got[0][step][s] == got[1][step][s]);
+    }
 }

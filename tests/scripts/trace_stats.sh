@@ -7,7 +7,7 @@ build=$1 src=$2
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 "$build/bench/troupe_pipeline_bubble" --stages 2 --micro-batches 2 --steps 2 --op-ms 1 --trace "$d/t.json" >/dev/null
-python3 "$src/bench/trace_stats.py" "$d/t.json" --stages 2 --micro-batches 2 --json "$d/s.json"
+python3 "$src/bench/trace_stats.py" "$d/t.json" --only stage --stages 2 --micro-batches 2 --json "$d/s.json"
 python3 - "$d/s.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -299,15 +299,21 @@ TEST_CASE("one ASGD worker on actors reproduces the sequential loop's losses for
   job seq = mlp_job(d.dir.path()).momentum(0.0f).threads(2).epochs(4).max_steps(100);  // 32 steps per epoch
   seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
   fit(seq, log);
-  job async = seq;
-  async.algorithm(asgd());
-  async.on_step([&](const step_event& e) { got.push_back(e.loss); });
-  fit(async, log);
   REQUIRE(expected.size() == 100);
-  REQUIRE(got.size() == 100);
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(std::abs(got[i] - expected[i]) <= 1e-5);
+  // One shard; three shards with each shard's push sent during backward
+  // (pipelined execution) and after it (linear): the same steps.
+  for (auto [shards, overlap] : {std::pair{1, true}, std::pair{3, true}, std::pair{3, false}}) {
+    INFO(shards << " shard(s), overlap " << overlap);
+    job async = seq;
+    async.algorithm(asgd().shards(shards).overlap(overlap));
+    got.clear();
+    async.on_step([&](const step_event& e) { got.push_back(e.loss); });
+    fit(async, log);
+    REQUIRE(got.size() == 100);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(got[i] - expected[i]) <= 1e-5);
+    }
   }
 }
 
@@ -429,14 +435,17 @@ TEST_CASE("a GPipe pipeline reproduces the sequential loop's losses for 100 step
   larger_data d;  // 32 steps per epoch
   std::ostringstream log;
   std::vector<double> expected, got;
-  job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100);
+  job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100).checkpoint(d.dir.file("seq.ckpt"));
   seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
-  fit(seq, log);
+  const history hs = fit(seq, log);
+  const net::checkpoint cs = net::load_checkpoint(d.dir.file("seq.ckpt"));
   for (int stages : {2, 3}) {
     INFO(stages << " stages");
     got.clear();
     job pipe = seq;
     pipe.pipeline(stages, 4, pipeline_schedule::gpipe).metrics_out(d.dir.file("pipe.jsonl"));
+    const std::string ckpt = d.dir.file("pipe" + std::to_string(stages) + ".ckpt");
+    pipe.checkpoint(ckpt);
     pipe.on_step([&](const step_event& e) { got.push_back(e.loss); });
     history h = fit(pipe, log);
     REQUIRE(got.size() == 100);
@@ -444,6 +453,20 @@ TEST_CASE("a GPipe pipeline reproduces the sequential loop's losses for 100 step
       INFO("step " << i + 1);
       CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
     }
+    // The final snapshot holds every stage after all 100 updates (the first
+    // stage's last one included): the sequential loop's parameters.
+    const net::checkpoint cp = net::load_checkpoint(ckpt);
+    CHECK(cp.step == cs.step);
+    REQUIRE(cp.params.size() == cs.params.size());
+    for (std::size_t t = 0; t < cs.params.size(); ++t) {
+      INFO(cs.params[t].name);
+      REQUIRE(cp.params[t].name == cs.params[t].name);
+      const float *a = cs.params[t].value.data(), *b = cp.params[t].value.data();
+      float worst = 0;
+      for (int64_t i = 0; i < cs.params[t].value.numel(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+      CHECK(worst <= 1e-4f);
+    }
+    CHECK(std::abs(h.back().test_accuracy - hs.back().test_accuracy) <= 0.002);
     CHECK(h.back().test_accuracy > 0.8);
     CHECK_THAT(read_lines(d.dir.file("pipe.jsonl")).back(), Contains("\"pipeline_stages\":" + std::to_string(stages)));
   }

@@ -226,7 +226,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
       "seed",       "threads",     "data-dir",   "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
-      "speeds",     "prefetch",    "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0",
+      "speeds",     "prefetch",    "overlap",    "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0",
       "pipeline-stages", "micro-batches", "schedule", "pipeline-cuts", "stash", "trace"};
   std::vector<std::string> table;
   for (const job_key& k : job_keys()) {

@@ -61,6 +61,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"worker_momentum", exact(a.worker_momentum)},
       {"speeds", speeds + "]"},
       {"prefetch", std::to_string(a.prefetch)},
+      {"overlap", a.overlap ? "true" : "false"},
       {"lambda", exact(a.lambda)},
       {"lambda0", exact(a.lambda0)},
       {"rho_ms", exact(a.rho_ms)},
@@ -126,6 +127,7 @@ inline train::job_spec everything_changed() {
   a.worker_momentum = 0.3f;
   a.speeds = {1.0f, 1.5f, 2.0f, 4.0f};
   a.prefetch = 5;
+  a.overlap = false;
   a.lambda = 0.07f;
   a.lambda0 = 3.3f;
   a.rho_ms = 0.9f;

@@ -13,6 +13,8 @@
 #   TROUPE_NODE_THREADS threads per node (default: the machine's cores / N, at least 1)
 #   TROUPE_PEER_TIMEOUT seconds of silence after which a node is dead (default 3)
 #   TROUPE_CHECKPOINT_EVERY  (optional) also checkpoint every this many steps
+#   TROUPE_NODE_ROLES  what each node may host, one word per node: both (default), workers or shards;
+#                      e.g. "shards workers": node 0 the parameter shards, node 1 the workers
 #   TROUPE_NETNS=1      (root) each node in a network namespace of its own, all joined by veth pairs to a
 #                      bridge, so that the traffic crosses a real network stack; TROUPE_NETNS_RATE (e.g. 1gbit)
 #                      limits each node's link with tbf. The namespaces are removed at the end.
@@ -91,8 +93,15 @@ fi
   echo "peer-timeout = ${TROUPE_PEER_TIMEOUT:-3}"
   echo "heartbeat = $(awk -v t="${TROUPE_PEER_TIMEOUT:-3}" 'BEGIN { h = t / 6; print (h < 0.5 ? h : 0.5) }')"
   echo "nodes = ["
+  read -r -a roles <<< "${TROUPE_NODE_ROLES:-}"
   for i in $(seq 0 $(( n - 1 ))); do
-    echo "  { name = \"node$i\", host = \"$(host_of "$i")\", port = ${ports[$i]}, threads = $threads },"
+    case "${roles[$i]:-both}" in
+      both) role="" ;;
+      workers) role=", shards = false" ;;
+      shards) role=", workers = false" ;;
+      *) echo "local_cluster.sh: TROUPE_NODE_ROLES: '${roles[$i]}' is not both, workers or shards" >&2; exit 2 ;;
+    esac
+    echo "  { name = \"node$i\", host = \"$(host_of "$i")\", port = ${ports[$i]}, threads = $threads$role },"
   done
   echo "]"
 } > "$dir/cluster.toml"

@@ -78,6 +78,15 @@ void max_pool2d_backward(const context& ctx, const tensor& dy, const std::vector
 void avg_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geometry& g, tensor& y);
 void avg_pool2d_backward(const context& ctx, const tensor& dy, const pool2d_geometry& g,
                          const shape& x_shape, tensor& dx);
+/// y [n, c] = the mean of each plane of x [n, c, h, w].
+void global_avg_pool2d_forward(const context& ctx, const tensor& x, tensor& y);
+/// dx [n, c, h, w] = dy [n, c] / (h * w) at every position of the plane.
+void global_avg_pool2d_backward(const context& ctx, const tensor& dy, const shape& x_shape, tensor& dx);
+
+// ---------------------------------------------------------------- elementwise
+
+/// y = a + b, elementwise (same shapes); y may be a or b.
+void add(const context& ctx, const tensor& a, const tensor& b, tensor& y);
 
 // ---------------------------------------------------------------- activations
 

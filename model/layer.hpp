@@ -49,9 +49,18 @@ public:
   /// Non-trainable state saved in checkpoints (batch norm's running statistics).
   virtual std::vector<named_tensor> buffers() { return {}; }
 
+  /// The layers inside a block, in the order they run, each with its place
+  /// in the block ("1", "projection 1"); empty for a plain layer.
+  struct inner_layer {
+    std::string place;
+    layer* inner;
+  };
+  virtual std::vector<inner_layer> inner_layers() { return {}; }
+
   /// Layers before the first one with parameters need no input gradient
-  /// (model::build sets this); skipping it saves work.
-  void set_needs_input_grad(bool b) { needs_input_grad_ = b; }
+  /// (model::build sets this); skipping it saves work. A block passes it on
+  /// to the layers inside it.
+  virtual void set_needs_input_grad(bool b) { needs_input_grad_ = b; }
   bool needs_input_grad() const { return needs_input_grad_; }
 
 protected:

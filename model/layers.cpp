@@ -195,6 +195,30 @@ private:
   tensor y_, dx_;
 };
 
+class global_avg_pool_layer final : public layer {
+public:
+  std::string kind() const override { return "global_avg_pool"; }
+  std::string describe() const override { return "global_avg_pool"; }
+  shape infer(const shape& in, const std::string& source) override {
+    if (in.rank() != 3)
+      throw shape_error("expects [channels, height, width] inputs, " + source + " gives " + in.to_string());
+    return {in[0]};
+  }
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
+    x_shape_ = x.shape();
+    k::global_avg_pool2d_forward(ctx, x, y_);
+    return y_;
+  }
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    k::global_avg_pool2d_backward(ctx, dy, x_shape_, dx_);
+    return dx_;
+  }
+
+private:
+  shape x_shape_;
+  tensor y_, dx_;
+};
+
 enum class act { relu, tanh, sigmoid };
 
 template <act A>
@@ -334,6 +358,7 @@ std::unique_ptr<layer> max_pool2d::make() const {
 std::unique_ptr<layer> avg_pool2d::make() const {
   return std::make_unique<model::pool_layer<false>>(kernel_size, stride_);
 }
+std::unique_ptr<layer> global_avg_pool::make() const { return std::make_unique<model::global_avg_pool_layer>(); }
 std::unique_ptr<layer> relu::make() const { return std::make_unique<model::activation_layer<model::act::relu>>(); }
 std::unique_ptr<layer> tanh::make() const { return std::make_unique<model::activation_layer<model::act::tanh>>(); }
 std::unique_ptr<layer> sigmoid::make() const {

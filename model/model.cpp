@@ -26,7 +26,9 @@ model& model::build(const shape& input, uint64_t seed) {
     try {
       cur = layers_[i]->infer(cur, source);
     } catch (const shape_error& e) {
-      throw shape_error(layer_name(*layers_[i], i) + " " + e.what());
+      // "dense #8 expects ...", "residual #3: conv2d #2 inside expects ..."
+      const bool block = !layers_[i]->inner_layers().empty();
+      throw shape_error(layer_name(*layers_[i], i) + (block ? ": " : " ") + e.what());
     }
     shapes_.push_back(cur);
   }
@@ -139,8 +141,15 @@ std::string model::summary() const {
     int64_t n = 0;
     for (parameter* p : layers_[i]->parameters()) n += p->value.numel();
     total += n;
-    os << std::setw(4) << (i + 1) << std::setw(34) << layers_[i]->describe() << std::setw(18)
-       << shapes_[i].to_string() << n << "\n";
+    const std::vector<layer::inner_layer> inner = layers_[i]->inner_layers();
+    // A block's line gives its kind; the layers inside it follow, indented.
+    os << std::setw(4) << (i + 1) << std::setw(34) << (inner.empty() ? layers_[i]->describe() : layers_[i]->kind())
+       << std::setw(18) << shapes_[i].to_string() << n << "\n";
+    for (const auto& in : inner) {
+      int64_t m = 0;
+      for (parameter* p : in.inner->parameters()) m += p->value.numel();
+      os << std::setw(4) << "" << std::setw(52) << ("  " + in.place + ": " + in.inner->describe()) << m << "\n";
+    }
   }
   os << "total parameters: " << total << " (" << std::fixed << std::setprecision(2)
      << total * 4.0 / (1024.0 * 1024.0) << " MiB)\n";

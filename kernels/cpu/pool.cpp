@@ -130,4 +130,34 @@ void avg_pool2d_backward(const context& ctx, const tensor& dy, const pool2d_geom
   }
 }
 
+void global_avg_pool2d_forward(const context& ctx, const tensor& x, tensor& y) {
+  detail::require(x.defined() && x.rank() == 4, "global_avg_pool2d_forward",
+                  "x must be [n, c, h, w], got " + (x.defined() ? x.shape().to_string() : std::string("undefined")));
+  const int64_t planes = x.dim(0) * x.dim(1), hw = x.dim(2) * x.dim(3);
+  detail::require(hw > 0, "global_avg_pool2d_forward", "empty planes in x " + x.shape().to_string());
+  ensure_shape(y, {x.dim(0), x.dim(1)});
+  const float inv = 1.0f / static_cast<float>(hw);
+  const float* xp = x.data();
+  float* yp = y.data();
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* in = xp + pl * hw;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < hw; ++i) sum += in[i];
+    yp[pl] = sum * inv;
+  }
+}
+
+void global_avg_pool2d_backward(const context& ctx, const tensor& dy, const shape& x_shape, tensor& dx) {
+  detail::require(x_shape.rank() == 4, "global_avg_pool2d_backward", "x must be [n, c, h, w], got " + x_shape.to_string());
+  detail::require_shape(dy, {x_shape[0], x_shape[1]}, "global_avg_pool2d_backward", "dy");
+  ensure_shape(dx, x_shape);
+  const int64_t planes = x_shape[0] * x_shape[1], hw = x_shape[2] * x_shape[3];
+  const float inv = 1.0f / static_cast<float>(hw);
+  const float* gp = dy.data();
+  float* dp = dx.data();
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, dx.numel()))
+  for (int64_t pl = 0; pl < planes; ++pl) std::fill_n(dp + pl * hw, hw, gp[pl] * inv);
+}
+
 } // namespace troupe::kernels

@@ -1,12 +1,13 @@
 // Residual blocks and global average pooling in the DSL: gradients, shape
 // errors that name the block and the layer inside it, parameter and buffer
-// names, the flat layout.
+// names, the flat layout, the zoo's ResNet-20.
 #include <catch2/catch.hpp>
 
 #include <set>
 
 #include "kernels/kernels.hpp"
 #include "model/nn.hpp"
+#include "model/zoo.hpp"
 #include "tests/gradcheck.hpp"
 
 using namespace troupe;
@@ -202,4 +203,22 @@ TEST_CASE("a model with blocks flattens into one buffer and loads its state", "[
   other.build({2, 8, 8}, 9);
   other.load_state(net.architecture(), net.state());
   CHECK(other.forward(ctx, x, false).to_vector() == net.forward(ctx, x, false).to_vector());
+}
+
+TEST_CASE("the zoo's ResNet-20 for Fashion-MNIST and CIFAR-10", "[model]") {
+  auto fm = zoo::resnet();
+  fm.build({1, 28, 28});
+  CHECK(fm.output_shape() == shape{10});
+  // stem 144 + 32; stage 1: 3 x 4672; stage 2: 14528 + 2 x 18560; stage 3: 57728 + 2 x 73984; dense 650
+  CHECK(fm.num_parameters() == 272186);
+  CHECK(fm.size() == 23);  // conv, batch norm, relu, 9 x (block, relu), pool, dense
+  auto cifar = zoo::resnet(3);
+  cifar.build({3, 32, 32});
+  CHECK(cifar.num_parameters() == 272186 + 2 * 16 * 9);
+  CHECK(zoo::by_name("resnet").build({1, 28, 28}).num_parameters() == 272186);
+  CHECK_THAT(fm.summary(), Contains("global_avg_pool") && Contains("[64, 7, 7]"));
+  CHECK(fm.parameters()[3]->name == "3.residual.0.conv2d.weight");
+
+  tensor x = testing::random_tensor({2, 3, 32, 32}, 4);
+  CHECK(cifar.forward(ctx, x, true).shape() == shape{2, 10});
 }

@@ -7,6 +7,7 @@
 
 #include "actors/fit.hpp"
 #include "model/nn.hpp"
+#include "model/zoo.hpp"
 #include "net/checkpoint.hpp"
 #include "train/evaluate.hpp"
 #include "tests/test_util.hpp"
@@ -88,4 +89,19 @@ TEST_CASE("a residual network on 2 shards trains with DDC-ASGD on 4 workers; eva
     }
   CHECK(has_stats);
   CHECK(evaluate(j, ckpt, log).test_accuracy == h[2].test_accuracy);
+}
+
+TEST_CASE("the zoo's resnet runs a few steps with DDC-ASGD on 2 shards", "[actors][fit]") {
+  data_dir d;
+  std::ostringstream log;
+  job j = resnet_job(d.dir.path(), ddc_asgd().workers(2).shards(2)).model([] { return zoo::resnet(); }, "resnet")
+              .epochs(1)
+              .max_steps(6)
+              .batch_size(16)
+              .evaluate(false);
+  history h = fit(j, log);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].steps == 6);
+  CHECK(std::isfinite(h[0].train_loss));
+  CHECK_THAT(log.str(), Contains("model resnet: 272186 parameters"));
 }

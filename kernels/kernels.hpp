@@ -53,15 +53,16 @@ struct conv2d_geometry {
 /// The output shape [n, oc, oh, ow] of x [n, c, h, w]; throws on a mismatch.
 shape conv2d_output_shape(const shape& x, const conv2d_geometry& g);
 
-/// y = conv(x, w) + bias, w [oc, c, k, k]. `cols` receives the im2col matrices
-/// [n, c*k*k, oh*ow] that the backward pass needs.
+/// y = conv(x, w) + bias, w [oc, c, k, k], by ctx.conv's path. On the im2col
+/// path `cols` receives the column matrices [n, c*k*k, oh*ow] that the
+/// backward pass needs; the direct path needs none and leaves it undefined.
 void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                     const conv2d_geometry& g, tensor& y, tensor& cols);
-/// Gradients from dy and the forward pass's `cols`. dx and dbias are skipped
-/// when null (the first layer needs no input gradient).
-void conv2d_backward(const context& ctx, const tensor& w, const tensor& cols, const tensor& dy,
-                     const conv2d_geometry& g, const shape& x_shape, tensor* dx, tensor& dw,
-                     tensor* dbias);
+/// Gradients from dy, the forward pass's input x and its `cols` (same ctx.conv
+/// as the forward pass). dx and dbias are skipped when null (the first layer
+/// needs no input gradient).
+void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
+                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias);
 
 // ---------------------------------------------------------------- pooling
 

@@ -129,12 +129,12 @@ public:
     if (o_.bias_) b_.value = tensor::zeros({o_.out_channels});
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
+    x_ = x;
     k::conv2d_forward(ctx, x, w_.value, b_.value, g_, y_, cols_);
     return y_;
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::conv2d_backward(ctx, w_.value, cols_, dy, g_, x_shape_, needs_input_grad_ ? &dx_ : nullptr,
+    k::conv2d_backward(ctx, x_, w_.value, cols_, dy, g_, needs_input_grad_ ? &dx_ : nullptr,
                        w_.grad, o_.bias_ ? &b_.grad : nullptr);
     if (!needs_input_grad_) dx_ = tensor();
     return dx_;
@@ -149,8 +149,7 @@ private:
   nn::conv2d o_;
   k::conv2d_geometry g_;
   parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
-  shape x_shape_;
-  tensor y_, cols_, dx_;
+  tensor x_, y_, cols_, dx_;
 };
 
 template <bool Max>

@@ -57,6 +57,15 @@ public:
   };
   virtual std::vector<inner_layer> inner_layers() { return {}; }
 
+  /// Kernel fusion, decided again at every model::build (and by a block for
+  /// the layers inside it): `next` is the layer after this one in its chain,
+  /// or null. Returns true when this layer applies `next`'s function in its
+  /// own output pass (a convolution or batch norm the ReLU after it); `next`
+  /// is then told so by set_applied_by_previous(true), and passes its input
+  /// and its gradient through. Results stay the same.
+  virtual bool fuse_next(const layer* next) { return false; }
+  virtual void set_applied_by_previous(bool applied) {}
+
   /// Layers before the first one with parameters need no input gradient
   /// (model::build sets this); skipping it saves work. A block passes it on
   /// to the layers inside it.

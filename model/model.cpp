@@ -34,6 +34,11 @@ model& model::build(const shape& input, uint64_t seed) {
   }
   std::mt19937_64 rng(seed);
   for (auto& l : layers_) l->initialize(rng);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const bool fused = layers_[i]->fuse_next(i + 1 < layers_.size() ? layers_[i + 1].get() : nullptr);
+    if (i + 1 < layers_.size()) layers_[i + 1]->set_applied_by_previous(fused);
+  }
+  layers_.front()->set_applied_by_previous(false);
   // A layer needs its input gradient only if a layer before it learns: the
   // MLP's first dense layer (after flatten) skips a 64x256x784 product per step.
   bool learns_upstream = false;

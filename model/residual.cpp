@@ -53,19 +53,31 @@ public:
     for (auto& l : projection_) l->initialize(rng);
   }
 
+  bool fuse_next(const layer* next) override {
+    fuse_chain(body_);
+    fuse_chain(projection_);
+    relu_ = next && next->kind() == "relu";
+    return relu_;
+  }
+
   const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
     const tensor* out = &x;
     for (auto& l : body_) out = &l->forward(ctx, *out, training);
     const tensor* shortcut = &x;
     for (auto& l : projection_) shortcut = &l->forward(ctx, *shortcut, training);
-    k::add(ctx, *out, *shortcut, y_);
+    k::add(ctx, *out, *shortcut, y_, relu_);
     return y_;
   }
 
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+  const tensor& backward(const k::context& ctx, const tensor& dy_out) override {
+    const tensor* dy = &dy_out;
+    if (relu_) {
+      k::relu_backward(ctx, y_, dy_out, dy_);
+      dy = &dy_;
+    }
     // d(body + shortcut)/dx: the gradient through the body plus the one through the shortcut.
-    const tensor* body_dx = backward_chain(body_, ctx, dy);
-    const tensor* shortcut_dx = projection_.empty() ? &dy : backward_chain(projection_, ctx, dy);
+    const tensor* body_dx = backward_chain(body_, ctx, *dy);
+    const tensor* shortcut_dx = projection_.empty() ? dy : backward_chain(projection_, ctx, *dy);
     if (!needs_input_grad_) {
       dx_ = tensor();
       return dx_;
@@ -119,6 +131,15 @@ private:
     return l.kind() + " #" + std::to_string(i + 1) + (projection ? " of the projection" : " inside");
   }
 
+  /// Fusion inside a chain of the block, as model::build does for the model's.
+  static void fuse_chain(layers& chain) {
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      const bool fused = chain[i]->fuse_next(i + 1 < chain.size() ? chain[i + 1].get() : nullptr);
+      if (i + 1 < chain.size()) chain[i + 1]->set_applied_by_previous(fused);
+    }
+    if (!chain.empty()) chain.front()->set_applied_by_previous(false);
+  }
+
   static shape infer_chain(layers& chain, const shape& in, const std::string& source, bool projection) {
     shape cur = in;
     for (std::size_t i = 0; i < chain.size(); ++i) {
@@ -160,7 +181,8 @@ private:
 
   layers body_, projection_;
   bool named_ = false;
-  tensor y_, dx_;
+  bool relu_ = false;  // applies the next layer, a ReLU, to the sum
+  tensor y_, dy_, dx_;
 };
 
 } // namespace

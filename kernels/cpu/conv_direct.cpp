@@ -52,8 +52,10 @@ float* scratch(int slot, std::size_t n) {
   return b.data();
 }
 
-/// x [c, h, w] into zeroed planes [c, h + 2p, w + 2p].
-void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, float* out) {
+/// x [c, h, w] into zeroed planes [c, h + 2p, w + 2p]; where `mask` is given
+/// (of x's shape), only the elements where it is > 0.
+void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, float* out,
+                const float* mask = nullptr) {
   const int64_t hp = h + 2 * p, wp = w + 2 * p;
   for (int64_t ci = 0; ci < c; ++ci) {
     float* o = out + ci * hp * wp;
@@ -62,7 +64,12 @@ void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, floa
     for (int64_t r = 0; r < h; ++r) {
       float* row = o + (r + p) * wp;
       std::fill_n(row, p, 0.0f);
-      std::memcpy(row + p, in + r * w, w * sizeof(float));
+      if (mask) {
+        const float* m = mask + ci * h * w + r * w;
+        for (int64_t j = 0; j < w; ++j) row[p + j] = m[j] > 0.0f ? in[r * w + j] : 0.0f;
+      } else {
+        std::memcpy(row + p, in + r * w, w * sizeof(float));
+      }
       std::fill_n(row + p + w, p, 0.0f);
     }
     std::fill_n(o + (p + h) * wp, p * wp, 0.0f);
@@ -250,6 +257,7 @@ inline void store_block(float* p, block v) { _mm256_storeu_ps(p, v); }
 inline block splat(float v) { return _mm256_set1_ps(v); }
 inline block add_block(block a, block b) { return _mm256_add_ps(a, b); }
 inline block relu_block(block a) { return _mm256_max_ps(a, _mm256_setzero_ps()); }
+inline block where_positive(block y, block g) { return _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
 inline void transpose(block r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -280,6 +288,7 @@ inline void store_block(float* p, block v) { _mm_storeu_ps(p, v); }
 inline block splat(float v) { return _mm_set1_ps(v); }
 inline block add_block(block a, block b) { return _mm_add_ps(a, b); }
 inline block relu_block(block a) { return _mm_max_ps(a, _mm_setzero_ps()); }
+inline block where_positive(block y, block g) { return _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), g); }
 inline void transpose(block r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 #endif
 
@@ -311,37 +320,38 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
   }
 }
 
-/// Sum of n floats, in vector registers.
-float sum(const float* a, int64_t n) {
-  simd::vec acc[4] = {simd::zero(), simd::zero(), simd::zero(), simd::zero()};
-  int64_t i = 0;
-  for (; i + 4 * W <= n; i += 4 * W)
-    for (int u = 0; u < 4; ++u) acc[u] = simd::add(acc[u], simd::load(a + i + u * W));
-  alignas(64) float lanes[W];
-  simd::store(lanes, simd::add(simd::add(acc[0], acc[1]), simd::add(acc[2], acc[3])));
-  float s = 0.0f;
-  for (int l = 0; l < W; ++l) s += lanes[l];
-  for (; i < n; ++i) s += a[i];
-  return s;
-}
-
-/// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels); adds
-/// each channel's sum to dbias when given.
-void load_positions(const float* dy, int64_t positions, int64_t oc, int64_t ocp, float* t, float* dbias) {
+/// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels), where
+/// `mask` (of dy's shape) is > 0 when it is given; adds each channel's sum of
+/// t to dbias when given.
+void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
+                    float* dbias) {
   const int64_t full = positions / tb * tb;
   for (int64_t o0 = 0; o0 < ocp; o0 += tb) {
     const int64_t rows = std::max<int64_t>(0, std::min(tb, oc - o0));
     for (int64_t q0 = 0; q0 < full; q0 += tb) {
       block v[tb];
-      for (int64_t r = 0; r < tb; ++r) v[r] = r < rows ? load_block(dy + (o0 + r) * positions + q0) : splat(0.0f);
+      for (int64_t r = 0; r < tb; ++r) {
+        const int64_t at = (o0 + r) * positions + q0;
+        v[r] = r >= rows ? splat(0.0f) : mask ? where_positive(load_block(mask + at), load_block(dy + at))
+                                              : load_block(dy + at);
+      }
       transpose(v);
       for (int64_t r = 0; r < tb; ++r) store_block(t + (q0 + r) * ocp + o0, v[r]);
     }
     for (int64_t q = full; q < positions; ++q)
-      for (int64_t r = 0; r < tb; ++r) t[q * ocp + o0 + r] = r < rows ? dy[(o0 + r) * positions + q] : 0.0f;
+      for (int64_t r = 0; r < tb; ++r) {
+        const int64_t at = (o0 + r) * positions + q;
+        t[q * ocp + o0 + r] = r < rows && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
+      }
   }
-  if (dbias)
-    for (int64_t o = 0; o < oc; ++o) dbias[o] += sum(dy + o * positions, positions);
+  if (!dbias) return;
+  for (int64_t o0 = 0; o0 < ocp; o0 += W) {
+    simd::vec acc = simd::zero();
+    for (int64_t q = 0; q < positions; ++q) acc = simd::add(acc, simd::load(t + q * ocp + o0));
+    alignas(64) float lanes[W];
+    simd::store(lanes, acc);
+    for (int64_t l = 0; l < W && o0 + l < oc; ++l) dbias[o0 + l] += lanes[l];
+  }
 }
 
 /// wt [c*k*k, ocp] = W [oc, c, k, k] transposed, zero beyond oc.
@@ -400,7 +410,8 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
 }
 
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                            const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias) {
+                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
+                            tensor* dbias) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
   const int64_t oc = g.out_channels, oh = dy.dim(2), ow = dy.dim(3), k = g.kernel, p = g.padding, s = g.stride;
   const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), cp = round_up(c, W);
@@ -421,6 +432,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   }
   const float* xp = x.data();
   const float* dyp = dy.data();
+  const float* maskp = relu_output ? relu_output->data() : nullptr;
   float* dxp = dx ? dx->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -431,6 +443,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = xp + i * c * h * wd;
       const float* dyi = dyp + i * oc * positions;
+      const float* maski = maskp ? maskp + i * oc * positions : nullptr;
       const float* in = xi;
       if (p > 0) {
         float* padded = scratch(2, static_cast<std::size_t>(c * hp * wp));
@@ -438,13 +451,13 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
         in = padded;
       }
       float* dyt = scratch(3, static_cast<std::size_t>(positions * ocp));
-      load_positions(dyi, positions, oc, ocp, dyt, db);
+      load_positions(dyi, maski, positions, oc, ocp, dyt, db);
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
       if (direct_dx) {
         const float* din = dyi;
-        if (pd > 0) {
+        if (pd > 0 || maski) {
           float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
-          pad_planes(dyi, oc, oh, ow, pd, padded);
+          pad_planes(dyi, oc, oh, ow, pd, padded, maski);
           din = padded;
         }
         float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
@@ -469,7 +482,11 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
       dbp[o] = v;
     }
   }
-  if (dx && !direct_dx) conv2d_backward_data_gemm(ctx, w, dy, g, *dx);
+  if (dx && !direct_dx) {
+    tensor masked;
+    if (relu_output) relu_backward(ctx, *relu_output, dy, masked);
+    conv2d_backward_data_gemm(ctx, w, relu_output ? masked : dy, g, *dx);
+  }
 }
 
 } // namespace troupe::kernels::detail

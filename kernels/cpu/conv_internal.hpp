@@ -13,9 +13,10 @@ bool conv2d_direct_supported(const conv2d_geometry& g);
 /// y = conv(x, w) + bias, then max(y, 0) when `relu`.
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                            const conv2d_geometry& g, bool relu, tensor& y);
-/// dw, and dx and dbias when not null.
+/// dw, and dx and dbias when not null; dy counts where relu_output > 0 only, when given.
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                            const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias);
+                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
+                            tensor* dbias);
 /// dx alone by GEMM and col2im, image by image (needs no column buffer).
 void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy, const conv2d_geometry& g,
                                tensor& dx);

@@ -217,31 +217,38 @@ void conv2d_backward_im2col(const context& ctx, const tensor& w, const tensor& c
 } // namespace
 
 void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                    const conv2d_geometry& g, tensor& y, tensor& cols) {
+                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
   if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
   ensure_shape(y, ys);
   if (uses_direct(ctx, g)) {
     cols = tensor();
-    detail::conv2d_forward_direct(ctx, x, w, bias, g, false, y);
+    detail::conv2d_forward_direct(ctx, x, w, bias, g, relu, y);
   } else {
     conv2d_forward_im2col(ctx, x, w, bias, g, y, cols);
+    if (relu) relu_forward(ctx, y, y);
   }
 }
 
 void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
-                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias) {
+                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   detail::require_shape(dy, ys, "conv2d_backward", "dy");
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_backward", "w");
+  if (relu_output) detail::require_shape(*relu_output, ys, "conv2d_backward", "relu_output");
   ensure_shape(dw, w.shape());
   if (dbias) ensure_shape(*dbias, {g.out_channels});
   if (dx) ensure_shape(*dx, x.shape());
-  if (uses_direct(ctx, g))
-    detail::conv2d_backward_direct(ctx, x, w, dy, g, dx, dw, dbias);
-  else
+  if (uses_direct(ctx, g)) {
+    detail::conv2d_backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+  } else if (relu_output) {
+    tensor masked;
+    relu_backward(ctx, *relu_output, dy, masked);
+    conv2d_backward_im2col(ctx, w, cols, masked, g, x.shape(), dx, dw, dbias);
+  } else {
     conv2d_backward_im2col(ctx, w, cols, dy, g, x.shape(), dx, dw, dbias);
+  }
 }
 
 void detail::conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy,

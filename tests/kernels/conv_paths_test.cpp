@@ -87,3 +87,55 @@ TEST_CASE("conv2d's direct path matches im2col on random shapes", "[kernels]") {
     compare_paths(t, 1000 + i);
   }
 }
+
+TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kernels]") {
+  const k::context ctx = testing::test_context();
+  // Stride 1 (dx by the direct kernel) and stride 2 (dx by GEMM), on both paths.
+  for (int64_t stride : {1, 2})
+    for (k::conv_path path : {k::conv_path::direct, k::conv_path::im2col}) {
+      INFO("stride " << stride << (path == k::conv_path::direct ? " direct" : " im2col"));
+      k::context c = ctx;
+      c.conv = path;
+      k::conv2d_geometry g{5, 19, 3, stride, 1};
+      tensor x = testing::random_tensor({3, 5, 9, 8}, 7), w = testing::random_tensor({19, 5, 3, 3}, 8),
+             b = testing::random_tensor({19}, 9);
+      tensor y, cols, relu_y, fused, fused_cols;
+      k::conv2d_forward(c, x, w, b, g, y, cols);
+      k::relu_forward(c, y, relu_y);
+      k::conv2d_forward(c, x, w, b, g, fused, fused_cols, true);
+      CHECK(max_rel_diff(fused, relu_y) == 0);
+
+      tensor dy = testing::random_tensor(y.shape(), 10), masked, dx1, dw1, db1, dx2, dw2, db2;
+      k::relu_backward(c, relu_y, dy, masked);
+      k::conv2d_backward(c, x, w, cols, masked, g, &dx1, dw1, &db1);
+      k::conv2d_backward(c, x, w, fused_cols, dy, g, &dx2, dw2, &db2, &fused);
+      CHECK(max_rel_diff(dx2, dx1) < 1e-6);
+      CHECK(max_rel_diff(dw2, dw1) < 1e-6);
+      CHECK(max_rel_diff(db2, db1) < 1e-6);
+    }
+
+  tensor x = testing::random_tensor({4, 3, 5, 6}, 11), gamma = testing::random_tensor({3}, 12),
+         beta = testing::random_tensor({3}, 13);
+  tensor rm = tensor::zeros({3}), rv = tensor::full({3}, 1.0f), y, relu_y, fused, mean, invstd;
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, y, mean, invstd);
+  k::relu_forward(ctx, y, relu_y);
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, fused, mean, invstd, true);
+  CHECK(max_rel_diff(fused, relu_y) == 0);
+  tensor dy = testing::random_tensor(x.shape(), 14), masked, dx1, dg1, db1, dx2, dg2, db2;
+  k::relu_backward(ctx, relu_y, dy, masked);
+  k::batch_norm_backward(ctx, x, gamma, mean, invstd, masked, dx1, dg1, db1);
+  k::batch_norm_backward(ctx, x, gamma, mean, invstd, dy, dx2, dg2, db2, &fused);
+  CHECK(max_rel_diff(dx2, dx1) < 1e-6);
+  CHECK(max_rel_diff(dg2, dg1) < 1e-6);
+  CHECK(max_rel_diff(db2, db1) < 1e-6);
+  k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm, rv, y);
+  k::relu_forward(ctx, y, relu_y);
+  k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm, rv, fused, true);
+  CHECK(max_rel_diff(fused, relu_y) == 0);
+
+  tensor a = testing::random_tensor({2, 40}, 15), b2 = testing::random_tensor({2, 40}, 16), s, sum_relu;
+  k::add(ctx, a, b2, s);
+  k::relu_forward(ctx, s, sum_relu);
+  k::add(ctx, a, b2, s, true);
+  CHECK(max_rel_diff(s, sum_relu) == 0);
+}

@@ -56,6 +56,9 @@ private:
   /// as the job's checkpoint, atomically.
   void write_checkpoint();
 
+  /// Training batches run to estimate batch norm's statistics for a snapshot.
+  static constexpr int64_t batch_norm_batches = 50;
+
   config c_;
   model::model net_;
   model::model::flat_buffers flat_;

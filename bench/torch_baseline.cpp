@@ -1,4 +1,4 @@
-// troupe_torch_baseline: trains troupe's reference MLP or CNN with libtorch on
+// troupe_torch_baseline: trains troupe's reference MLP, CNN or ResNet-20 with libtorch on
 // (Fashion-)MNIST, fed by troupe's own batcher, and prints one JSON line with
 // the training throughput and test accuracy, to compare against troupe.
 
@@ -39,7 +39,7 @@ struct usage_error : std::runtime_error {
 const char* const usage_text =
     "usage: troupe_torch_baseline [options]\n"
     "Trains troupe's reference model with libtorch and prints one JSON line.\n"
-    "  --model mlp|cnn     model to train (default mlp)\n"
+    "  --model mlp|cnn|resnet  model to train (default mlp)\n"
     "  --epochs N          training epochs (default 1)\n"
     "  --batch-size N      batch size (default 64)\n"
     "  --lr F              SGD learning rate (default 0.05)\n"
@@ -100,8 +100,8 @@ bool parse_args(int argc, char** argv, options& opt) {
       throw usage_error("unknown option '" + arg + "'");
     }
   }
-  if (opt.model != "mlp" && opt.model != "cnn") {
-    throw usage_error("--model must be mlp or cnn, not '" + opt.model + "'");
+  if (opt.model != "mlp" && opt.model != "cnn" && opt.model != "resnet") {
+    throw usage_error("--model must be mlp, cnn or resnet, not '" + opt.model + "'");
   }
   if (opt.epochs < 1) throw usage_error("--epochs must be at least 1");
   if (opt.batch_size < 1) throw usage_error("--batch-size must be at least 1");
@@ -109,9 +109,56 @@ bool parse_args(int argc, char** argv, options& opt) {
   return true;
 }
 
+/// ResNet's basic block as troupe's zoo builds it: two 3x3 convolutions
+/// without bias, each with batch norm, ReLU between them; a projection
+/// shortcut (1x1 convolution, batch norm) where the shape changes; ReLU after
+/// the sum. (TORCH_MODULE(basic_block) wants the name basic_blockImpl.)
+struct basic_blockImpl : torch::nn::Module {
+  basic_blockImpl(int64_t in, int64_t out, int64_t stride)
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3)
+                                                             .stride(stride).padding(1).bias(false)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3)
+                                                             .padding(1).bias(false)))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      projection = register_module(
+          "projection",
+          torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                                torch::nn::BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor y = bn2(conv2(torch::relu(bn1(conv1(x)))));
+    return torch::relu(y + (projection ? projection->forward(x) : x));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Sequential projection{nullptr};
+};
+TORCH_MODULE(basic_block);
+
 /// troupe's reference models, for images of shape [c, h, w].
 torch::nn::Sequential make_model(const std::string& name, int64_t c, int64_t h, int64_t w) {
   namespace nn = torch::nn;
+  if (name == "resnet") {
+    // zoo::resnet: ResNet-20, three stages of three blocks of 16, 32, 64 channels.
+    nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(c, 16, 3).padding(1).bias(false)), nn::BatchNorm2d(16),
+                       nn::ReLU());
+    int64_t channels = 16;
+    for (int64_t stage : {16, 32, 64}) {
+      for (int block = 0; block < 3; ++block) {
+        net->push_back(basic_block(channels, stage, block == 0 && stage != 16 ? 2 : 1));
+        channels = stage;
+      }
+    }
+    net->push_back(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(1)));
+    net->push_back(nn::Flatten());
+    net->push_back(nn::Linear(64, 10));
+    return net;
+  }
   if (name == "mlp") {
     return nn::Sequential(nn::Flatten(), nn::Linear(c * h * w, 256), nn::ReLU(),
                           nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));

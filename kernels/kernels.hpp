@@ -53,15 +53,19 @@ struct conv2d_geometry {
 /// The output shape [n, oc, oh, ow] of x [n, c, h, w]; throws on a mismatch.
 shape conv2d_output_shape(const shape& x, const conv2d_geometry& g);
 
-/// y = conv(x, w) + bias, w [oc, c, k, k]. `cols` receives the im2col matrices
-/// [n, c*k*k, oh*ow] that the backward pass needs.
+/// y = conv(x, w) + bias, w [oc, c, k, k], by ctx.conv's path; then max(y, 0)
+/// when `relu` (in the same pass). On the im2col path `cols` receives the
+/// column matrices [n, c*k*k, oh*ow] that the backward pass needs; the direct
+/// path needs none and leaves it undefined.
 void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                    const conv2d_geometry& g, tensor& y, tensor& cols);
-/// Gradients from dy and the forward pass's `cols`. dx and dbias are skipped
-/// when null (the first layer needs no input gradient).
-void conv2d_backward(const context& ctx, const tensor& w, const tensor& cols, const tensor& dy,
-                     const conv2d_geometry& g, const shape& x_shape, tensor* dx, tensor& dw,
-                     tensor* dbias);
+                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu = false);
+/// Gradients from dy, the forward pass's input x and its `cols` (same ctx.conv
+/// as the forward pass). dx and dbias are skipped when null (the first layer
+/// needs no input gradient). When the forward pass applied ReLU, `relu_output`
+/// is its output y: dy then counts where y > 0 only.
+void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
+                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias,
+                     const tensor* relu_output = nullptr);
 
 // ---------------------------------------------------------------- pooling
 
@@ -78,6 +82,15 @@ void max_pool2d_backward(const context& ctx, const tensor& dy, const std::vector
 void avg_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geometry& g, tensor& y);
 void avg_pool2d_backward(const context& ctx, const tensor& dy, const pool2d_geometry& g,
                          const shape& x_shape, tensor& dx);
+/// y [n, c] = the mean of each plane of x [n, c, h, w].
+void global_avg_pool2d_forward(const context& ctx, const tensor& x, tensor& y);
+/// dx [n, c, h, w] = dy [n, c] / (h * w) at every position of the plane.
+void global_avg_pool2d_backward(const context& ctx, const tensor& dy, const shape& x_shape, tensor& dx);
+
+// ---------------------------------------------------------------- elementwise
+
+/// y = a + b, elementwise (same shapes), then max(y, 0) when `relu`; y may be a or b.
+void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool relu = false);
 
 // ---------------------------------------------------------------- activations
 
@@ -101,16 +114,18 @@ void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, 
 /// Training: normalizes with the batch statistics, saves mean and 1/std for
 /// backward, and updates running statistics (running = (1-m) running + m batch,
 /// unbiased variance).
+/// With `relu`, y = max(y, 0) in the same pass; the backward pass then takes
+/// that y as `relu_output` and counts dy where y > 0 only.
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd);
+                              tensor& saved_invstd, bool relu = false);
 void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
                              const tensor& beta, float eps, const tensor& running_mean,
-                             const tensor& running_var, tensor& y);
+                             const tensor& running_var, tensor& y, bool relu = false);
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
                          const tensor& saved_mean, const tensor& saved_invstd, const tensor& dy,
-                         tensor& dx, tensor& dgamma, tensor& dbeta);
+                         tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output = nullptr);
 
 // ---------------------------------------------------------------- loss
 

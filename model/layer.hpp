@@ -49,9 +49,27 @@ public:
   /// Non-trainable state saved in checkpoints (batch norm's running statistics).
   virtual std::vector<named_tensor> buffers() { return {}; }
 
+  /// The layers inside a block, in the order they run, each with its place
+  /// in the block ("1", "projection 1"); empty for a plain layer.
+  struct inner_layer {
+    std::string place;
+    layer* inner;
+  };
+  virtual std::vector<inner_layer> inner_layers() { return {}; }
+
+  /// Kernel fusion, decided again at every model::build (and by a block for
+  /// the layers inside it): `next` is the layer after this one in its chain,
+  /// or null. Returns true when this layer applies `next`'s function in its
+  /// own output pass (a convolution or batch norm the ReLU after it); `next`
+  /// is then told so by set_applied_by_previous(true), and passes its input
+  /// and its gradient through. Results stay the same.
+  virtual bool fuse_next(const layer* next) { return false; }
+  virtual void set_applied_by_previous(bool applied) {}
+
   /// Layers before the first one with parameters need no input gradient
-  /// (model::build sets this); skipping it saves work.
-  void set_needs_input_grad(bool b) { needs_input_grad_ = b; }
+  /// (model::build sets this); skipping it saves work. A block passes it on
+  /// to the layers inside it.
+  virtual void set_needs_input_grad(bool b) { needs_input_grad_ = b; }
   bool needs_input_grad() const { return needs_input_grad_; }
 
 protected:

@@ -128,14 +128,18 @@ public:
     init_weights(w_.value, o_.in_channels * kk, o_.out_channels * kk, o_.init_, rng);
     if (o_.bias_) b_.value = tensor::zeros({o_.out_channels});
   }
+  bool fuse_next(const layer* next) override {
+    relu_ = next && next->kind() == "relu";
+    return relu_;
+  }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
-    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, y_, cols_);
+    x_ = x;
+    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, y_, cols_, relu_);
     return y_;
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::conv2d_backward(ctx, w_.value, cols_, dy, g_, x_shape_, needs_input_grad_ ? &dx_ : nullptr,
-                       w_.grad, o_.bias_ ? &b_.grad : nullptr);
+    k::conv2d_backward(ctx, x_, w_.value, cols_, dy, g_, needs_input_grad_ ? &dx_ : nullptr,
+                       w_.grad, o_.bias_ ? &b_.grad : nullptr, relu_ ? &y_ : nullptr);
     if (!needs_input_grad_) dx_ = tensor();
     return dx_;
   }
@@ -149,8 +153,8 @@ private:
   nn::conv2d o_;
   k::conv2d_geometry g_;
   parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
-  shape x_shape_;
-  tensor y_, cols_, dx_;
+  bool relu_ = false;  // applies the next layer, a ReLU
+  tensor x_, y_, cols_, dx_;
 };
 
 template <bool Max>
@@ -195,6 +199,30 @@ private:
   tensor y_, dx_;
 };
 
+class global_avg_pool_layer final : public layer {
+public:
+  std::string kind() const override { return "global_avg_pool"; }
+  std::string describe() const override { return "global_avg_pool"; }
+  shape infer(const shape& in, const std::string& source) override {
+    if (in.rank() != 3)
+      throw shape_error("expects [channels, height, width] inputs, " + source + " gives " + in.to_string());
+    return {in[0]};
+  }
+  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
+    x_shape_ = x.shape();
+    k::global_avg_pool2d_forward(ctx, x, y_);
+    return y_;
+  }
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    k::global_avg_pool2d_backward(ctx, dy, x_shape_, dx_);
+    return dx_;
+  }
+
+private:
+  shape x_shape_;
+  tensor y_, dx_;
+};
+
 enum class act { relu, tanh, sigmoid };
 
 template <act A>
@@ -203,13 +231,16 @@ public:
   std::string kind() const override { return A == act::relu ? "relu" : A == act::tanh ? "tanh" : "sigmoid"; }
   std::string describe() const override { return kind(); }
   shape infer(const shape& in, const std::string&) override { return in; }
+  void set_applied_by_previous(bool applied) override { passthrough_ = A == act::relu && applied; }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
+    if (passthrough_) return x;
     if (A == act::relu) k::relu_forward(ctx, x, y_);
     if (A == act::tanh) k::tanh_forward(ctx, x, y_);
     if (A == act::sigmoid) k::sigmoid_forward(ctx, x, y_);
     return y_;
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    if (passthrough_) return dy;
     if (A == act::relu) k::relu_backward(ctx, y_, dy, dx_);
     if (A == act::tanh) k::tanh_backward(ctx, y_, dy, dx_);
     if (A == act::sigmoid) k::sigmoid_backward(ctx, y_, dy, dx_);
@@ -217,6 +248,7 @@ public:
   }
 
 private:
+  bool passthrough_ = false;  // the previous layer applies this ReLU
   tensor y_, dx_;
 };
 
@@ -293,18 +325,23 @@ public:
     running_mean_ = tensor::zeros({o_.features});
     running_var_ = tensor::full({o_.features}, 1.0f);
   }
+  bool fuse_next(const layer* next) override {
+    relu_ = next && next->kind() == "relu";
+    return relu_;
+  }
   const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
     x_ = x;
     if (training)
       k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps_, o_.momentum_,
-                                  running_mean_, running_var_, y_, mean_, invstd_);
+                                  running_mean_, running_var_, y_, mean_, invstd_, relu_);
     else
       k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps_, running_mean_,
-                                 running_var_, y_);
+                                 running_var_, y_, relu_);
     return y_;
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::batch_norm_backward(ctx, x_, gamma_.value, mean_, invstd_, dy, dx_, gamma_.grad, beta_.grad);
+    k::batch_norm_backward(ctx, x_, gamma_.value, mean_, invstd_, dy, dx_, gamma_.grad, beta_.grad,
+                           relu_ ? &y_ : nullptr);
     return dx_;
   }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }
@@ -314,6 +351,7 @@ public:
 
 private:
   nn::batch_norm o_;
+  bool relu_ = false;  // applies the next layer, a ReLU
   parameter gamma_{"gamma", {}, {}}, beta_{"beta", {}, {}};
   tensor running_mean_, running_var_, x_, y_, dx_, mean_, invstd_;
 };
@@ -334,6 +372,7 @@ std::unique_ptr<layer> max_pool2d::make() const {
 std::unique_ptr<layer> avg_pool2d::make() const {
   return std::make_unique<model::pool_layer<false>>(kernel_size, stride_);
 }
+std::unique_ptr<layer> global_avg_pool::make() const { return std::make_unique<model::global_avg_pool_layer>(); }
 std::unique_ptr<layer> relu::make() const { return std::make_unique<model::activation_layer<model::act::relu>>(); }
 std::unique_ptr<layer> tanh::make() const { return std::make_unique<model::activation_layer<model::act::tanh>>(); }
 std::unique_ptr<layer> sigmoid::make() const {

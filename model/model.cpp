@@ -26,12 +26,15 @@ model& model::build(const shape& input, uint64_t seed) {
     try {
       cur = layers_[i]->infer(cur, source);
     } catch (const shape_error& e) {
-      throw shape_error(layer_name(*layers_[i], i) + " " + e.what());
+      // "dense #8 expects ...", "residual #3: conv2d #2 inside expects ..."
+      const bool block = !layers_[i]->inner_layers().empty();
+      throw shape_error(layer_name(*layers_[i], i) + (block ? ": " : " ") + e.what());
     }
     shapes_.push_back(cur);
   }
   std::mt19937_64 rng(seed);
   for (auto& l : layers_) l->initialize(rng);
+  fuse();
   // A layer needs its input gradient only if a layer before it learns: the
   // MLP's first dense layer (after flatten) skips a 64x256x784 product per step.
   bool learns_upstream = false;
@@ -42,6 +45,14 @@ model& model::build(const shape& input, uint64_t seed) {
   input_ = input;
   built_ = true;
   return *this;
+}
+
+void model::fuse() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const bool fused = layers_[i]->fuse_next(i + 1 < layers_.size() ? layers_[i + 1].get() : nullptr);
+    if (i + 1 < layers_.size()) layers_[i + 1]->set_applied_by_previous(fused);
+  }
+  if (!layers_.empty()) layers_.front()->set_applied_by_previous(false);
 }
 
 void model::require_built(const char* what) const {
@@ -109,6 +120,7 @@ model model::slice(std::size_t first, std::size_t last) {
   // A stage after the first sends d(loss)/d(its input) back: every layer computes its input gradient.
   if (out.first_ > 0)
     for (auto& l : out.layers_) l->set_needs_input_grad(true);
+  out.fuse();  // a stage's last layer applies no ReLU of the next stage
   out.built_ = true;
   layers_.clear();
   shapes_.clear();
@@ -186,8 +198,15 @@ std::string model::summary() const {
     int64_t n = 0;
     for (parameter* p : layers_[i]->parameters()) n += p->value.numel();
     total += n;
-    os << std::setw(4) << (i + 1) << std::setw(34) << layers_[i]->describe() << std::setw(18)
-       << shapes_[i].to_string() << n << "\n";
+    const std::vector<layer::inner_layer> inner = layers_[i]->inner_layers();
+    // A block's line gives its kind; the layers inside it follow, indented.
+    os << std::setw(4) << (i + 1) << std::setw(34) << (inner.empty() ? layers_[i]->describe() : layers_[i]->kind())
+       << std::setw(18) << shapes_[i].to_string() << n << "\n";
+    for (const auto& in : inner) {
+      int64_t m = 0;
+      for (parameter* p : in.inner->parameters()) m += p->value.numel();
+      os << std::setw(4) << "" << std::setw(52) << ("  " + in.place + ": " + in.inner->describe()) << m << "\n";
+    }
   }
   os << "total parameters: " << total << " (" << std::fixed << std::setprecision(2)
      << total * 4.0 / (1024.0 * 1024.0) << " MiB)\n";

@@ -89,6 +89,8 @@ public:
   layer& at(std::size_t i) { return *layers_.at(i); }
 
 private:
+  /// Kernel fusion between neighbours of this chain (layer::fuse_next), decided again after a slice.
+  void fuse();
   void require_built(const char* what) const;
 
   std::vector<std::unique_ptr<layer>> layers_;

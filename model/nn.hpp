@@ -9,6 +9,7 @@
 //   net.build({1, 28, 28}, /*seed=*/1);   // shape inference + initialisation
 //   std::cout << net.summary();
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -61,6 +62,9 @@ struct avg_pool2d {
   std::unique_ptr<model::layer> make() const;
 };
 
+/// Averages each channel of [c, h, w] over its plane: the output is [c].
+struct global_avg_pool { std::unique_ptr<model::layer> make() const; };
+
 struct relu { std::unique_ptr<model::layer> make() const; };
 struct tanh { std::unique_ptr<model::layer> make() const; };
 struct sigmoid { std::unique_ptr<model::layer> make() const; };
@@ -82,6 +86,43 @@ struct batch_norm {
   batch_norm& eps(float e) { eps_ = e; return *this; }
   batch_norm& momentum(float m) { momentum_ = m; return *this; }
   std::unique_ptr<model::layer> make() const;
+};
+
+/// A residual block: output = body(x) + shortcut(x). The body is the layers
+/// given, in order; the shortcut is the identity, or the layers given to
+/// projection() (for a body that changes the shape):
+///
+///   residual(conv2d(16, 32, 3).stride(2).padding(1).bias(false), batch_norm(32), relu(),
+///            conv2d(32, 32, 3).padding(1).bias(false), batch_norm(32))
+///       .projection(conv2d(16, 32, 1).stride(2).bias(false), batch_norm(32))
+///
+/// A block is one layer of the model's chain; its parameters are named after
+/// the block and the layer inside it ("3.residual.0.conv2d.weight",
+/// "3.residual.projection.0.conv2d.weight").
+struct residual {
+  using layer_factory = std::function<std::unique_ptr<model::layer>()>;
+  std::vector<layer_factory> body, shortcut;
+
+  template <class... Layers>
+  explicit residual(const Layers&... layers) {
+    static_assert(sizeof...(Layers) > 0, "residual(...) needs at least one layer");
+    (body.push_back(factory(layers)), ...);
+  }
+  /// The shortcut's layers (instead of the identity).
+  template <class... Layers>
+  residual& projection(const Layers&... layers) {
+    static_assert(sizeof...(Layers) > 0, "projection(...) needs at least one layer");
+    shortcut.clear();
+    (shortcut.push_back(factory(layers)), ...);
+    return *this;
+  }
+  std::unique_ptr<model::layer> make() const;
+
+private:
+  template <class L>
+  static layer_factory factory(const L& l) {
+    return [l] { return l.make(); };
+  }
 };
 
 /// A model that applies `layers` in order.

@@ -16,12 +16,44 @@ model::model cnn() {
                     flatten(), dense(3136, 128), relu(), dense(128, 10));
 }
 
-std::vector<std::string> names() { return {"mlp", "cnn"}; }
+namespace {
+
+/// ResNet's basic block: two 3x3 convolutions with batch norm, a projection
+/// shortcut where the shape changes.
+residual basic_block(int64_t in, int64_t out, int64_t stride) {
+  residual r(conv2d(in, out, 3).stride(stride).padding(1).bias(false), batch_norm(out), relu(),
+             conv2d(out, out, 3).padding(1).bias(false), batch_norm(out));
+  if (stride != 1 || in != out) r.projection(conv2d(in, out, 1).stride(stride).bias(false), batch_norm(out));
+  return r;
+}
+
+} // namespace
+
+model::model resnet(int64_t in_channels, int64_t classes) {
+  std::vector<std::unique_ptr<model::layer>> layers;
+  auto add = [&](const auto& l) { layers.push_back(l.make()); };
+  add(conv2d(in_channels, 16, 3).padding(1).bias(false));
+  add(batch_norm(16));
+  add(relu());
+  int64_t channels = 16;
+  for (int64_t stage_channels : {16, 32, 64})
+    for (int block = 0; block < 3; ++block) {
+      add(basic_block(channels, stage_channels, block == 0 && stage_channels != 16 ? 2 : 1));
+      add(relu());
+      channels = stage_channels;
+    }
+  add(global_avg_pool());
+  add(dense(64, classes));
+  return model::model(std::move(layers));
+}
+
+std::vector<std::string> names() { return {"mlp", "cnn", "resnet"}; }
 
 model::model by_name(const std::string& name) {
   if (name == "mlp") return mlp();
   if (name == "cnn") return cnn();
-  throw error("unknown model '" + name + "': choose mlp or cnn");
+  if (name == "resnet") return resnet();
+  throw error("unknown model '" + name + "': choose mlp, cnn or resnet");
 }
 
 } // namespace troupe::zoo

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,15 @@ model::model mlp();
 /// conv 1->32 3x3 pad 1, ReLU, maxpool 2, conv 32->64 3x3 pad 1, ReLU, maxpool 2,
 /// dense 3136->128, ReLU, dense 128->10.
 model::model cnn();
-/// "mlp" or "cnn"; throws troupe::error listing the choices otherwise.
+/// ResNet-20 (He et al. 2016, section 4.2) for images of `in_channels` channels
+/// of any size from 8x8 (28x28 Fashion-MNIST, 32x32 CIFAR-10: resnet(3)):
+/// conv 3x3 -> 16, batch norm, ReLU; three stages of three basic blocks
+/// (residual(conv 3x3, batch norm, ReLU, conv 3x3, batch norm), then ReLU) of
+/// 16, 32 and 64 channels, the second and third stage starting with stride 2
+/// and a projection shortcut (conv 1x1 stride 2, batch norm); global average
+/// pooling; dense 64 -> `classes`. Convolutions have no bias (batch norm follows).
+model::model resnet(int64_t in_channels = 1, int64_t classes = 10);
+/// "mlp", "cnn" or "resnet" (for 1-channel images); throws troupe::error listing the choices otherwise.
 model::model by_name(const std::string& name);
 std::vector<std::string> names();
 

@@ -1,4 +1,4 @@
-// troupe_trainer: trains a zoo model (mlp or cnn) on Fashion-MNIST or other IDX
+// troupe_trainer: trains a zoo model (mlp, cnn or resnet) on Fashion-MNIST or other IDX
 // data, in one plain loop or on actors, as a job file and the options say.
 //   troupe_trainer --model=cnn --epochs=5 --metrics-out=run.jsonl
 //   troupe_trainer --algorithm ddc-asgd --workers 4 --dump-config > job.toml

@@ -272,7 +272,7 @@ job_key choice_key(std::string name, std::string value_name, std::string help, F
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
   return {
-      text_key("model", "NAME", "mlp or cnn (default cnn)", [](auto& s) -> auto& { return s.model; }),
+      text_key("model", "NAME", "mlp, cnn or resnet (default cnn)", [](auto& s) -> auto& { return s.model; }),
       integer_key("epochs", "N", "passes over the training set (default 5)",
                   [](auto& s) -> auto& { return s.train.epochs; }, 1),
       integer_key("batch-size", "N", "samples per step (default 64)",

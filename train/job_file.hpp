@@ -25,7 +25,7 @@ namespace troupe::train {
 
 /// What a job file and the trainer's command line hold: a zoo model, the data directory, every setting.
 struct job_spec {
-  std::string model = "cnn";  ///< zoo model (model/zoo.hpp): mlp or cnn
+  std::string model = "cnn";  ///< zoo model (model/zoo.hpp): mlp, cnn or resnet
   std::string data_dir;       ///< IDX files; empty: Debian's Fashion-MNIST (data::default_fashion_mnist_dir())
   settings train;
   cluster_spec cluster;       ///< the [cluster] table: the nodes of the run (none: this process alone)

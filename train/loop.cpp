@@ -56,6 +56,16 @@ test_score score(model::model& net, const kernels::context& ctx, const data::ima
   return out;
 }
 
+void estimate_batch_norm(model::model& net, const kernels::context& ctx, const data::image_dataset& train,
+                         const data::normalization& norm, int64_t batch_size, int64_t batches, uint64_t seed) {
+  if (net.state().size() == net.parameters().size()) return;
+  data::batcher b(train, batch_size, norm, seed);
+  b.start_epoch(0);
+  data::batch x;
+  // Batch norm's running averages forget their start at (1 - momentum) per batch.
+  for (int64_t i = 0; i < batches && b.next(x); ++i) net.forward(ctx, x.images, true);
+}
+
 bool resumes(const settings& s) {
   struct stat st {};
   return !s.checkpoint.empty() && ::stat(s.checkpoint.c_str(), &st) == 0;

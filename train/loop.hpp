@@ -35,6 +35,14 @@ struct test_score {
 test_score score(model::model& net, const kernels::context& ctx, const data::image_dataset& test,
                  const data::normalization& norm, int64_t batch_size);
 
+/// Estimates the running statistics of `net`'s batch norm layers (buffers)
+/// afresh for its current parameters: `batches` forward passes in training
+/// mode over shuffled batches of `train` (seeded by `seed`). A snapshot of
+/// parameter shards needs it: workers keep their statistics to themselves.
+/// A model without buffers is left alone.
+void estimate_batch_norm(model::model& net, const kernels::context& ctx, const data::image_dataset& train,
+                         const data::normalization& norm, int64_t batch_size, int64_t batches, uint64_t seed);
+
 /// True when the job names a checkpoint file that exists: the run resumes from it.
 bool resumes(const settings& s);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/conv_internal.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
@@ -131,17 +132,16 @@ void col2im(const float* cols, int64_t c, int64_t h, int64_t w, const conv2d_geo
       }
 }
 
-} // namespace
+bool uses_direct(const context& ctx, const conv2d_geometry& g) {
+  return ctx.conv == conv_path::direct && detail::conv2d_direct_supported(g);
+}
 
-void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                    const conv2d_geometry& g, tensor& y, tensor& cols) {
-  shape ys = conv2d_output_shape(x.shape(), g);
-  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
-  if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
+void conv2d_forward_im2col(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                           const conv2d_geometry& g, tensor& y, tensor& cols) {
+  const shape ys = y.shape();
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
   const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], ohw = oh * ow;
   const int64_t ckk = c * g.kernel * g.kernel;
-  ensure_shape(y, ys);
   ensure_shape(cols, {n, ckk, ohw});
   const float* xp = x.data();
   const float* wp = w.data();
@@ -163,19 +163,13 @@ void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const 
   }
 }
 
-void conv2d_backward(const context& ctx, const tensor& w, const tensor& cols, const tensor& dy,
-                     const conv2d_geometry& g, const shape& x_shape, tensor* dx, tensor& dw,
-                     tensor* dbias) {
-  shape ys = conv2d_output_shape(x_shape, g);
-  detail::require_shape(dy, ys, "conv2d_backward", "dy");
-  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_backward", "w");
+void conv2d_backward_im2col(const context& ctx, const tensor& w, const tensor& cols, const tensor& dy,
+                            const conv2d_geometry& g, const shape& x_shape, tensor* dx, tensor& dw,
+                            tensor* dbias) {
   const int64_t n = x_shape[0], c = x_shape[1], h = x_shape[2], wd = x_shape[3];
-  const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], ohw = oh * ow;
+  const int64_t oc = g.out_channels, oh = dy.dim(2), ow = dy.dim(3), ohw = oh * ow;
   const int64_t ckk = c * g.kernel * g.kernel;
-  detail::require_shape(cols, {n, ckk, ohw}, "conv2d_backward", "cols");
-  ensure_shape(dw, w.shape());
-  if (dbias) ensure_shape(*dbias, {oc});
-  if (dx) ensure_shape(*dx, x_shape);
+  detail::require_shape(cols, {n, ckk, ohw}, "conv2d_backward", "cols (from conv2d_forward on the im2col path)");
 
   const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
   // Per-thread partial sums of dw and dbias, reduced afterwards.
@@ -217,6 +211,66 @@ void conv2d_backward(const context& ctx, const tensor& w, const tensor& cols, co
     for (int64_t j = 0; j < oc * ckk; ++j) dwp[j] += pdw[j];
     if (dbp)
       for (int64_t o = 0; o < oc; ++o) dbp[o] += pdw[oc * ckk + o];
+  }
+}
+
+} // namespace
+
+void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu) {
+  const shape ys = conv2d_output_shape(x.shape(), g);
+  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
+  if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
+  ensure_shape(y, ys);
+  if (uses_direct(ctx, g)) {
+    cols = tensor();
+    detail::conv2d_forward_direct(ctx, x, w, bias, g, relu, y);
+  } else {
+    conv2d_forward_im2col(ctx, x, w, bias, g, y, cols);
+    if (relu) relu_forward(ctx, y, y);
+  }
+}
+
+void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
+                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output) {
+  const shape ys = conv2d_output_shape(x.shape(), g);
+  detail::require_shape(dy, ys, "conv2d_backward", "dy");
+  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_backward", "w");
+  if (relu_output) detail::require_shape(*relu_output, ys, "conv2d_backward", "relu_output");
+  ensure_shape(dw, w.shape());
+  if (dbias) ensure_shape(*dbias, {g.out_channels});
+  if (dx) ensure_shape(*dx, x.shape());
+  if (uses_direct(ctx, g)) {
+    detail::conv2d_backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+  } else if (relu_output) {
+    tensor masked;
+    relu_backward(ctx, *relu_output, dy, masked);
+    conv2d_backward_im2col(ctx, w, cols, masked, g, x.shape(), dx, dw, dbias);
+  } else {
+    conv2d_backward_im2col(ctx, w, cols, dy, g, x.shape(), dx, dw, dbias);
+  }
+}
+
+void detail::conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy,
+                                       const conv2d_geometry& g, tensor& dx) {
+  const int64_t n = dx.dim(0), c = dx.dim(1), h = dx.dim(2), wd = dx.dim(3);
+  const int64_t oc = g.out_channels, oh = dy.dim(2), ow = dy.dim(3), ohw = oh * ow;
+  const int64_t ckk = c * g.kernel * g.kernel;
+  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+  std::vector<float> dcols(static_cast<std::size_t>(threads) * ckk * ohw);
+  const float* wp = w.data();
+  const float* dyp = dy.data();
+  float* dxp = dx.data();
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* dc = dcols.data() + static_cast<std::size_t>(omp_get_thread_num()) * ckk * ohw;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      gemm(ctx, true, false, ckk, ohw, oc, 1.0f, wp, ckk, dyp + i * oc * ohw, ohw, 0.0f, dc, ohw);
+      float* dxi = dxp + i * c * h * wd;
+      std::fill_n(dxi, c * h * wd, 0.0f);
+      col2im(dc, c, h, wd, g, oh, ow, dxi);
+    }
   }
 }
 

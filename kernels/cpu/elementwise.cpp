@@ -42,6 +42,21 @@ inline uint64_t splitmix(uint64_t z) {
 
 } // namespace
 
+void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool relu) {
+  detail::require_same(a, b, "add", "a", "b");
+  if (!y.shares_storage(a) && !y.shares_storage(b)) ensure_shape(y, a.shape());
+  detail::require_same(a, y, "add", "a", "y");
+  const float* ap = a.data();
+  const float* bp = b.data();
+  float* o = y.data();
+  detail::parallel_ranges(ctx, a.numel(), [&](int64_t lo, int64_t hi) {
+    if (relu)
+      for (int64_t i = lo; i < hi; ++i) o[i] = std::max(ap[i] + bp[i], 0.0f);
+    else
+      for (int64_t i = lo; i < hi; ++i) o[i] = ap[i] + bp[i];
+  });
+}
+
 void relu_forward(const context& ctx, const tensor& x, tensor& y) {
   map1(ctx, x, y, [](float v) { return std::max(v, 0.0f); });
 }

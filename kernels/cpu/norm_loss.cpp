@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/simd.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
@@ -25,10 +26,101 @@ bn_dims bn_check(const tensor& x, const tensor& gamma, const tensor& beta, const
 
 } // namespace
 
+namespace {
+
+constexpr int V = simd::width;
+
+// Per-plane loops of batch norm, in vector registers; each returns or
+// accumulates in float within a plane (at most h * w elements), and the
+// callers add planes in double.
+
+float plane_sum(const float* a, int64_t n) {
+  simd::vec s0 = simd::zero(), s1 = simd::zero();
+  int64_t i = 0;
+  for (; i + 2 * V <= n; i += 2 * V) {
+    s0 = simd::add(s0, simd::load(a + i));
+    s1 = simd::add(s1, simd::load(a + i + V));
+  }
+  float s = simd::reduce(simd::add(s0, s1));
+  for (; i < n; ++i) s += a[i];
+  return s;
+}
+
+float plane_squared_deviation(const float* a, int64_t n, float mean) {
+  const simd::vec m = simd::splat(mean);
+  simd::vec s0 = simd::zero(), s1 = simd::zero();
+  int64_t i = 0;
+  for (; i + 2 * V <= n; i += 2 * V) {
+    const simd::vec d0 = simd::sub(simd::load(a + i), m), d1 = simd::sub(simd::load(a + i + V), m);
+    s0 = simd::fma(d0, d0, s0);
+    s1 = simd::fma(d1, d1, s1);
+  }
+  float s = simd::reduce(simd::add(s0, s1));
+  for (; i < n; ++i) s += (a[i] - mean) * (a[i] - mean);
+  return s;
+}
+
+void plane_affine(const float* a, float* y, int64_t n, float scale, float shift, bool relu) {
+  const simd::vec sc = simd::splat(scale), sh = simd::splat(shift), z = simd::zero();
+  int64_t i = 0;
+  for (; i + V <= n; i += V) {
+    const simd::vec v = simd::fma(simd::load(a + i), sc, sh);
+    simd::store(y + i, relu ? simd::max(v, z) : v);
+  }
+  for (; i < n; ++i) {
+    const float v = a[i] * scale + shift;
+    y[i] = relu ? std::max(v, 0.0f) : v;
+  }
+}
+
+/// g' = g where y > 0 (y given), else g: sums of g' and g' * (x - mean).
+void plane_gradient_sums(const float* g, const float* x, const float* y, int64_t n, float mean, double& sg,
+                         double& sgx) {
+  const simd::vec m = simd::splat(mean);
+  simd::vec a = simd::zero(), b = simd::zero();
+  int64_t i = 0;
+  for (; i + V <= n; i += V) {
+    simd::vec gv = simd::load(g + i);
+    if (y) gv = simd::where_positive(simd::load(y + i), gv);
+    a = simd::add(a, gv);
+    b = simd::fma(gv, simd::sub(simd::load(x + i), m), b);
+  }
+  float s0 = simd::reduce(a), s1 = simd::reduce(b);
+  for (; i < n; ++i) {
+    const float gv = y && !(y[i] > 0.0f) ? 0.0f : g[i];
+    s0 += gv;
+    s1 += gv * (x[i] - mean);
+  }
+  sg += s0;
+  sgx += s1;
+}
+
+/// dx = a * (m * g' - sg - (x - mean) * invstd * sgx_hat), g' as above.
+void plane_gradient(const float* g, const float* x, const float* y, float* dx, int64_t n, float a, float m,
+                    float mean, float invstd, float sg, float sgx_hat) {
+  const simd::vec va = simd::splat(a), vm = simd::splat(m), vmean = simd::splat(mean),
+                  vk = simd::splat(invstd * sgx_hat), vsg = simd::splat(sg);
+  int64_t i = 0;
+  for (; i + V <= n; i += V) {
+    simd::vec gv = simd::load(g + i);
+    if (y) gv = simd::where_positive(simd::load(y + i), gv);
+    const simd::vec centred = simd::sub(simd::load(x + i), vmean);
+    // m * g' - sg - centred * k
+    const simd::vec t = simd::sub(simd::sub(simd::mul(vm, gv), vsg), simd::mul(centred, vk));
+    simd::store(dx + i, simd::mul(va, t));
+  }
+  for (; i < n; ++i) {
+    const float gv = y && !(y[i] > 0.0f) ? 0.0f : g[i];
+    dx[i] = a * (m * gv - sg - (x[i] - mean) * invstd * sgx_hat);
+  }
+}
+
+} // namespace
+
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd) {
+                              tensor& saved_invstd, bool relu) {
   const char* k = "batch_norm_forward_train";
   bn_dims d = bn_check(x, gamma, beta, k);
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
@@ -41,87 +133,79 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
   const double m = static_cast<double>(d.n * d.inner);
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
-    double s = 0, s2 = 0;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const float* p = xp + (i * d.c + c) * d.inner;
-      for (int64_t j = 0; j < d.inner; ++j) {
-        s += p[j];
-        s2 += double(p[j]) * p[j];
-      }
-    }
-    double mean = s / m;
-    double var = std::max(0.0, s2 / m - mean * mean);
-    float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
-    saved_mean.data()[c] = static_cast<float>(mean);
+    // Two passes (the mean, then squared deviations from it): no cancellation.
+    double s = 0;
+    for (int64_t i = 0; i < d.n; ++i) s += plane_sum(xp + (i * d.c + c) * d.inner, d.inner);
+    const float mean = static_cast<float>(s / m);
+    double s2 = 0;
+    for (int64_t i = 0; i < d.n; ++i) s2 += plane_squared_deviation(xp + (i * d.c + c) * d.inner, d.inner, mean);
+    const double var = s2 / m;
+    const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+    saved_mean.data()[c] = mean;
     saved_invstd.data()[c] = invstd;
-    double unbiased = m > 1 ? var * m / (m - 1) : var;
-    running_mean.data()[c] = (1 - momentum) * running_mean.data()[c] + momentum * float(mean);
+    const double unbiased = m > 1 ? var * m / (m - 1) : var;
+    running_mean.data()[c] = (1 - momentum) * running_mean.data()[c] + momentum * mean;
     running_var.data()[c] = (1 - momentum) * running_var.data()[c] + momentum * float(unbiased);
-    float scale = gamma.data()[c] * invstd;
-    float shift = (beta.defined() ? beta.data()[c] : 0.0f) - float(mean) * scale;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const float* p = xp + (i * d.c + c) * d.inner;
-      float* q = yp + (i * d.c + c) * d.inner;
-      for (int64_t j = 0; j < d.inner; ++j) q[j] = p[j] * scale + shift;
-    }
+    const float scale = gamma.data()[c] * invstd;
+    const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - mean * scale;
+    for (int64_t i = 0; i < d.n; ++i)
+      plane_affine(xp + (i * d.c + c) * d.inner, yp + (i * d.c + c) * d.inner, d.inner, scale, shift, relu);
   }
 }
 
 void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
                              const tensor& beta, float eps, const tensor& running_mean,
-                             const tensor& running_var, tensor& y) {
+                             const tensor& running_var, tensor& y, bool relu) {
   const char* k = "batch_norm_forward_eval";
   bn_dims d = bn_check(x, gamma, beta, k);
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
   detail::require_shape(running_var, {d.c}, k, "running_var");
   ensure_shape(y, x.shape());
+  const float* xp = x.data();
+  float* yp = y.data();
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
-    float scale = gamma.data()[c] / std::sqrt(running_var.data()[c] + eps);
-    float shift = (beta.defined() ? beta.data()[c] : 0.0f) - running_mean.data()[c] * scale;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const float* p = x.data() + (i * d.c + c) * d.inner;
-      float* q = y.data() + (i * d.c + c) * d.inner;
-      for (int64_t j = 0; j < d.inner; ++j) q[j] = p[j] * scale + shift;
-    }
+    const float scale = gamma.data()[c] / std::sqrt(running_var.data()[c] + eps);
+    const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - running_mean.data()[c] * scale;
+    for (int64_t i = 0; i < d.n; ++i)
+      plane_affine(xp + (i * d.c + c) * d.inner, yp + (i * d.c + c) * d.inner, d.inner, scale, shift, relu);
   }
 }
 
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
                          const tensor& saved_mean, const tensor& saved_invstd, const tensor& dy,
-                         tensor& dx, tensor& dgamma, tensor& dbeta) {
+                         tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output) {
   const char* k = "batch_norm_backward";
   bn_dims d = bn_check(x, gamma, tensor(), k);
   detail::require_same(x, dy, k, "x", "dy");
   detail::require_shape(saved_mean, {d.c}, k, "saved_mean");
   detail::require_shape(saved_invstd, {d.c}, k, "saved_invstd");
+  if (relu_output) detail::require_same(x, *relu_output, k, "x", "relu_output");
   ensure_shape(dx, x.shape());
   ensure_shape(dgamma, {d.c});
   ensure_shape(dbeta, {d.c});
   const float m = static_cast<float>(d.n * d.inner);
+  const float* xp = x.data();
+  const float* gp = dy.data();
+  const float* yp = relu_output ? relu_output->data() : nullptr;
+  float* dxp = dx.data();
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
     const float mean = saved_mean.data()[c], invstd = saved_invstd.data()[c];
     double sdy = 0, sdyx = 0;
     for (int64_t i = 0; i < d.n; ++i) {
-      const float* p = x.data() + (i * d.c + c) * d.inner;
-      const float* g = dy.data() + (i * d.c + c) * d.inner;
-      for (int64_t j = 0; j < d.inner; ++j) {
-        sdy += g[j];
-        sdyx += double(g[j]) * (p[j] - mean) * invstd;
-      }
+      const int64_t at = (i * d.c + c) * d.inner;
+      plane_gradient_sums(gp + at, xp + at, yp ? yp + at : nullptr, d.inner, mean, sdy, sdyx);
     }
+    const float sdyx_hat = static_cast<float>(sdyx) * invstd;  // sum of dy * xhat
     dbeta.data()[c] = static_cast<float>(sdy);
-    dgamma.data()[c] = static_cast<float>(sdyx);
+    dgamma.data()[c] = sdyx_hat;
     // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
     const float a = gamma.data()[c] * invstd / m;
     for (int64_t i = 0; i < d.n; ++i) {
-      const float* p = x.data() + (i * d.c + c) * d.inner;
-      const float* g = dy.data() + (i * d.c + c) * d.inner;
-      float* q = dx.data() + (i * d.c + c) * d.inner;
-      for (int64_t j = 0; j < d.inner; ++j) {
-        float xhat = (p[j] - mean) * invstd;
-        q[j] = a * (m * g[j] - float(sdy) - xhat * float(sdyx));
-      }
+      const int64_t at = (i * d.c + c) * d.inner;
+      plane_gradient(gp + at, xp + at, yp ? yp + at : nullptr, dxp + at, d.inner, a, m, mean, invstd,
+                     static_cast<float>(sdy), sdyx_hat);
     }
   }
 }

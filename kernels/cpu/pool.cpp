@@ -29,19 +29,27 @@ void max_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geomet
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* in = xp + pl * h * w;
     if (k == 2 && s == 2) {
-      // The common 2x2 window, unrolled.
+      // The common 2x2 window, without branches (the compiler vectorizes the
+      // selects): the first of equal maxima wins, as in the general loop.
       for (int64_t r = 0; r < oh; ++r) {
         const float* r0 = in + 2 * r * w;
         const float* r1 = r0 + w;
+        float* yo = yp + pl * oh * ow + r * ow;
+        int32_t* ao = ap + pl * oh * ow + r * ow;
+        const int32_t top = static_cast<int32_t>(pl * h * w + 2 * r * w), width = static_cast<int32_t>(w);
         for (int64_t c = 0; c < ow; ++c) {
-          int64_t at = 2 * r * w + 2 * c;
-          float best = r0[2 * c];
-          if (r0[2 * c + 1] > best) { best = r0[2 * c + 1]; at = 2 * r * w + 2 * c + 1; }
-          if (r1[2 * c] > best) { best = r1[2 * c]; at = (2 * r + 1) * w + 2 * c; }
-          if (r1[2 * c + 1] > best) { best = r1[2 * c + 1]; at = (2 * r + 1) * w + 2 * c + 1; }
-          int64_t o = pl * oh * ow + r * ow + c;
-          yp[o] = best;
-          ap[o] = static_cast<int32_t>(pl * h * w + at);
+          const float a = r0[2 * c], b = r0[2 * c + 1], d = r1[2 * c], e = r1[2 * c + 1];
+          const int32_t at = top + 2 * static_cast<int32_t>(c);
+          float best = a;
+          int32_t arg = at;
+          arg = b > best ? at + 1 : arg;
+          best = b > best ? b : best;
+          arg = d > best ? at + width : arg;
+          best = d > best ? d : best;
+          arg = e > best ? at + width + 1 : arg;
+          best = e > best ? e : best;
+          yo[c] = best;
+          ao[c] = arg;
         }
       }
       continue;
@@ -128,6 +136,36 @@ void avg_pool2d_backward(const context& ctx, const tensor& dy, const pool2d_geom
           for (int64_t j = 0; j < k; ++j) out[(r * s + i) * w + c * s + j] += v;
       }
   }
+}
+
+void global_avg_pool2d_forward(const context& ctx, const tensor& x, tensor& y) {
+  detail::require(x.defined() && x.rank() == 4, "global_avg_pool2d_forward",
+                  "x must be [n, c, h, w], got " + (x.defined() ? x.shape().to_string() : std::string("undefined")));
+  const int64_t planes = x.dim(0) * x.dim(1), hw = x.dim(2) * x.dim(3);
+  detail::require(hw > 0, "global_avg_pool2d_forward", "empty planes in x " + x.shape().to_string());
+  ensure_shape(y, {x.dim(0), x.dim(1)});
+  const float inv = 1.0f / static_cast<float>(hw);
+  const float* xp = x.data();
+  float* yp = y.data();
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* in = xp + pl * hw;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < hw; ++i) sum += in[i];
+    yp[pl] = sum * inv;
+  }
+}
+
+void global_avg_pool2d_backward(const context& ctx, const tensor& dy, const shape& x_shape, tensor& dx) {
+  detail::require(x_shape.rank() == 4, "global_avg_pool2d_backward", "x must be [n, c, h, w], got " + x_shape.to_string());
+  detail::require_shape(dy, {x_shape[0], x_shape[1]}, "global_avg_pool2d_backward", "dy");
+  ensure_shape(dx, x_shape);
+  const int64_t planes = x_shape[0] * x_shape[1], hw = x_shape[2] * x_shape[3];
+  const float inv = 1.0f / static_cast<float>(hw);
+  const float* gp = dy.data();
+  float* dp = dx.data();
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, dx.numel()))
+  for (int64_t pl = 0; pl < planes; ++pl) std::fill_n(dp + pl * hw, hw, gp[pl] * inv);
 }
 
 } // namespace troupe::kernels

@@ -118,9 +118,9 @@ TEST_CASE("kernels give the same result in a 1-thread and a 2-thread context", "
   tensor y1, y2, cols, dw1, dw2, dx1, dx2;
   const k::context one = k::context::with_threads(1), two = k::context::with_threads(2);
   k::conv2d_forward(one, x, w, tensor(), g, y1, cols);
-  k::conv2d_backward(one, w, cols, y1, g, x.shape(), &dx1, dw1, nullptr);
+  k::conv2d_backward(one, x, w, cols, y1, g, &dx1, dw1, nullptr);
   k::conv2d_forward(two, x, w, tensor(), g, y2, cols);
-  k::conv2d_backward(two, w, cols, y2, g, x.shape(), &dx2, dw2, nullptr);
+  k::conv2d_backward(two, x, w, cols, y2, g, &dx2, dw2, nullptr);
   CHECK(y1.to_vector() == y2.to_vector());
   CHECK(dx1.to_vector() == dx2.to_vector());
   for (int64_t i = 0; i < dw1.numel(); ++i) CHECK(dw1.at(i) == Approx(dw2.at(i)).epsilon(1e-5));

@@ -39,15 +39,20 @@ TEST_CASE("dense without bias or input gradient", "[kernels][grad]") {
 TEST_CASE("conv2d backward matches numerical gradients", "[kernels][grad]") {
   struct cfg { int64_t c, oc, k, s, p, h, w; };
   auto c = GENERATE(cfg{2, 3, 3, 1, 1, 5, 6}, cfg{1, 2, 3, 2, 0, 7, 7}, cfg{3, 2, 2, 2, 1, 4, 5},
-                    cfg{2, 2, 1, 1, 0, 3, 3});
+                    cfg{2, 2, 1, 1, 0, 3, 3}, cfg{2, 3, 5, 1, 2, 6, 5}, cfg{3, 2, 3, 2, 1, 6, 7},
+                    cfg{2, 17, 3, 1, 1, 4, 5});
+  k::context path = ctx;
+  path.conv = GENERATE(k::conv_path::direct, k::conv_path::im2col);
+  INFO("path " << (path.conv == k::conv_path::direct ? "direct" : "im2col") << ", c " << c.c << " oc " << c.oc
+               << " k " << c.k << " s " << c.s << " p " << c.p);
   k::conv2d_geometry g{c.c, c.oc, c.k, c.s, c.p};
   tensor x = random_tensor({2, c.c, c.h, c.w}, 11), w = random_tensor({c.oc, c.c, c.k, c.k}, 12),
          b = random_tensor({c.oc}, 13);
   tensor y, cols, dx, dw, db;
-  k::conv2d_forward(ctx, x, w, b, g, y, cols);
+  k::conv2d_forward(path, x, w, b, g, y, cols);
   tensor r = random_tensor(y.shape(), 14);
-  k::conv2d_backward(ctx, w, cols, r, g, x.shape(), &dx, dw, &db);
-  auto loss = [&] { k::conv2d_forward(ctx, x, w, b, g, y, cols); return dot(y, r); };
+  k::conv2d_backward(path, x, w, cols, r, g, &dx, dw, &db);
+  auto loss = [&] { k::conv2d_forward(path, x, w, b, g, y, cols); return dot(y, r); };
   check_gradient(x, dx, loss, eps);
   check_gradient(w, dw, loss, eps);
   check_gradient(b, db, loss, eps);
@@ -57,7 +62,9 @@ TEST_CASE("conv2d forward matches a direct convolution", "[kernels]") {
   k::conv2d_geometry g{2, 3, 3, 2, 1};
   tensor x = random_tensor({2, 2, 6, 5}, 21), w = random_tensor({3, 2, 3, 3}, 22), b = random_tensor({3}, 23);
   tensor y, cols;
-  k::conv2d_forward(ctx, x, w, b, g, y, cols);
+  k::context path = ctx;
+  path.conv = GENERATE(k::conv_path::direct, k::conv_path::im2col);
+  k::conv2d_forward(path, x, w, b, g, y, cols);
   REQUIRE(y.shape() == shape{2, 3, 3, 3});
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t o = 0; o < 3; ++o)

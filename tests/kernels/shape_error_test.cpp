@@ -36,7 +36,7 @@ TEST_CASE("conv2d rejects mismatched shapes", "[kernels][shape]") {
                     Contains("[n, c, h, w]"));
   tensor x = tensor::zeros({1, 3, 5, 5}), w = tensor::zeros({4, 3, 3, 3});
   k::conv2d_forward(ctx, x, w, tensor(), g, y, cols);
-  CHECK_THROWS_WITH(k::conv2d_backward(ctx, w, cols, tensor::zeros({1, 4, 2, 2}), g, x.shape(), nullptr, dw, nullptr),
+  CHECK_THROWS_WITH(k::conv2d_backward(ctx, x, w, cols, tensor::zeros({1, 4, 2, 2}), g, nullptr, dw, nullptr),
                     Contains("dy has shape [1, 4, 2, 2], expected [1, 4, 3, 3]"));
 }
 

@@ -65,7 +65,7 @@ TEST_CASE("the reference models: summary, parameter names and counts", "[model]"
   auto mlp = zoo::mlp();
   mlp.build({1, 28, 28});
   CHECK(mlp.num_parameters() == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
-  CHECK_THROWS_WITH(zoo::by_name("resnet"), Contains("unknown model 'resnet'"));
+  CHECK_THROWS_WITH(zoo::by_name("vgg"), Contains("unknown model 'vgg': choose mlp, cnn or resnet"));
 }
 
 TEST_CASE("seeded initialisation is reproducible and follows the scheme", "[model]") {

@@ -175,8 +175,8 @@ TEST_CASE("booleans and lists have a command-line spelling", "[cli]") {
 }
 
 TEST_CASE("the command line validates like the job file", "[cli]") {
-  CHECK_THROWS_MATCHES(parse({"--model=resnet"}), error,
-                       message(Equals("unknown model 'resnet' (choose mlp or cnn)")));
+  CHECK_THROWS_MATCHES(parse({"--model=vgg"}), error,
+                       message(Equals("unknown model 'vgg' (choose mlp, cnn or resnet)")));
   CHECK_THROWS_MATCHES(parse({"--workers", "2"}), error,
                        message(StartsWith("--workers, --shards, --push-every and --speeds need an asynchronous")));
   testing::temp_dir dir;

@@ -1,0 +1,164 @@
+// conv2d throughput: the reference CNN's two convolution layers (and
+// ResNet-20's), forward and backward, on the direct path and on the im2col
+// path, against OpenBLAS's sgemm 1024^3 in the same run. Candidates take
+// turns within each round; medians over the rounds. Prints one JSON line per
+// layer and one for the GEMM.
+//   troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all]
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <random>
+
+#include "kernels/kernels.hpp"
+
+namespace {
+
+namespace k = troupe::kernels;
+using troupe::shape;
+using troupe::tensor;
+
+tensor random_tensor(const shape& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  tensor t = tensor::empty(s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.at(i) = d(rng);
+  return t;
+}
+
+double seconds(const std::function<void()>& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Median time of each candidate over `reps` rounds, the candidates taking turns within a round.
+std::vector<double> median_interleaved(const std::vector<std::function<void()>>& fs, int reps) {
+  std::vector<std::vector<double>> t(fs.size());
+  for (auto& f : fs) f();  // warm-up: page faults, thread start, scratch
+  for (int r = 0; r < reps; ++r)
+    for (std::size_t i = 0; i < fs.size(); ++i) t[i].push_back(seconds(fs[i]));
+  std::vector<double> out;
+  for (auto& v : t) out.push_back(median(v));
+  return out;
+}
+
+struct layer {
+  std::string name;
+  int64_t c, oc, kernel, stride, padding, h, w;
+  bool dx;  ///< the layer's input gradient is computed (not the first layer)
+};
+
+struct setup {
+  layer l;
+  k::conv2d_geometry g;
+  tensor x, w, b, dy;
+  tensor y, cols, dx, dw, db;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 15;
+  int64_t batch = 64;
+  std::string which = "cnn";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--batch") batch = std::atoll(argv[i + 1]);
+    else if (a == "--layers") which = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all]\n");
+      return 2;
+    }
+  }
+  std::vector<layer> layers;
+  if (which == "cnn" || which == "all") {
+    layers.push_back({"cnn.conv1 1->32 3x3 28x28", 1, 32, 3, 1, 1, 28, 28, false});
+    layers.push_back({"cnn.conv2 32->64 3x3 14x14", 32, 64, 3, 1, 1, 14, 14, true});
+  }
+  if (which == "resnet" || which == "all") {
+    layers.push_back({"resnet.stem 1->16 3x3 28x28", 1, 16, 3, 1, 1, 28, 28, false});
+    layers.push_back({"resnet.stage1 16->16 3x3 28x28", 16, 16, 3, 1, 1, 28, 28, true});
+    layers.push_back({"resnet.down2 16->32 3x3 s2 28x28", 16, 32, 3, 2, 1, 28, 28, true});
+    layers.push_back({"resnet.proj2 16->32 1x1 s2 28x28", 16, 32, 1, 2, 0, 28, 28, true});
+    layers.push_back({"resnet.stage2 32->32 3x3 14x14", 32, 32, 3, 1, 1, 14, 14, true});
+    layers.push_back({"resnet.stage3 64->64 3x3 7x7", 64, 64, 3, 1, 1, 7, 7, true});
+  }
+  const k::context direct = k::context::with_threads(threads);
+  k::context reference = direct;
+  reference.conv = k::conv_path::im2col;
+  openblas_set_num_threads(threads);
+
+  // OpenBLAS sgemm 1024^3, the yardstick.
+  const int n = 1024;
+  tensor a = random_tensor({n, n}, 1), bm = random_tensor({n, n}, 2),
+         cm = tensor::zeros({n, n});
+  auto sgemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, bm.data(), n, 0.0f,
+                cm.data(), n);
+  };
+
+  std::vector<setup> ss;
+  for (const layer& l : layers) {
+    setup s;
+    s.l = l;
+    s.g = k::conv2d_geometry{l.c, l.oc, l.kernel, l.stride, l.padding};
+    s.x = random_tensor({batch, l.c, l.h, l.w}, 3);
+    s.w = random_tensor({l.oc, l.c, l.kernel, l.kernel}, 4);
+    s.b = random_tensor({l.oc}, 5);
+    s.dy = random_tensor(k::conv2d_output_shape(s.x.shape(), s.g), 6);
+    ss.push_back(std::move(s));
+  }
+  // Per layer: forward and backward on each path; the GEMM between layers.
+  std::vector<std::function<void()>> fs{sgemm};
+  for (setup& s : ss) {
+    for (const k::context* ctx : std::vector<const k::context*>{&direct, &reference}) {
+      fs.push_back([&s, ctx] { k::conv2d_forward(*ctx, s.x, s.w, s.b, s.g, s.y, s.cols); });
+      fs.push_back([&s, ctx] {
+        k::conv2d_forward(*ctx, s.x, s.w, s.b, s.g, s.y, s.cols);
+        k::conv2d_backward(*ctx, s.x, s.w, s.cols, s.dy, s.g, s.l.dx ? &s.dx : nullptr, s.dw, &s.db);
+      });
+    }
+  }
+  const std::vector<double> t = median_interleaved(fs, reps);
+  const double gemm_gflops = 2.0 * n * n * n / t[0] / 1e9;
+  std::printf("{\"bench\":\"sgemm\",\"size\":%d,\"threads\":%d,\"gflops\":%.1f}\n", n, threads, gemm_gflops);
+  double total_flop = 0, total_direct = 0, total_reference = 0;
+  for (std::size_t i = 0; i < ss.size(); ++i) {
+    const setup& s = ss[i];
+    const shape ys = s.dy.shape();
+    const double fwd_flop = 2.0 * batch * s.l.oc * ys[2] * ys[3] * s.l.c * s.l.kernel * s.l.kernel;
+    const double bwd_flop = fwd_flop * (s.l.dx ? 2 : 1);
+    // Backward alone = (forward + backward) - forward, as the forward pass's saved state is part of it.
+    const double fd = t[1 + 4 * i], bd = t[2 + 4 * i] - fd, fr = t[3 + 4 * i], br = t[4 + 4 * i] - fr;
+    total_flop += fwd_flop + bwd_flop;
+    total_direct += fd + bd;
+    total_reference += fr + br;
+    std::printf("{\"bench\":\"conv2d\",\"layer\":\"%s\",\"batch\":%lld,\"threads\":%d,"
+                "\"direct_fwd_gflops\":%.1f,\"direct_bwd_gflops\":%.1f,\"im2col_fwd_gflops\":%.1f,"
+                "\"im2col_bwd_gflops\":%.1f,\"direct_fwd_vs_sgemm\":%.3f,\"direct_bwd_vs_sgemm\":%.3f,"
+                "\"direct_fwd_ms\":%.3f,\"direct_bwd_ms\":%.3f,\"im2col_fwd_ms\":%.3f,\"im2col_bwd_ms\":%.3f}\n",
+                s.l.name.c_str(), static_cast<long long>(batch), threads, fwd_flop / fd / 1e9, bwd_flop / bd / 1e9,
+                fwd_flop / fr / 1e9, bwd_flop / br / 1e9, fwd_flop / fd / 1e9 / gemm_gflops,
+                bwd_flop / bd / 1e9 / gemm_gflops, fd * 1e3, bd * 1e3, fr * 1e3, br * 1e3);
+  }
+  std::printf("{\"bench\":\"conv2d_total\",\"layers\":\"%s\",\"direct_gflops\":%.1f,\"im2col_gflops\":%.1f,"
+              "\"direct_vs_sgemm\":%.3f}\n",
+              which.c_str(), total_flop / total_direct / 1e9, total_flop / total_reference / 1e9,
+              total_flop / total_direct / 1e9 / gemm_gflops);
+}

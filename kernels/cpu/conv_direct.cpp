@@ -1,0 +1,492 @@
+// conv2d without a column buffer: register-tiled direct convolution.
+//
+// Forward, per image: the input is copied into zero-padded planes, and each
+// register tile computes MRQ consecutive output positions of one row for NV
+// vectors of output channels, summing over the taps (input channel, kernel
+// row, kernel column): per tap, NV vectors of packed weights W^T[tap][oc] and
+// one broadcast input value per position (an implicit GEMM: positions x taps
+// times taps x channels, its B panel never materialized). The tile goes to a
+// position-major buffer [P][oc], transposed into NCHW with the bias (and
+// ReLU) on the way out.
+//
+// Backward data, stride 1: the same kernel on dy padded by k-1-p, with the
+// weights rotated by 180 degrees and their channels swapped.
+// Backward weights: dW^T[tap][oc] += x[tap at position] * dy^T[position][oc],
+// register tiles of G kernel rows (input channel, kernel row) x K columns x NV
+// channel vectors, accumulated over every position of the thread's images;
+// dy is transposed to position-major [P][oc] first (its sums give dbias).
+//
+// Everything else (strides other than 1 and 2, kernels other than 1, 3, 5 or
+// 7, dx of a strided convolution) goes to the im2col path of dense_conv.cpp,
+// which is also the reference these kernels are tested against.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/check.hpp"
+#include "kernels/cpu/conv_internal.hpp"
+#include "kernels/cpu/simd.hpp"
+#include "kernels/kernels.hpp"
+
+namespace troupe::kernels::detail {
+
+namespace {
+
+constexpr int W = simd::width;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/// Scratch of the calling thread, kept between calls (OpenMP's threads
+/// persist): one buffer per slot, grown as needed, contents unspecified. The
+/// calling thread is also thread 0 of a parallel region: what it holds across
+/// one uses other slots than the region's body.
+float* scratch(int slot, std::size_t n) {
+  thread_local std::array<std::vector<float>, 6> buffers;
+  std::vector<float>& b = buffers.at(static_cast<std::size_t>(slot));
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
+/// x [c, h, w] into zeroed planes [c, h + 2p, w + 2p]; where `mask` is given
+/// (of x's shape), only the elements where it is > 0.
+void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, float* out,
+                const float* mask = nullptr) {
+  const int64_t hp = h + 2 * p, wp = w + 2 * p;
+  for (int64_t ci = 0; ci < c; ++ci) {
+    float* o = out + ci * hp * wp;
+    const float* in = x + ci * h * w;
+    std::fill_n(o, p * wp, 0.0f);
+    for (int64_t r = 0; r < h; ++r) {
+      float* row = o + (r + p) * wp;
+      std::fill_n(row, p, 0.0f);
+      if (mask) {
+        const float* m = mask + ci * h * w + r * w;
+        for (int64_t j = 0; j < w; ++j) row[p + j] = m[j] > 0.0f ? in[r * w + j] : 0.0f;
+      } else {
+        std::memcpy(row + p, in + r * w, w * sizeof(float));
+      }
+      std::fill_n(row + p + w, p, 0.0f);
+    }
+    std::fill_n(o + (p + h) * wp, p * wp, 0.0f);
+  }
+}
+
+// ---------------------------------------------------------------- forward tiles
+
+/// out[j][v] (MRQ positions x NV channel vectors, row stride ocp) = sum over
+/// taps (ci, kh, kw) of in[ci][kh][kw + j*S] * wt[tap][v]. `in` points at the
+/// first position's window in the padded planes.
+template <int S, int NV, int MRQ>
+void fwd_tile(const float* in, int64_t c, int64_t k, int64_t plane, int64_t wp, const float* wt, int64_t ocp,
+              float* out) {
+  simd::vec acc[MRQ][NV];
+#pragma GCC unroll 32
+  for (int j = 0; j < MRQ; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = simd::zero();
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t kh = 0; kh < k; ++kh) {
+      const float* row = in + ci * plane + kh * wp;
+      for (int64_t kw = 0; kw < k; ++kw, wt += ocp) {
+        simd::vec wv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) wv[v] = simd::load(wt + v * W);
+#pragma GCC unroll 32
+        for (int j = 0; j < MRQ; ++j) {
+          const simd::vec xb = simd::broadcast(row + kw + j * S);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(xb, wv[v], acc[j][v]);
+        }
+      }
+    }
+#pragma GCC unroll 32
+  for (int j = 0; j < MRQ; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) simd::store(out + j * ocp + v * W, acc[j][v]);
+}
+
+using fwd_fn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, float*);
+
+/// The most positions a forward tile of NV channel vectors covers.
+constexpr int fwd_max_positions(int nv) { return simd::accumulators / nv; }
+
+template <int S, int NV, int... M>
+constexpr std::array<fwd_fn, sizeof...(M)> fwd_table(std::integer_sequence<int, M...>) {
+  return {&fwd_tile<S, NV, M + 1>...};
+}
+
+template <int S, int NV>
+fwd_fn fwd_kernel(int positions) {
+  static constexpr auto table = fwd_table<S, NV>(std::make_integer_sequence<int, fwd_max_positions(NV)>());
+  return table[static_cast<std::size_t>(positions - 1)];
+}
+
+fwd_fn fwd_kernel(int64_t stride, int nv, int positions) {
+  if (stride == 1) return nv == 1 ? fwd_kernel<1, 1>(positions) : fwd_kernel<1, 2>(positions);
+  return nv == 1 ? fwd_kernel<2, 1>(positions) : fwd_kernel<2, 2>(positions);
+}
+
+/// One image: in = padded planes [c, hp, wp]; out [oh * ow, ocp] position-major.
+void conv_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, int64_t s, int64_t oh, int64_t ow,
+                const float* wt, int64_t ocp, float* out) {
+  const int64_t plane = hp * wp;
+  for (int64_t ob = 0; ob < ocp;) {
+    const int nv = ocp - ob >= 2 * W ? 2 : 1;
+    const int64_t most = fwd_max_positions(nv);
+    const int64_t tiles = (ow + most - 1) / most;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t t = 0, ox = 0; t < tiles; ++t) {
+        // Near-equal tiles: a row of 28 is 14 + 14 positions, not 26 + 2.
+        const int64_t n = (ow - ox) / (tiles - t);
+        fwd_kernel(s, nv, static_cast<int>(n))(in + oy * s * wp + ox * s, c, k, plane, wp, wt + ob, ocp,
+                                               out + (oy * ow + ox) * ocp + ob);
+        ox += n;
+      }
+    ob += nv * W;
+  }
+}
+
+// ---------------------------------------------------------------- weight-gradient tiles
+
+/// dwt[(r0 + g) * K + kw][v] += sum over output positions of
+/// in[row r0 + g][position * S + kw] * dyt[position][v]: G kernel rows
+/// (r = ci * K + kh) x K columns x NV channel vectors.
+template <int S, int K, int NV, int G>
+void dw_tile(const float* in, int64_t plane, int64_t wp, int64_t r0, const float* dyt, int64_t ocp, int64_t oh,
+             int64_t ow, float* dwt) {
+  const float* rows[G];
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) {
+    const int64_t r = r0 + g;
+    rows[g] = in + (r / K) * plane + (r % K) * wp;
+  }
+  simd::vec acc[G][K][NV];
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+    for (int kw = 0; kw < K; ++kw)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[g][kw][v] = simd::load(dwt + ((r0 + g) * K + kw) * ocp + v * W);
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const float* d = dyt + oy * ow * ocp;
+    const int64_t base = oy * S * wp;
+    for (int64_t ox = 0; ox < ow; ++ox, d += ocp) {
+      simd::vec dv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) dv[v] = simd::load(d + v * W);
+      const int64_t at = base + ox * S;
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+        for (int kw = 0; kw < K; ++kw) {
+          const simd::vec xb = simd::broadcast(rows[g] + at + kw);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[g][kw][v] = simd::fma(xb, dv[v], acc[g][kw][v]);
+        }
+    }
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+    for (int kw = 0; kw < K; ++kw)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) simd::store(dwt + ((r0 + g) * K + kw) * ocp + v * W, acc[g][kw][v]);
+}
+
+using dw_fn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);
+
+/// The most kernel rows a weight-gradient tile covers: its accumulators, and
+/// a pointer register per row.
+constexpr int dw_max_rows(int k, int nv) { return std::min(10, simd::accumulators / (k * nv)); }
+
+template <int S, int K, int NV, int... G>
+constexpr std::array<dw_fn, sizeof...(G)> dw_table(std::integer_sequence<int, G...>) {
+  return {&dw_tile<S, K, NV, G + 1>...};
+}
+
+template <int S, int K, int NV>
+dw_fn dw_kernel(int rows) {
+  static constexpr auto table = dw_table<S, K, NV>(std::make_integer_sequence<int, dw_max_rows(K, NV)>());
+  return table[static_cast<std::size_t>(rows - 1)];
+}
+
+template <int S, int K>
+dw_fn dw_kernel(int nv, int rows) {
+  return nv == 1 ? dw_kernel<S, K, 1>(rows) : dw_kernel<S, K, 2>(rows);
+}
+
+template <int S>
+dw_fn dw_kernel(int64_t k, int nv, int rows) {
+  switch (k) {
+    case 1: return dw_kernel<S, 1>(nv, rows);
+    case 3: return dw_kernel<S, 3>(nv, rows);
+    case 5: return dw_kernel<S, 5>(nv, rows);
+    default: return dw_kernel<S, 7>(nv, rows);
+  }
+}
+
+/// Adds one image's weight gradient to dwt [c*k*k, ocp]: in = padded planes, dyt [oh*ow, ocp].
+void dw_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, int64_t s, int64_t oh, int64_t ow,
+              const float* dyt, int64_t ocp, float* dwt) {
+  const int64_t plane = hp * wp, rows = c * k;
+  for (int64_t ob = 0; ob < ocp;) {
+    const int nv = ocp - ob >= 2 * W ? 2 : 1;
+    const int64_t most = dw_max_rows(static_cast<int>(k), nv);
+    for (int64_t r = 0; r < rows;) {
+      const int64_t g = std::min(most, rows - r);
+      dw_fn f = s == 1 ? dw_kernel<1>(k, nv, static_cast<int>(g)) : dw_kernel<2>(k, nv, static_cast<int>(g));
+      f(in, plane, wp, r, dyt + ob, ocp, oh, ow, dwt + ob);
+      r += g;
+    }
+    ob += nv * W;
+  }
+}
+
+// ---------------------------------------------------------------- layout changes
+
+#if defined(__AVX__)
+constexpr int64_t tb = 8;  // transposes in 8x8 blocks of AVX registers
+using block = __m256;
+inline block load_block(const float* p) { return _mm256_loadu_ps(p); }
+inline void store_block(float* p, block v) { _mm256_storeu_ps(p, v); }
+inline block splat(float v) { return _mm256_set1_ps(v); }
+inline block add_block(block a, block b) { return _mm256_add_ps(a, b); }
+inline block relu_block(block a) { return _mm256_max_ps(a, _mm256_setzero_ps()); }
+inline block where_positive(block y, block g) { return _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
+inline void transpose(block r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#else
+constexpr int64_t tb = 4;  // SSE: 4x4 blocks
+using block = __m128;
+inline block load_block(const float* p) { return _mm_loadu_ps(p); }
+inline void store_block(float* p, block v) { _mm_storeu_ps(p, v); }
+inline block splat(float v) { return _mm_set1_ps(v); }
+inline block add_block(block a, block b) { return _mm_add_ps(a, b); }
+inline block relu_block(block a) { return _mm_max_ps(a, _mm_setzero_ps()); }
+inline block where_positive(block y, block g) { return _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), g); }
+inline void transpose(block r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
+#endif
+
+/// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when
+/// asked). ocp is a multiple of the block size.
+void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
+                    float* y) {
+  const int64_t full = positions / tb * tb;
+  for (int64_t o0 = 0; o0 < oc; o0 += tb) {
+    const int64_t rows = std::min(tb, oc - o0);
+    block b[tb];
+    for (int64_t r = 0; r < tb; ++r) b[r] = splat(bias && r < rows ? bias[o0 + r] : 0.0f);
+    for (int64_t q0 = 0; q0 < full; q0 += tb) {
+      block v[tb];
+      for (int64_t r = 0; r < tb; ++r) v[r] = load_block(t + (q0 + r) * ocp + o0);
+      transpose(v);
+      for (int64_t r = 0; r < rows; ++r) {
+        const block o = add_block(v[r], b[r]);
+        store_block(y + (o0 + r) * positions + q0, relu ? relu_block(o) : o);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float bv = bias ? bias[o0 + r] : 0.0f;
+      for (int64_t q = full; q < positions; ++q) {
+        const float v = t[q * ocp + o0 + r] + bv;
+        y[(o0 + r) * positions + q] = relu ? std::max(v, 0.0f) : v;
+      }
+    }
+  }
+}
+
+/// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels), where
+/// `mask` (of dy's shape) is > 0 when it is given; adds each channel's sum of
+/// t to dbias when given.
+void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
+                    float* dbias) {
+  const int64_t full = positions / tb * tb;
+  for (int64_t o0 = 0; o0 < ocp; o0 += tb) {
+    const int64_t rows = std::max<int64_t>(0, std::min(tb, oc - o0));
+    for (int64_t q0 = 0; q0 < full; q0 += tb) {
+      block v[tb];
+      for (int64_t r = 0; r < tb; ++r) {
+        const int64_t at = (o0 + r) * positions + q0;
+        v[r] = r >= rows ? splat(0.0f) : mask ? where_positive(load_block(mask + at), load_block(dy + at))
+                                              : load_block(dy + at);
+      }
+      transpose(v);
+      for (int64_t r = 0; r < tb; ++r) store_block(t + (q0 + r) * ocp + o0, v[r]);
+    }
+    for (int64_t q = full; q < positions; ++q)
+      for (int64_t r = 0; r < tb; ++r) {
+        const int64_t at = (o0 + r) * positions + q;
+        t[q * ocp + o0 + r] = r < rows && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
+      }
+  }
+  if (!dbias) return;
+  for (int64_t o0 = 0; o0 < ocp; o0 += W) {
+    simd::vec acc = simd::zero();
+    for (int64_t q = 0; q < positions; ++q) acc = simd::add(acc, simd::load(t + q * ocp + o0));
+    alignas(64) float lanes[W];
+    simd::store(lanes, acc);
+    for (int64_t l = 0; l < W && o0 + l < oc; ++l) dbias[o0 + l] += lanes[l];
+  }
+}
+
+/// wt [c*k*k, ocp] = W [oc, c, k, k] transposed, zero beyond oc.
+void pack_weights(const float* w, int64_t oc, int64_t taps, int64_t ocp, float* wt) {
+  for (int64_t t = 0; t < taps; ++t) {
+    float* dst = wt + t * ocp;
+    for (int64_t o = 0; o < oc; ++o) dst[o] = w[o * taps + t];
+    std::fill(dst + oc, dst + ocp, 0.0f);
+  }
+}
+
+/// The weights of dx = conv(dy, W') for a stride-1 convolution: W'[ci][m][kh][kw] =
+/// W[m][ci][k-1-kh][k-1-kw], packed as wt [oc*k*k, cp].
+void pack_rotated_weights(const float* w, int64_t oc, int64_t c, int64_t k, int64_t cp, float* wt) {
+  const int64_t kk = k * k;
+  for (int64_t m = 0; m < oc; ++m)
+    for (int64_t t = 0; t < kk; ++t) {
+      float* dst = wt + (m * kk + t) * cp;
+      const int64_t flipped = kk - 1 - t;  // (k-1-kh, k-1-kw)
+      for (int64_t ci = 0; ci < c; ++ci) dst[ci] = w[(m * c + ci) * kk + flipped];
+      std::fill(dst + c, dst + cp, 0.0f);
+    }
+}
+
+} // namespace
+
+bool conv2d_direct_supported(const conv2d_geometry& g) {
+  return (g.stride == 1 || g.stride == 2) && (g.kernel == 1 || g.kernel == 3 || g.kernel == 5 || g.kernel == 7);
+}
+
+void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                           const conv2d_geometry& g, bool relu, tensor& y) {
+  const shape ys = y.shape();
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
+  const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding;
+  const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), taps = c * k * k;
+  float* wt = scratch(0, static_cast<std::size_t>(taps * ocp));
+  pack_weights(w.data(), oc, taps, ocp, wt);
+  const float* xp = x.data();
+  const float* bp = bias.defined() ? bias.data() : nullptr;
+  float* yp = y.data();
+  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = xp + i * c * h * wd;
+    const float* in = xi;
+    if (p > 0) {
+      float* padded = scratch(1, static_cast<std::size_t>(c * hp * wp));
+      pad_planes(xi, c, h, wd, p, padded);
+      in = padded;
+    }
+    float* out = scratch(2, static_cast<std::size_t>(oh * ow * ocp));
+    conv_image(in, c, hp, wp, k, g.stride, oh, ow, wt, ocp, out);
+    store_channels(out, oh * ow, ocp, oc, bp, relu, yp + i * oc * oh * ow);
+  }
+}
+
+void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
+                            tensor* dbias) {
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
+  const int64_t oc = g.out_channels, oh = dy.dim(2), ow = dy.dim(3), k = g.kernel, p = g.padding, s = g.stride;
+  const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), cp = round_up(c, W);
+  const int64_t taps = c * k * k, positions = oh * ow;
+  // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0.
+  const bool direct_dx = dx && s == 1 && p <= k - 1;
+  const int64_t pd = k - 1 - p, ohp = oh + 2 * pd, owp = ow + 2 * pd;
+  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+
+  // Per-thread partial sums of dW^T [taps, ocp] and dbias [ocp], in the calling thread's scratch.
+  const std::size_t part = static_cast<std::size_t>(taps * ocp + ocp);
+  float* partial = scratch(0, part * threads);
+  std::fill_n(partial, part * threads, 0.0f);
+  float* wrot = nullptr;
+  if (direct_dx) {
+    wrot = scratch(1, static_cast<std::size_t>(oc * k * k * cp));
+    pack_rotated_weights(w.data(), oc, c, k, cp, wrot);
+  }
+  const float* xp = x.data();
+  const float* dyp = dy.data();
+  const float* maskp = relu_output ? relu_output->data() : nullptr;
+  float* dxp = dx ? dx->data() : nullptr;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num();
+    float* dwt = partial + part * t;
+    float* db = dbias ? dwt + taps * ocp : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = xp + i * c * h * wd;
+      const float* dyi = dyp + i * oc * positions;
+      const float* maski = maskp ? maskp + i * oc * positions : nullptr;
+      const float* in = xi;
+      if (p > 0) {
+        float* padded = scratch(2, static_cast<std::size_t>(c * hp * wp));
+        pad_planes(xi, c, h, wd, p, padded);
+        in = padded;
+      }
+      float* dyt = scratch(3, static_cast<std::size_t>(positions * ocp));
+      load_positions(dyi, maski, positions, oc, ocp, dyt, db);
+      dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
+      if (direct_dx) {
+        const float* din = dyi;
+        if (pd > 0 || maski) {
+          float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
+          pad_planes(dyi, oc, oh, ow, pd, padded, maski);
+          din = padded;
+        }
+        float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
+        conv_image(din, oc, ohp, owp, k, 1, h, wd, wrot, cp, out);
+        store_channels(out, h * wd, cp, c, nullptr, false, dxp + i * c * h * wd);
+      }
+    }
+  }
+  // Sum the threads' partials; dW [oc, taps] is the transpose of dW^T.
+  float* dwp = dw.data();
+  for (int64_t o = 0; o < oc; ++o)
+    for (int64_t tp = 0; tp < taps; ++tp) {
+      float v = 0.0f;
+      for (int th = 0; th < threads; ++th) v += partial[part * th + tp * ocp + o];
+      dwp[o * taps + tp] = v;
+    }
+  if (dbias) {
+    float* dbp = dbias->data();
+    for (int64_t o = 0; o < oc; ++o) {
+      float v = 0.0f;
+      for (int th = 0; th < threads; ++th) v += partial[part * th + taps * ocp + o];
+      dbp[o] = v;
+    }
+  }
+  if (dx && !direct_dx) {
+    tensor masked;
+    if (relu_output) relu_backward(ctx, *relu_output, dy, masked);
+    conv2d_backward_data_gemm(ctx, w, relu_output ? masked : dy, g, *dx);
+  }
+}
+
+} // namespace troupe::kernels::detail

@@ -1,0 +1,198 @@
+// The residual block behind nn::residual: output = body(x) + shortcut(x).
+#include "kernels/kernels.hpp"
+#include "model/nn.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+namespace k = troupe::kernels;
+
+using layers = std::vector<std::unique_ptr<layer>>;
+
+layers make_all(const std::vector<nn::residual::layer_factory>& factories) {
+  layers out;
+  for (const auto& f : factories) out.push_back(f());
+  return out;
+}
+
+std::string join_described(const layers& ls) {
+  std::string out;
+  for (const auto& l : ls) out += (out.empty() ? "" : ", ") + l->describe();
+  return out;
+}
+
+class residual_layer final : public layer {
+public:
+  residual_layer(layers body, layers projection) : body_(std::move(body)), projection_(std::move(projection)) {
+    if (body_.empty()) throw error("residual(): the body needs at least one layer");
+  }
+
+  std::string kind() const override { return "residual"; }
+  std::string describe() const override {
+    std::string out = "residual(" + join_described(body_);
+    if (!projection_.empty()) out += "; projection " + join_described(projection_);
+    return out + ")";
+  }
+
+  shape infer(const shape& in, const std::string& source) override {
+    const shape body_out = infer_chain(body_, in, source, false);
+    const shape shortcut_out = projection_.empty() ? in : infer_chain(projection_, in, source, true);
+    if (body_out != shortcut_out) {
+      const std::string what = projection_.empty() ? " gives the identity shortcut's " + in.to_string() +
+                                                         ": give the block a projection(...) that makes " +
+                                                         body_out.to_string() + " of it"
+                                                   : " gives " + shortcut_out.to_string() + " (its projection)";
+      throw shape_error("the body gives " + body_out.to_string() + " but the shortcut" + what);
+    }
+    return body_out;
+  }
+
+  void initialize(std::mt19937_64& rng) override {
+    for (auto& l : body_) l->initialize(rng);
+    for (auto& l : projection_) l->initialize(rng);
+  }
+
+  bool fuse_next(const layer* next) override {
+    fuse_chain(body_);
+    fuse_chain(projection_);
+    relu_ = next && next->kind() == "relu";
+    return relu_;
+  }
+
+  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
+    const tensor* out = &x;
+    for (auto& l : body_) out = &l->forward(ctx, *out, training);
+    const tensor* shortcut = &x;
+    for (auto& l : projection_) shortcut = &l->forward(ctx, *shortcut, training);
+    k::add(ctx, *out, *shortcut, y_, relu_);
+    return y_;
+  }
+
+  const tensor& backward(const k::context& ctx, const tensor& dy_out) override {
+    const tensor* dy = &dy_out;
+    if (relu_) {
+      k::relu_backward(ctx, y_, dy_out, dy_);
+      dy = &dy_;
+    }
+    // d(body + shortcut)/dx: the gradient through the body plus the one through the shortcut.
+    const tensor* body_dx = backward_chain(body_, ctx, *dy);
+    const tensor* shortcut_dx = projection_.empty() ? dy : backward_chain(projection_, ctx, *dy);
+    if (!needs_input_grad_) {
+      dx_ = tensor();
+      return dx_;
+    }
+    k::add(ctx, *body_dx, *shortcut_dx, dx_);
+    return dx_;
+  }
+
+  std::vector<parameter*> parameters() override {
+    std::vector<parameter*> out;
+    collect(body_, "", out);
+    collect(projection_, "projection.", out);
+    named_ = true;
+    return out;
+  }
+
+  std::vector<named_tensor> buffers() override {
+    std::vector<named_tensor> out;
+    for (std::size_t i = 0; i < body_.size(); ++i)
+      for (auto& b : body_[i]->buffers()) out.push_back({prefix("", i, *body_[i]) + b.name, b.value});
+    for (std::size_t i = 0; i < projection_.size(); ++i)
+      for (auto& b : projection_[i]->buffers())
+        out.push_back({prefix("projection.", i, *projection_[i]) + b.name, b.value});
+    return out;
+  }
+
+  std::vector<inner_layer> inner_layers() override {
+    std::vector<inner_layer> out;
+    for (std::size_t i = 0; i < body_.size(); ++i) out.push_back({std::to_string(i + 1), body_[i].get()});
+    for (std::size_t i = 0; i < projection_.size(); ++i)
+      out.push_back({"projection " + std::to_string(i + 1), projection_[i].get()});
+    return out;
+  }
+
+  void set_needs_input_grad(bool b) override {
+    layer::set_needs_input_grad(b);
+    for (layers* chain : {&body_, &projection_}) {
+      // As model::build: a layer needs its input gradient when the block's
+      // input needs one or a layer before it (inside the block) learns.
+      bool learns_upstream = b;
+      for (auto& l : *chain) {
+        l->set_needs_input_grad(learns_upstream);
+        if (!l->parameters().empty()) learns_upstream = true;
+      }
+    }
+  }
+
+private:
+  /// "conv2d #2 inside", "conv2d #1 of the projection".
+  static std::string inner_name(const layer& l, std::size_t i, bool projection) {
+    return l.kind() + " #" + std::to_string(i + 1) + (projection ? " of the projection" : " inside");
+  }
+
+  /// Fusion inside a chain of the block, as model::build does for the model's.
+  static void fuse_chain(layers& chain) {
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      const bool fused = chain[i]->fuse_next(i + 1 < chain.size() ? chain[i + 1].get() : nullptr);
+      if (i + 1 < chain.size()) chain[i + 1]->set_applied_by_previous(fused);
+    }
+    if (!chain.empty()) chain.front()->set_applied_by_previous(false);
+  }
+
+  static shape infer_chain(layers& chain, const shape& in, const std::string& source, bool projection) {
+    shape cur = in;
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      const std::string from = i == 0 ? source : "previous layer (" + inner_name(*chain[i - 1], i - 1, projection) + ")";
+      try {
+        cur = chain[i]->infer(cur, from);
+      } catch (const shape_error& e) {
+        const bool block = !chain[i]->inner_layers().empty();
+        throw shape_error(inner_name(*chain[i], i, projection) + (block ? ": " : " ") + e.what());
+      }
+    }
+    return cur;
+  }
+
+  /// Runs the chain's backward passes from its end; returns the gradient of
+  /// its input (undefined when its first layer needs none).
+  static const tensor* backward_chain(layers& chain, const k::context& ctx, const tensor& dy) {
+    const tensor* g = &dy;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      g = &(*it)->backward(ctx, *g);
+      if (!(*it)->needs_input_grad()) break;  // nothing before it learns
+    }
+    return g;
+  }
+
+  static std::string prefix(const char* chain, std::size_t i, const layer& l) {
+    return chain + std::to_string(i) + "." + l.kind() + ".";
+  }
+
+  /// The chain's parameters, named after their place in the block the first
+  /// time (the model adds the block's own place in front).
+  void collect(layers& chain, const char* name, std::vector<parameter*>& out) {
+    for (std::size_t i = 0; i < chain.size(); ++i)
+      for (parameter* p : chain[i]->parameters()) {
+        if (!named_) p->name = prefix(name, i, *chain[i]) + p->name;
+        out.push_back(p);
+      }
+  }
+
+  layers body_, projection_;
+  bool named_ = false;
+  bool relu_ = false;  // applies the next layer, a ReLU, to the sum
+  tensor y_, dy_, dx_;
+};
+
+} // namespace
+
+} // namespace troupe::model
+
+namespace troupe::nn {
+
+std::unique_ptr<model::layer> residual::make() const {
+  return std::make_unique<model::residual_layer>(model::make_all(body), model::make_all(shortcut));
+}
+
+} // namespace troupe::nn

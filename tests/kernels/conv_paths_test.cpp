@@ -1,0 +1,141 @@
+// conv2d's direct kernels against the im2col + GEMM reference on random
+// shapes: odd sizes, strides 1 to 3, padding 0 to 2, kernels 1 to 7, channel
+// counts around the vector width. Same results up to float rounding.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "kernels/kernels.hpp"
+#include "tests/gradcheck.hpp"
+
+using namespace troupe;
+namespace k = troupe::kernels;
+
+namespace {
+
+/// Largest |a - b| relative to the largest |b| (at least 1).
+double max_rel_diff(const tensor& a, const tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0, scale = 1;
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.at(i))));
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, double(std::abs(a.at(i) - b.at(i))));
+  return worst / scale;
+}
+
+struct conv_case {
+  int64_t n, c, oc, k, s, p, h, w;
+  bool bias, dx;
+  std::string describe() const {
+    std::ostringstream os;
+    os << "n " << n << " c " << c << " oc " << oc << " k " << k << " s " << s << " p " << p << " h " << h << " w "
+       << w << (bias ? " bias" : "") << (dx ? " dx" : "");
+    return os.str();
+  }
+};
+
+void compare_paths(const conv_case& t, uint64_t seed) {
+  INFO(t.describe());
+  k::conv2d_geometry g{t.c, t.oc, t.k, t.s, t.p};
+  tensor x = testing::random_tensor({t.n, t.c, t.h, t.w}, seed), w = testing::random_tensor({t.oc, t.c, t.k, t.k}, seed + 1);
+  tensor b = t.bias ? testing::random_tensor({t.oc}, seed + 2) : tensor();
+  k::context direct = testing::test_context(), reference = direct;
+  reference.conv = k::conv_path::im2col;
+
+  tensor y1, y2, cols1, cols2;
+  k::conv2d_forward(direct, x, w, b, g, y1, cols1);
+  k::conv2d_forward(reference, x, w, b, g, y2, cols2);
+  CHECK(max_rel_diff(y1, y2) < 1e-5);
+
+  tensor dy = testing::random_tensor(y2.shape(), seed + 3);
+  tensor dx1, dx2, dw1, dw2, db1, db2;
+  k::conv2d_backward(direct, x, w, cols1, dy, g, t.dx ? &dx1 : nullptr, dw1, t.bias ? &db1 : nullptr);
+  k::conv2d_backward(reference, x, w, cols2, dy, g, t.dx ? &dx2 : nullptr, dw2, t.bias ? &db2 : nullptr);
+  CHECK(max_rel_diff(dw1, dw2) < 1e-5);
+  if (t.dx) CHECK(max_rel_diff(dx1, dx2) < 1e-5);
+  if (t.bias) CHECK(max_rel_diff(db1, db2) < 1e-5);
+}
+
+} // namespace
+
+TEST_CASE("conv2d's direct path matches im2col on the layers of the zoo's networks", "[kernels]") {
+  // The reference CNN's two layers, ResNet-20's (3x3 stride 1 and 2, 1x1 projections) at both image sizes.
+  for (const conv_case& t : {conv_case{3, 1, 32, 3, 1, 1, 28, 28, true, false}, conv_case{3, 32, 64, 3, 1, 1, 14, 14, true, true},
+                             conv_case{2, 16, 16, 3, 1, 1, 28, 28, false, true}, conv_case{2, 16, 32, 3, 2, 1, 28, 28, false, true},
+                             conv_case{2, 16, 32, 1, 2, 0, 28, 28, false, true}, conv_case{2, 32, 64, 3, 2, 1, 16, 16, false, true},
+                             conv_case{2, 64, 64, 3, 1, 1, 7, 7, false, true}, conv_case{2, 3, 16, 3, 1, 1, 32, 32, false, false}})
+    compare_paths(t, 100);
+}
+
+TEST_CASE("conv2d's direct path matches im2col on random shapes", "[kernels]") {
+  std::mt19937_64 rng(2024);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const int64_t kernels[] = {1, 2, 3, 4, 5, 7};
+  for (int i = 0; i < 60; ++i) {
+    conv_case t{};
+    t.n = pick(1, 3);
+    t.c = pick(1, 40);
+    t.oc = pick(1, 70);
+    t.k = kernels[pick(0, 5)];
+    t.s = pick(1, 3);
+    t.p = pick(0, 2);
+    t.h = pick(std::max<int64_t>(1, t.k - 2 * t.p), 17);
+    t.w = pick(std::max<int64_t>(1, t.k - 2 * t.p), 17);
+    t.bias = pick(0, 1) == 1;
+    t.dx = pick(0, 3) != 0;
+    compare_paths(t, 1000 + i);
+  }
+}
+
+TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kernels]") {
+  const k::context ctx = testing::test_context();
+  // Stride 1 (dx by the direct kernel) and stride 2 (dx by GEMM), on both paths.
+  for (int64_t stride : {1, 2})
+    for (k::conv_path path : {k::conv_path::direct, k::conv_path::im2col}) {
+      INFO("stride " << stride << (path == k::conv_path::direct ? " direct" : " im2col"));
+      k::context c = ctx;
+      c.conv = path;
+      k::conv2d_geometry g{5, 19, 3, stride, 1};
+      tensor x = testing::random_tensor({3, 5, 9, 8}, 7), w = testing::random_tensor({19, 5, 3, 3}, 8),
+             b = testing::random_tensor({19}, 9);
+      tensor y, cols, relu_y, fused, fused_cols;
+      k::conv2d_forward(c, x, w, b, g, y, cols);
+      k::relu_forward(c, y, relu_y);
+      k::conv2d_forward(c, x, w, b, g, fused, fused_cols, true);
+      CHECK(max_rel_diff(fused, relu_y) == 0);
+
+      tensor dy = testing::random_tensor(y.shape(), 10), masked, dx1, dw1, db1, dx2, dw2, db2;
+      k::relu_backward(c, relu_y, dy, masked);
+      k::conv2d_backward(c, x, w, cols, masked, g, &dx1, dw1, &db1);
+      k::conv2d_backward(c, x, w, fused_cols, dy, g, &dx2, dw2, &db2, &fused);
+      CHECK(max_rel_diff(dx2, dx1) < 1e-6);
+      CHECK(max_rel_diff(dw2, dw1) < 1e-6);
+      CHECK(max_rel_diff(db2, db1) < 1e-6);
+    }
+
+  tensor x = testing::random_tensor({4, 3, 5, 6}, 11), gamma = testing::random_tensor({3}, 12),
+         beta = testing::random_tensor({3}, 13);
+  tensor rm = tensor::zeros({3}), rv = tensor::full({3}, 1.0f), y, relu_y, fused, mean, invstd;
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, y, mean, invstd);
+  k::relu_forward(ctx, y, relu_y);
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, fused, mean, invstd, true);
+  CHECK(max_rel_diff(fused, relu_y) == 0);
+  tensor dy = testing::random_tensor(x.shape(), 14), masked, dx1, dg1, db1, dx2, dg2, db2;
+  k::relu_backward(ctx, relu_y, dy, masked);
+  k::batch_norm_backward(ctx, x, gamma, mean, invstd, masked, dx1, dg1, db1);
+  k::batch_norm_backward(ctx, x, gamma, mean, invstd, dy, dx2, dg2, db2, &fused);
+  CHECK(max_rel_diff(dx2, dx1) < 1e-6);
+  CHECK(max_rel_diff(dg2, dg1) < 1e-6);
+  CHECK(max_rel_diff(db2, db1) < 1e-6);
+  k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm, rv, y);
+  k::relu_forward(ctx, y, relu_y);
+  k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm, rv, fused, true);
+  CHECK(max_rel_diff(fused, relu_y) == 0);
+
+  tensor a = testing::random_tensor({2, 40}, 15), b2 = testing::random_tensor({2, 40}, 16), s, sum_relu;
+  k::add(ctx, a, b2, s);
+  k::relu_forward(ctx, s, sum_relu);
+  k::add(ctx, a, b2, s, true);
+  CHECK(max_rel_diff(s, sum_relu) == 0);
+}

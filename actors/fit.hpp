@@ -6,6 +6,7 @@
 
 #include <iosfwd>
 #include <iostream>
+#include <string>
 
 #include "train/job.hpp"
 
@@ -17,5 +18,14 @@ namespace troupe {
 /// invalid, the data or a checkpoint cannot be read, or an actor fails (the
 /// message says which and why).
 history fit(const job& j, std::ostream& log = std::cerr);
+
+/// The plan of `j` without training it (troupe_plan): for a pipeline, each
+/// stage's layers, device, predicted forward, backward and transfer time and
+/// memory, the predicted step time and the bottleneck, as a table, or with
+/// `json` as one JSON object (field predicted_step_s); the layers' times are
+/// measured as fit measures them. For data parallelism, the roles per node.
+/// Throws troupe::error as fit does for an invalid job, and for a placement
+/// that does not fit the devices' memory (naming the device and shortfall).
+std::string describe_plan(const job& j, bool json = false);
 
 } // namespace troupe

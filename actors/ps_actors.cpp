@@ -272,8 +272,17 @@ struct stage_state {
   bool waiting = false;                  // for an input, since `waiting_since`
   clock_type::time_point waiting_since;
   std::string track;
+  bool busy = false;                     // an emulated slower device: holding `held` until release_atom
+  stage_core::result held;
 };
 using stage_actor_t = caf::stateful_actor<stage_state>;
+
+void stage_send(stage_actor_t* self, stage_core::result& r) {
+  auto& st = self->state;
+  for (auto& m : r.messages) send_to(*st.dir, m.to, std::move(m.msg));
+  for (auto& rep : r.reports) send_to(*st.dir, st.coordinator, make_metrics(st.core->address(), st.coordinator, rep));
+  r = {};
+}
 
 void stage_step(stage_actor_t* self) {
   auto& st = self->state;
@@ -284,11 +293,20 @@ void stage_step(stage_actor_t* self) {
   }
   // One action at a time, its output sent at once: the next stage starts on
   // a micro-batch while this one computes the next.
-  for (;;) {
+  while (!st.busy) {
+    const auto t0 = clock_type::now();
     stage_core::result r = st.core->run(1);
     if (r.actions == 0) break;
-    for (auto& m : r.messages) send_to(*st.dir, m.to, std::move(m.msg));
-    for (auto& rep : r.reports) send_to(*st.dir, st.coordinator, make_metrics(me, st.coordinator, rep));
+    const float slowdown = st.core->config().plan.slowdown;
+    if (slowdown > 1.0f) {
+      // A device `slowdown` times slower: busy, holding the output, for (slowdown - 1) x the compute time.
+      const double extra = (slowdown - 1.0f) * train::seconds_since(t0);
+      st.busy = true;
+      st.held = std::move(r);
+      self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(extra * 1e6)), release_atom::value);
+      break;
+    }
+    stage_send(self, r);
   }
   // One credit per mini-batch taken: at most `prefetch` batches wait at the first stage.
   const int64_t want = st.core->batches_taken() + st.prefetch;
@@ -297,7 +315,7 @@ void stage_step(stage_actor_t* self) {
             make_control(me, st.loader, wire::Control::Kind::CREDIT, static_cast<uint32_t>(want - st.credited)));
     st.credited = want;
   }
-  if (!st.waiting && st.core->waiting()) {
+  if (!st.waiting && !st.busy && st.core->waiting()) {
     st.waiting = true;
     st.waiting_since = clock_type::now();
   }
@@ -313,6 +331,16 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
   st.prefetch = prefetch;
   st.track = net::to_string(st.core->address());
   return {
+      [self](release_atom) {
+        auto& st = self->state;
+        st.busy = false;
+        try {
+          stage_send(self, st.held);
+          stage_step(self);
+        } catch (const std::exception& e) {
+          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what());
+        }
+      },
       [self](const net::message& m) {
         auto& st = self->state;
         const net::address& me = st.core->address();

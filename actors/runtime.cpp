@@ -4,11 +4,14 @@
 
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <ostream>
+#include <sstream>
 
 #include "actors/fit.hpp"
 #include "actors/messages.hpp"
 #include "actors/roles.hpp"
+#include "model/cost_profile.hpp"
 #include "net/checkpoint.hpp"
 #include "net/transport.hpp"
 #include "train/cluster.hpp"
@@ -242,6 +245,25 @@ void wait_for(caf::actor_system& sys, const caf::actor& last, const directory& d
   for (const auto& [a, h] : dir.locals()) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
 }
 
+/// Whether the job places its stages on devices (a placer or device speeds), not only cuts them.
+bool places_stages(const settings& s) {
+  return s.pipeline.stages > 1 && (s.pipeline.placement != placement_kind::even || !s.pipeline.device_speeds.empty());
+}
+
+/// A placer's input in one process: every layer's forward and backward time,
+/// measured on a model of its own (not the one that trains: a measurement
+/// would move batch norm's running statistics) with a stage's threads. None
+/// where the stages are not placed: the plan then cuts by multiply-adds.
+std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j, const starting_point& start,
+                                                                   const train::topology& topo) {
+  const settings& s = j.config();
+  if (!places_stages(s)) return std::nullopt;
+  model::model m = j.build_model(start.data->sets.train.sample_shape());
+  const int threads = std::max(1, topo.nodes[0].threads / s.pipeline.stages);
+  return model::measure_costs(m, std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches),
+                              s.pipeline.micro_batches, kernels::context::with_threads(threads));
+}
+
 void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {
   const settings& s = j.config();
   if (!p.stages.empty()) {
@@ -251,6 +273,7 @@ void log_plan(const job& j, const train::plan& p, const model::param_layout& lay
     for (const auto& st : p.stages)
       log << " layers [" << st.first_layer << ", " << st.last_layer << ") " << st.params.numel() << " parameters;";
     log << "\n";
+    if (places_stages(s)) log << train::describe_placement(p, s, false);
     return;
   }
   log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
@@ -266,7 +289,9 @@ history run_on_actors(const job& j, std::ostream& log) {
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
   const model::model::layer_profile profile = start.net.profile();
-  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count, &profile);
+  const auto costs = measure_for_placement(j, start, topo);
+  const train::plan p =
+      train::make_plan(s, topo, layout, start.data->sets.train.count, &profile, costs ? &*costs : nullptr);
   auto hw = s.algo.kind == algorithm_kind::hogwild ? make_hogwild(start.net) : nullptr;
   log_plan(j, p, layout, log);
   auto result = std::make_shared<outcome>();
@@ -363,9 +388,31 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
 
 } // namespace
 
+std::string describe_plan(const job& j, bool json) {
+  j.validate();
+  const settings& s = j.config();
+  const auto env = train::environment();
+  const train::cluster_spec c = train::resolve(j.cluster_config(), env);
+  std::ostringstream log;
+  starting_point start = load(j, log);
+  const model::param_layout layout = start.net.layout();
+  const model::model::layer_profile profile = start.net.profile();
+  const train::topology topo = c.single_process() ? train::topology::local(s.threads) : train::topology_of(c, 0, s.threads);
+  // A cluster's nodes each compute the plan: they place by estimated costs, the same on every node.
+  const auto costs = c.single_process() ? measure_for_placement(j, start, topo) : std::nullopt;
+  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count, &profile, costs ? &*costs : nullptr);
+  if (p.stages.empty()) {
+    if (json) throw error("--json: the plan of a pipeline only (give --pipeline-stages K > 1)");
+    return p.describe();
+  }
+  return train::describe_placement(p, s, json);
+}
+
 } // namespace troupe::actors
 
 namespace troupe {
+
+std::string describe_plan(const job& j, bool json) { return actors::describe_plan(j, json); }
 
 history fit(const job& j, std::ostream& log) {
   j.validate();

@@ -5,13 +5,16 @@
 #     momentum 0.9, 2 threads, one epoch; runs interleaved, medians compared
 #   * peak RSS of each run
 # Usage: bench/run_bench.sh [BUILD_DIR] (default build/). Env: REPS_MLP (5), REPS_CNN (3), THREADS (2),
-# MODELS ("mlp cnn").
+# MODELS ("mlp cnn"; resnet too), STEPS_RESNET (300: resnet runs that many steps, not an epoch; 0: an epoch),
+# REPS_RESNET (3).
 # Needs the libtorch baseline: scripts/setup.sh --bench, then rebuild.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 reps_mlp=${REPS_MLP:-5}
 reps_cnn=${REPS_CNN:-3}
+reps_resnet=${REPS_RESNET:-3}
+steps_resnet=${STEPS_RESNET:-300}
 threads=${THREADS:-2}
 models=${MODELS:-mlp cnn}
 trainer=$build/troupe_trainer
@@ -41,13 +44,15 @@ echo
 for model in $models; do
   reps=$reps_mlp
   [ "$model" = cnn ] && reps=$reps_cnn
+  limit=()
+  if [ "$model" = resnet ]; then reps=$reps_resnet; limit=(--max-steps "$steps_resnet"); fi
   : > "$tmp/$model.troupe"; : > "$tmp/$model.torch"; : > "$tmp/$model.rss_troupe"; : > "$tmp/$model.rss_torch"
   for r in $(seq "$reps"); do
-    "$trainer" --model "$model" --epochs 1 --batch-size 64 --lr 0.05 --momentum 0.9 --threads "$threads" \
+    "$trainer" --model "$model" --epochs 1 "${limit[@]}" --batch-size 64 --lr 0.05 --momentum 0.9 --threads "$threads" \
       --progress none --metrics-out "$tmp/t.jsonl" 2>/dev/null
     field samples_per_s "$tmp/t.jsonl" >> "$tmp/$model.troupe"
     field peak_rss_mb "$tmp/t.jsonl" >> "$tmp/$model.rss_troupe"
-    "$torch" --model "$model" --epochs 1 --batch-size 64 --lr 0.05 --momentum 0.9 --threads "$threads" \
+    "$torch" --model "$model" --epochs 1 "${limit[@]}" --batch-size 64 --lr 0.05 --momentum 0.9 --threads "$threads" \
       2>/dev/null > "$tmp/b.json"
     field samples_per_s "$tmp/b.json" >> "$tmp/$model.torch"
     field peak_rss_mb "$tmp/b.json" >> "$tmp/$model.rss_torch"

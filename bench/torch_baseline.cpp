@@ -23,6 +23,7 @@ namespace {
 struct options {
   std::string model = "mlp";
   int epochs = 1;
+  int64_t max_steps = 0;  // 0: whole epochs
   int64_t batch_size = 64;
   double lr = 0.05;
   double momentum = 0.9;
@@ -41,6 +42,7 @@ const char* const usage_text =
     "Trains troupe's reference model with libtorch and prints one JSON line.\n"
     "  --model mlp|cnn|resnet  model to train (default mlp)\n"
     "  --epochs N          training epochs (default 1)\n"
+    "  --max-steps N       stop after N steps (default 0: whole epochs)\n"
     "  --batch-size N      batch size (default 64)\n"
     "  --lr F              SGD learning rate (default 0.05)\n"
     "  --momentum F        SGD momentum (default 0.9)\n"
@@ -73,7 +75,7 @@ bool parse_args(int argc, char** argv, options& opt) {
       value = name.substr(eq + 1);
       name.resize(eq);
     } else {
-      bool known = name == "model" || name == "epochs" || name == "batch-size" ||
+      bool known = name == "model" || name == "epochs" || name == "max-steps" || name == "batch-size" ||
                    name == "lr" || name == "momentum" || name == "threads" ||
                    name == "seed" || name == "data-dir";
       if (!known) throw usage_error("unknown option '" + arg + "'");
@@ -84,6 +86,8 @@ bool parse_args(int argc, char** argv, options& opt) {
       opt.model = value;
     } else if (name == "epochs") {
       opt.epochs = parse_value<int>(name, value);
+    } else if (name == "max-steps") {
+      opt.max_steps = parse_value<int64_t>(name, value);
     } else if (name == "batch-size") {
       opt.batch_size = parse_value<int64_t>(name, value);
     } else if (name == "lr") {
@@ -104,6 +108,7 @@ bool parse_args(int argc, char** argv, options& opt) {
     throw usage_error("--model must be mlp, cnn or resnet, not '" + opt.model + "'");
   }
   if (opt.epochs < 1) throw usage_error("--epochs must be at least 1");
+  if (opt.max_steps < 0) throw usage_error("--max-steps must be at least 0");
   if (opt.batch_size < 1) throw usage_error("--batch-size must be at least 1");
   if (opt.threads < 1) throw usage_error("--threads must be at least 1");
   return true;
@@ -211,7 +216,7 @@ int run(const options& opt) {
 
   troupe::data::batcher train(data.train, opt.batch_size, norm, opt.seed, /*shuffle=*/true);
   troupe::data::batch b;
-  int64_t samples = 0;
+  int64_t samples = 0, steps = 0;
   double last_epoch_loss = 0.0;
 
   // Training: the only timed part.
@@ -222,7 +227,8 @@ int run(const options& opt) {
     train.start_epoch(epoch);
     double loss_sum = 0.0;
     int64_t epoch_samples = 0;
-    while (train.next(b)) {
+    while ((opt.max_steps == 0 || steps < opt.max_steps) && train.next(b)) {
+      ++steps;
       auto [images, labels] = to_torch(b, data.train);
       optimizer.zero_grad();
       torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(images), labels);

@@ -100,6 +100,8 @@ model::layer_profile model::profile() {
     const int64_t positions = y.rank() == 3 ? y[1] * y[2] : 1;
     out.tensors.push_back(static_cast<int>(ps.size()));
     out.costs.push_back(params > 0 ? params * positions : y.numel());
+    out.param_bytes.push_back(params * static_cast<int64_t>(sizeof(float)));
+    out.output_elems.push_back(y.numel());
   }
   return out;
 }

@@ -56,6 +56,8 @@ public:
   struct layer_profile {
     std::vector<int> tensors;
     std::vector<int64_t> costs;
+    std::vector<int64_t> param_bytes;   ///< its parameters' bytes
+    std::vector<int64_t> output_elems;  ///< its output's elements per sample
   };
   layer_profile profile();
   /// The index in the whole model of this model's first layer (0 unless sliced).

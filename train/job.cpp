@@ -76,6 +76,24 @@ const char* to_string(progress_mode p) {
   return "unknown";
 }
 
+const char* to_string(placement_kind k) {
+  switch (k) {
+    case placement_kind::even: return "even";
+    case placement_kind::random: return "random";
+    case placement_kind::greedy: return "greedy";
+    case placement_kind::optimal: return "optimal";
+    case placement_kind::manual: return "manual";
+  }
+  return "unknown";
+}
+
+placement_kind parse_placement(const std::string& name) {
+  return parse_choice(name,
+                      std::vector<placement_kind>{placement_kind::even, placement_kind::random, placement_kind::greedy,
+                                                  placement_kind::optimal, placement_kind::manual},
+                      "placement");
+}
+
 algorithm_kind parse_algorithm(const std::string& name) { return parse_choice(name, all_algorithms(), "algorithm"); }
 lr_schedule parse_schedule(const std::string& name) { return parse_choice(name, schedules, "schedule"); }
 pipeline_schedule parse_pipeline_schedule(const std::string& name) {
@@ -137,6 +155,32 @@ void validate(const settings& s) {
     for (std::size_t i = 0; i < p.cuts.size(); ++i)
       if (p.cuts[i] < 1 || (i > 0 && p.cuts[i] <= p.cuts[i - 1]))
         bad("--pipeline-cuts must be increasing layer indices >= 1");
+    const int devices = p.device_speeds.empty() ? p.stages : static_cast<int>(p.device_speeds.size());
+    if (devices < p.stages)
+      bad("--device-speeds: " + n2s(devices) + " devices for " + n2s(p.stages) + " stages (give at least one per stage)");
+    for (float v : p.device_speeds)
+      if (!(v > 0.0f) || !std::isfinite(v)) bad("--device-speeds: every speed must be > 0, got " + n2s(v));
+    if (!p.device_memory_mb.empty() && static_cast<int>(p.device_memory_mb.size()) != devices)
+      bad("--device-memory: " + n2s(p.device_memory_mb.size()) + " limits for " + n2s(devices) + " devices");
+    for (float m : p.device_memory_mb)
+      if (!(m >= 0.0f) || !std::isfinite(m)) bad("--device-memory: every limit must be >= 0 MB (0: none), got " + n2s(m));
+    if (p.placement == placement_kind::manual && p.cuts.empty())
+      bad("--placement manual needs --pipeline-cuts (and --stage-devices, or stages go on devices 0, 1, ...)");
+    if (!p.stage_devices.empty() && p.placement != placement_kind::manual && p.placement != placement_kind::even)
+      bad("--stage-devices goes with --placement manual or even, not " + std::string(to_string(p.placement)));
+    if (!p.stage_devices.empty()) {
+      if (static_cast<int>(p.stage_devices.size()) != p.stages)
+        bad("--stage-devices: " + n2s(p.stage_devices.size()) + " devices for " + n2s(p.stages) + " stages");
+      for (std::size_t i = 0; i < p.stage_devices.size(); ++i) {
+        if (p.stage_devices[i] < 0 || p.stage_devices[i] >= devices)
+          bad("--stage-devices: device " + n2s(p.stage_devices[i]) + " of " + n2s(devices) + " devices");
+        for (std::size_t j = 0; j < i; ++j)
+          if (p.stage_devices[j] == p.stage_devices[i])
+            bad("--stage-devices: device " + n2s(p.stage_devices[i]) + " given to two stages");
+      }
+    }
+  } else if (p.placement != placement_kind::even || !p.device_speeds.empty() || !p.stage_devices.empty()) {
+    bad("--placement, --device-speeds and --stage-devices place pipeline stages: give --pipeline-stages K > 1");
   }
   switch (a.kind) {
     case algorithm_kind::sequential:

@@ -53,9 +53,19 @@ enum class progress_mode {
 /// "auto", "bar", "lines", "none".
 const char* to_string(progress_mode p);
 
+/// How a pipeline's stages are cut and placed on devices: `even` cuts so that
+/// the stages' multiply-adds are balanced and puts stage k on device k (the
+/// default); the others run the placers of model/placement.hpp on each layer's
+/// measured forward and backward time: random, greedy, optimal, or manual
+/// (--pipeline-cuts and --stage-devices, checked against the memory limits).
+enum class placement_kind { even, random, greedy, optimal, manual };
+/// "even", "random", "greedy", "optimal", "manual".
+const char* to_string(placement_kind k);
+
 /// Parse the names of to_string(); each throws troupe::error listing the choices.
 algorithm_kind parse_algorithm(const std::string& name);
 pipeline_schedule parse_pipeline_schedule(const std::string& name);
+placement_kind parse_placement(const std::string& name);
 lr_schedule parse_schedule(const std::string& name);
 progress_mode parse_progress(const std::string& name);
 
@@ -125,6 +135,13 @@ struct pipeline_settings {
   pipeline_schedule schedule = pipeline_schedule::gpipe;
   std::vector<int> cuts;          ///< the first layer of stages 1..K-1; empty: cut by the layers' costs
   int stash = 0;                  ///< 1F1B: weight versions a stage keeps (0: as many as it has in flight)
+  placement_kind placement = placement_kind::even;
+  /// Relative speeds of the devices stages run on (higher: faster; empty: K
+  /// devices of speed 1). Emulated: a stage on a device of speed v holds each
+  /// action's output for (fastest / v - 1) x its compute time, busy meanwhile.
+  std::vector<float> device_speeds;
+  std::vector<float> device_memory_mb;  ///< per device, 0: no limit (empty: none)
+  std::vector<int> stage_devices;       ///< manual placement: the device of each stage (empty: 0, 1, ...)
 };
 
 /// Every plain value of a job: what a job file holds besides the model and the data.
@@ -209,6 +226,12 @@ public:
     s_.pipeline.stages = stages;
     s_.pipeline.micro_batches = micro_batches;
     s_.pipeline.schedule = schedule;
+    return *this;
+  }
+  /// Where the stages run: the placer and the devices' relative speeds (emulated).
+  job& placement(placement_kind how, std::vector<float> device_speeds = {}) {
+    s_.pipeline.placement = how;
+    s_.pipeline.device_speeds = std::move(device_speeds);
     return *this;
   }
   /// Write the run's timeline (Chrome trace event format, for Perfetto) to `path`.

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <thread>
 
+#include "model/cost_profile.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::train {
@@ -62,22 +63,77 @@ namespace {
 
 /// Cuts the model's layers into the pipeline's stages, placed round-robin on
 /// the nodes that may host workers; one loader feeds the first stage.
-void plan_pipeline(plan& p, const settings& s, const topology& t, const model::param_layout& layout,
-                   int64_t train_samples, const model::model::layer_profile& profile) {
+/// The pipeline's devices from --device-speeds and --device-memory (K of speed 1 by default).
+std::vector<model::device_cost> pipeline_devices(const pipeline_settings& ps) {
+  const std::size_t n = ps.device_speeds.empty() ? static_cast<std::size_t>(ps.stages) : ps.device_speeds.size();
+  std::vector<model::device_cost> out(n);
+  for (std::size_t d = 0; d < n; ++d) {
+    out[d].name = "d" + std::to_string(d);
+    out[d].speed = ps.device_speeds.empty() ? 1.0 : ps.device_speeds[d];
+    out[d].memory_bytes = ps.device_memory_mb.empty() ? 0 : static_cast<int64_t>(ps.device_memory_mb[d] * 1048576.0);
+  }
+  return out;
+}
+
+/// Cut points and devices of the stages: even (balanced multiply-adds, or
+/// --pipeline-cuts; devices in order or --stage-devices) or a placer's.
+model::placement place_stages(const settings& s, const model::model::layer_profile& profile,
+                              const std::vector<model::layer_cost>& costs,
+                              const std::vector<model::device_cost>& devices) {
   const pipeline_settings& ps = s.pipeline;
   const std::size_t layers = profile.costs.size();
-  std::vector<std::size_t> bounds;
+  for (int c : ps.cuts)
+    if (static_cast<std::size_t>(c) >= layers)
+      throw error("--pipeline-cuts: layer " + std::to_string(c) + " of a model of " + std::to_string(layers) + " layers");
+  model::placement given;
   if (ps.cuts.empty()) {
-    bounds = model::contiguous_partition(profile.costs, ps.stages, "--pipeline-stages");
+    const std::vector<std::size_t> bounds = model::contiguous_partition(profile.costs, ps.stages, "--pipeline-stages");
+    for (int k = 1; k < ps.stages; ++k) given.cuts.push_back(static_cast<int>(bounds[k]));
   } else {
-    bounds.push_back(0);
-    for (int c : ps.cuts) {
-      if (static_cast<std::size_t>(c) >= layers)
-        throw error("--pipeline-cuts: layer " + std::to_string(c) + " of a model of " + std::to_string(layers) + " layers");
-      bounds.push_back(static_cast<std::size_t>(c));
-    }
-    bounds.push_back(layers);
+    given.cuts = ps.cuts;
   }
+  given.devices = ps.stage_devices;
+  for (int k = static_cast<int>(given.devices.size()); k < ps.stages; ++k) given.devices.push_back(k);
+  model::placement_options o;
+  o.stages = ps.stages;
+  o.seed = s.seed;
+  const model::link_cost link = model::same_process_link();
+  switch (ps.placement) {
+    case placement_kind::even:
+    case placement_kind::manual: return model::place_manual(costs, devices, given, o);
+    case placement_kind::random: return model::place_random(costs, devices, link, o);
+    case placement_kind::greedy: return model::place_greedy(costs, devices, link, o);
+    case placement_kind::optimal: return model::place_optimal(costs, devices, link, o);
+  }
+  throw error("unknown placement");
+}
+
+void plan_pipeline(plan& p, const settings& s, const topology& t, const model::param_layout& layout,
+                   int64_t train_samples, const model::model::layer_profile& profile,
+                   const std::vector<model::layer_cost>* measured) {
+  const pipeline_settings& ps = s.pipeline;
+  const std::size_t layers = profile.costs.size();
+  const int64_t micro = std::max<int64_t>(1, s.batch_size / ps.micro_batches);
+  std::vector<model::layer_cost> costs =
+      measured ? *measured : model::estimate_costs(profile, micro, ps.micro_batches);
+  if (costs.size() != layers)
+    throw error("make_plan: " + std::to_string(costs.size()) + " layer costs for a model of " + std::to_string(layers) +
+                " layers");
+  p.devices = pipeline_devices(ps);
+  double fastest = 0;
+  for (const auto& d : p.devices) fastest = std::max(fastest, d.speed);
+  // This machine plays the fastest device (emulation slows the others), so a
+  // cost measured here is a device of speed `fastest`'s: at speed 1 it takes
+  // `fastest` times as long.
+  for (auto& c : costs) {
+    c.fwd_s *= fastest;
+    c.bwd_s *= fastest;
+  }
+  const model::placement placed = place_stages(s, profile, costs, p.devices);
+  p.estimate = model::evaluate(costs, p.devices, model::same_process_link(), placed);
+  std::vector<std::size_t> bounds{0};
+  for (int c : placed.cuts) bounds.push_back(static_cast<std::size_t>(c));
+  bounds.push_back(layers);
   const std::vector<uint32_t> nodes = eligible(t, &node_spec::run_workers, "pipeline stages");
   uint32_t tensor = 0;
   for (int k = 0; k < ps.stages; ++k) {
@@ -86,6 +142,8 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
     st.address = {node, net::role::stage, static_cast<uint32_t>(k)};
     st.first_layer = bounds[k];
     st.last_layer = bounds[k + 1];
+    st.device = placed.devices[k];
+    st.slowdown = static_cast<float>(fastest / p.devices[st.device].speed);
     const uint32_t first = tensor;
     for (std::size_t l = st.first_layer; l < st.last_layer; ++l) tensor += static_cast<uint32_t>(profile.tensors[l]);
     st.params = {first, tensor, first < layout.size() ? layout[first].offset : layout.numel(),
@@ -112,8 +170,50 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
 
 } // namespace
 
+std::string describe_placement(const plan& p, const settings& s, bool json) {
+  std::ostringstream out;
+  const model::placement_estimate& e = p.estimate;
+  if (p.stages.empty() || e.stages.size() != p.stages.size())
+    throw error("describe_placement: the plan has no pipeline (give --pipeline-stages K > 1)");
+  auto ms = [](double sec) { return sec * 1000.0; };
+  if (json) {
+    out.precision(6);
+    out << "{\"placement\":\"" << to_string(s.pipeline.placement) << "\",\"micro_batches\":" << s.pipeline.micro_batches
+        << ",\"batch_size\":" << s.batch_size << ",\"devices\":[";
+    for (std::size_t d = 0; d < p.devices.size(); ++d)
+      out << (d ? "," : "") << "{\"name\":\"" << p.devices[d].name << "\",\"speed\":" << p.devices[d].speed
+          << ",\"memory_bytes\":" << p.devices[d].memory_bytes << "}";
+    out << "],\"stages\":[";
+    for (std::size_t k = 0; k < e.stages.size(); ++k) {
+      const model::stage_estimate& st = e.stages[k];
+      out << (k ? "," : "") << "{\"first_layer\":" << st.first << ",\"last_layer\":" << st.last
+          << ",\"device\":" << st.device << ",\"fwd_s\":" << st.fwd_s << ",\"bwd_s\":" << st.bwd_s
+          << ",\"transfer_s\":" << st.transfer_s << ",\"time_s\":" << st.time_s << ",\"send_bytes\":" << st.send_bytes
+          << ",\"memory_bytes\":" << st.memory_bytes << "}";
+    }
+    out << "],\"bottleneck\":" << e.bottleneck << ",\"predicted_step_s\":" << e.step_s << "}\n";
+    return out.str();
+  }
+  out.setf(std::ios::fixed);
+  out.precision(2);
+  out << "placement " << to_string(s.pipeline.placement) << ", " << p.stages.size() << " stages, "
+      << s.pipeline.micro_batches << " micro-batches of " << s.batch_size / s.pipeline.micro_batches
+      << " samples (times per mini-batch):\n";
+  out << "| stage | layers | device (speed) | forward ms | backward ms | transfer ms | time ms | memory MB |\n";
+  out << "|---|---|---|---|---|---|---|---|\n";
+  for (std::size_t k = 0; k < e.stages.size(); ++k) {
+    const model::stage_estimate& st = e.stages[k];
+    out << "| " << k << (static_cast<int>(k) == e.bottleneck ? " (bottleneck)" : "") << " | [" << st.first << ", "
+        << st.last << ") | " << p.devices[st.device].name << " (" << p.devices[st.device].speed << ") | "
+        << ms(st.fwd_s) << " | " << ms(st.bwd_s) << " | " << ms(st.transfer_s) << " | " << ms(st.time_s) << " | "
+        << static_cast<double>(st.memory_bytes) / 1048576.0 << " |\n";
+  }
+  out << "predicted step time " << ms(e.step_s) << " ms (stage " << e.bottleneck << " is the bottleneck)\n";
+  return out.str();
+}
+
 plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples,
-               const model::model::layer_profile* profile) {
+               const model::model::layer_profile* profile, const std::vector<model::layer_cost>* costs) {
   if (t.nodes.empty()) throw error("the topology has no nodes");
   for (const auto& n : t.nodes)
     if (n.threads < 1) throw error("node " + n.name + ": threads must be at least 1, got " + std::to_string(n.threads));
@@ -135,7 +235,7 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
                   ": stages pushing to parameter shards (a hybrid of data and model parallelism) are not built "
                   "yet; use --algorithm sequential (each stage updates its own parameters)");
     if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
-    plan_pipeline(p, s, t, layout, train_samples, *profile);
+    plan_pipeline(p, s, t, layout, train_samples, *profile, costs);
     return p;
   }
 

@@ -11,6 +11,7 @@
 
 #include "model/layout.hpp"
 #include "model/model.hpp"
+#include "model/placement.hpp"
 #include "net/address.hpp"
 #include "train/job.hpp"
 
@@ -55,6 +56,8 @@ struct stage_plan {
   std::size_t first_layer = 0, last_layer = 0;
   model::shard_range params;  ///< empty (first == last) for a stage without parameters
   int threads = 1;            ///< kernel threads of its forward and backward passes
+  int device = 0;             ///< its device, an index into plan::devices
+  float slowdown = 1;         ///< its device's emulated slowness: fastest speed / its speed (>= 1)
 };
 
 /// Per node: how many actors it hosts and the threads of its actor runtime.
@@ -77,6 +80,11 @@ struct plan {
   int64_t samples_per_epoch = 0;      ///< the training set's size
   int64_t batches_per_epoch = 0;      ///< over all loaders
   int64_t total_updates = 1;          ///< updates a shard applies over the whole run (the lr schedule's length)
+  /// A pipeline's devices (--device-speeds, --device-memory) and the cost
+  /// model's estimate of its placement (model/placement.hpp): per stage its
+  /// time, memory and transfer, and the predicted step time.
+  std::vector<model::device_cost> devices;
+  model::placement_estimate estimate;
 
   /// Where a snapshot pulls the parameters from: the shards, or a pipeline's stages (index k: stage k).
   std::vector<shard_plan> parameter_holders() const;
@@ -86,11 +94,20 @@ struct plan {
   std::string describe() const;
 };
 
+/// A pipeline's placement as the cost model sees it: per stage its layers,
+/// device (speed), forward, backward and transfer time, memory, and the
+/// predicted step time and bottleneck; a table, or one JSON object (fields
+/// placement, devices, stages, bottleneck, predicted_step_s).
+std::string describe_placement(const plan& p, const settings& s, bool json);
+
 /// Throws troupe::error when the job cannot run on `t` (no node may host
 /// workers or shards, more workers than samples, more shards than parameter
 /// tensors, ...), naming what is short. A pipeline (s.pipeline.stages > 1)
-/// needs the model's `profile` to cut it.
+/// needs the model's `profile` to cut it, and `costs` (measured per layer,
+/// model/cost_profile.hpp) to place it; without them placers use the costs
+/// estimated from the profile, the same on every node.
 plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples,
-               const model::model::layer_profile* profile = nullptr);
+               const model::model::layer_profile* profile = nullptr,
+               const std::vector<model::layer_cost>* costs = nullptr);
 
 } // namespace troupe::train

@@ -58,7 +58,8 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
   struct option_case {
     std::string name, value, field;
   };
-  // On top of --algorithm asgd and a checkpoint, so that the distributed and checkpoint options validate.
+  // On top of --algorithm asgd, a checkpoint and 2 pipeline stages, so that the distributed, checkpoint and
+  // placement options validate.
   const std::vector<option_case> cases{
       {"model", "mlp", "model"},
       {"epochs", "2", "epochs"},
@@ -91,18 +92,23 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"dc-rho-ms", "0.5", "rho_ms"},
       {"ddc-alpha", "0.4", "alpha"},
       {"ddc-mu0", "0.5", "mu0"},
-      {"pipeline-stages", "2", "pipeline_stages"},
+      {"pipeline-stages", "3", "pipeline_stages"},
       {"micro-batches", "2", "micro_batches"},
       {"schedule", "1f1b", "pipeline_schedule"},
       {"pipeline-cuts", "3", "pipeline_cuts"},
       {"stash", "2", "stash"},
+      {"placement", "greedy", "placement"},
+      {"device-speeds", "1,2", "device_speeds"},
+      {"device-memory", "100,0", "device_memory_mb"},
+      {"stage-devices", "1,0", "stage_devices"},
       {"trace", "t.json", "trace"},
   };
   CHECK(cases.size() == job_keys().size());
-  const job_spec base = parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt"}).spec;
+  const job_spec base = parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt", "--pipeline-stages", "2"}).spec;
   for (const option_case& c : cases) {
     INFO("--" << c.name << " " << c.value);
-    const command_line cl = parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt", "--" + c.name, c.value});
+    const command_line cl =
+        parse({"--algorithm", "asgd", "--checkpoint", "base.ckpt", "--pipeline-stages", "2", "--" + c.name, c.value});
     const std::vector<std::string> changed = differences(cl.spec, base);
     REQUIRE(changed.size() == 1);
     CHECK_THAT(changed[0], StartsWith(c.field + ": "));

@@ -20,6 +20,15 @@ inline std::string exact(float x) {
   return buf;
 }
 
+inline std::string exact(int x) { return std::to_string(x); }
+
+template <class T>
+std::string list(const std::vector<T>& v) {
+  std::string out = "[";
+  for (const T& x : v) out += exact(x) + " ";
+  return out + "]";
+}
+
 inline std::vector<std::pair<std::string, std::string>> fields(const train::job_spec& s) {
   const settings& t = s.train;
   const algorithm_settings& a = t.algo;
@@ -72,6 +81,10 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"pipeline_schedule", model::to_string(t.pipeline.schedule)},
       {"pipeline_cuts", cuts + "]"},
       {"stash", std::to_string(t.pipeline.stash)},
+      {"placement", to_string(t.pipeline.placement)},
+      {"device_speeds", list(t.pipeline.device_speeds)},
+      {"device_memory_mb", list(t.pipeline.device_memory_mb)},
+      {"stage_devices", list(t.pipeline.stage_devices)},
       {"trace", t.trace},
       {"secret_file", c.secret_file},
       {"join_timeout_s", std::to_string(c.join_timeout_s)},
@@ -114,6 +127,10 @@ inline train::job_spec everything_changed() {
   t.pipeline.schedule = pipeline_schedule::one_f_one_b;
   t.pipeline.cuts = {3};
   t.pipeline.stash = 3;
+  t.pipeline.placement = placement_kind::manual;
+  t.pipeline.device_speeds = {1, 2.5f, 4};
+  t.pipeline.device_memory_mb = {100, 0, 2048};
+  t.pipeline.stage_devices = {2, 0};
   t.trace = "timeline.json";
   t.checkpoint_every_s = 2.5;
   t.evaluate = false;

@@ -1,0 +1,46 @@
+// troupe_plan: prints the plan of a job without training it. It takes the
+// trainer's options (or a job file) and --json; for a pipeline, each stage's
+// layers, device, predicted forward/backward/transfer time and memory, the
+// predicted step time and the bottleneck.
+//   troupe_plan --model cnn --pipeline-stages 4 --device-speeds 1,1,2,4 --placement greedy
+//   troupe_plan --config job.toml --placement optimal --json
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include <troupe/troupe.hpp>
+
+int main(int argc, char** argv) {
+  using namespace troupe::train;
+  bool json = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  command_line cl;
+  try {
+    cl = parse_command_line(static_cast<int>(args.size()), args.data());
+    if (cl.help) {
+      std::cout << "usage: troupe_plan [trainer options] [--json]\n"
+                   "Prints the plan of the job the options describe, without training: for a pipeline\n"
+                   "(--pipeline-stages K), each stage's layers, device, predicted times and memory, and\n"
+                   "the predicted step time; --json prints one JSON object (field predicted_step_s).\n\n"
+                << cl.text;
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "troupe_plan: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    std::cout << troupe::describe_plan(make_job(cl.spec).node(cl.node), json);
+  } catch (const std::exception& e) {
+    std::cerr << "troupe_plan: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -260,8 +260,9 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
   if (!places_stages(s)) return std::nullopt;
   model::model m = j.build_model(start.data->sets.train.sample_shape());
   const int threads = std::max(1, topo.nodes[0].threads / s.pipeline.stages);
+  const int updates = s.pipeline.schedule == pipeline_schedule::one_f_one_b ? s.pipeline.micro_batches : 1;
   return model::measure_costs(m, std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches),
-                              s.pipeline.micro_batches, kernels::context::with_threads(threads));
+                              s.pipeline.micro_batches, kernels::context::with_threads(threads), 5, updates);
 }
 
 void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {
@@ -271,7 +272,8 @@ void log_plan(const job& j, const train::plan& p, const model::param_layout& lay
         << " stages (" << model::to_string(s.pipeline.schedule) << ", " << s.pipeline.micro_batches
         << " micro-batches per mini-batch):";
     for (const auto& st : p.stages)
-      log << " layers [" << st.first_layer << ", " << st.last_layer << ") " << st.params.numel() << " parameters;";
+      log << " stage " << st.address.index << " on node " << st.address.node << ": layers [" << st.first_layer << ", "
+          << st.last_layer << ") " << st.params.numel() << " parameters;";
     log << "\n";
     if (places_stages(s)) log << train::describe_placement(p, s, false);
     return;

@@ -9,6 +9,8 @@
 // optimal for 200 layers, on 8 devices.
 //
 //   troupe_placement_study [--instances N] [--seed S] [--json FILE]
+//   troupe_placement_study --fit-link FILE   (lines "bytes seconds": prints the
+//                                            fitted link cost, bench/fit_link.sh)
 //
 // bench/placement_study.py draws the ratios from FILE.
 #include <algorithm>
@@ -191,7 +193,28 @@ std::string summary_line(const summary& s, int instances, const timings& t) {
 
 } // namespace
 
+/// model::fit_link on the (bytes, seconds) lines of `path`: "a b" on stdout.
+int fit_link_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "placement_study: cannot read " << path << "\n";
+    return 2;
+  }
+  std::vector<std::pair<int64_t, double>> points;
+  double bytes = 0, seconds = 0;
+  while (in >> bytes >> seconds) points.emplace_back(static_cast<int64_t>(bytes), seconds);
+  try {
+    const troupe::model::link_cost l = troupe::model::fit_link(points);
+    std::printf("%.6g %.6g\n", l.a, l.b);
+  } catch (const std::exception& e) {
+    std::cerr << "placement_study: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--fit-link") return fit_link_file(argv[2]);
   int instances = 100;
   uint64_t seed = 1;
   std::string json;
@@ -201,7 +224,7 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && a == "--seed") seed = std::strtoull(argv[++i], nullptr, 10);
     else if (i + 1 < argc && a == "--json") json = argv[++i];
     else {
-      std::cerr << "usage: troupe_placement_study [--instances N] [--seed S] [--json FILE]\n";
+      std::cerr << "usage: troupe_placement_study [--instances N] [--seed S] [--json FILE] | --fit-link FILE\n";
       return 2;
     }
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <random>
 
+#include "kernels/kernels.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::model {
@@ -32,10 +33,34 @@ shape with_batch(int64_t n, const shape& s) {
 
 } // namespace
 
+namespace {
+
+/// Seconds of one parameter update of `n` floats as a pipeline stage makes it (median of `reps`).
+double update_seconds(int64_t n, const kernels::context& ctx, int reps) {
+  if (n == 0) return 0;
+  const shape s{n};
+  std::vector<float> w(static_cast<std::size_t>(n), 0.5f), g(w.size(), 0.25f), v(w.size(), 0.0f);
+  std::vector<double> t;
+  using clock = std::chrono::steady_clock;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = clock::now();
+    for (float& x : g) x *= 0.5f;
+    std::vector<float> fresh(w);  // the version a micro-batch in flight holds stays as it is
+    tensor wt = tensor::wrap(s, fresh.data()), gt = tensor::wrap(s, g.data()), vt = tensor::wrap(s, v.data());
+    kernels::momentum_step(ctx, wt, gt, vt, 1e-6f, 0.9f, 0.0f, false);
+    std::fill(g.begin(), g.end(), 0.25f);
+    w.swap(fresh);
+    if (r > 0) t.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+} // namespace
+
 std::vector<layer_cost> measure_costs(model& m, int64_t micro_batch, int micro_batches, const kernels::context& ctx,
-                                      int reps) {
-  if (micro_batch < 1 || micro_batches < 1 || reps < 1)
-    throw error("measure_costs: micro-batch size, micro-batches and repetitions must be at least 1");
+                                      int reps, int updates) {
+  if (micro_batch < 1 || micro_batches < 1 || reps < 1 || updates < 0)
+    throw error("measure_costs: micro-batch size, micro-batches and repetitions must be at least 1, updates >= 0");
   const model::layer_profile prof = m.profile();
   const std::size_t n = m.size();
   std::mt19937 rng(1);
@@ -64,7 +89,8 @@ std::vector<layer_cost> measure_costs(model& m, int64_t micro_batch, int micro_b
   std::vector<layer_cost> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     out[i].fwd_s = median(fwd[i]) * micro_batches;
-    out[i].bwd_s = median(bwd[i]) * micro_batches;
+    out[i].bwd_s = median(bwd[i]) * micro_batches +
+                   updates * update_seconds(prof.param_bytes[i] / static_cast<int64_t>(sizeof(float)), ctx, reps);
     out[i].param_bytes = prof.param_bytes[i];
     out[i].act_bytes = prof.output_elems[i] * micro_batch * micro_batches * static_cast<int64_t>(sizeof(float));
   }

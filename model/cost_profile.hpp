@@ -18,10 +18,14 @@ namespace troupe::model {
 /// one warm-up and then the median of `reps` runs; times and activation bytes
 /// are per mini-batch (x `micro_batches`, the messages a cut sends). A layer
 /// before the first one that learns computes no input gradient (as in
-/// training), so its backward time is 0. Throws troupe::error for
-/// micro_batch, micro_batches or reps < 1.
+/// training), so its backward time is 0. The backward time includes
+/// `updates` parameter updates as a stage makes them (average the summed
+/// gradients, copy the weights a micro-batch in flight still holds, a momentum
+/// step, clear the gradients): 1 per mini-batch for GPipe, one per
+/// micro-batch for 1F1B. Throws troupe::error for micro_batch, micro_batches
+/// or reps < 1, or updates < 0.
 std::vector<layer_cost> measure_costs(model& m, int64_t micro_batch, int micro_batches, const kernels::context& ctx,
-                                      int reps = 5);
+                                      int reps = 5, int updates = 1);
 
 /// The same without running anything: the layers' multiply-adds
 /// (model::profile) at `macs_per_s`, backward twice the forward. The same on

@@ -64,7 +64,10 @@ topology topology_of(const cluster_spec& c, uint32_t self, int local_threads) {
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
     const node_entry& n = c.nodes[i];
     const int threads = n.threads > 0 ? n.threads : i == self ? topology::local(local_threads).nodes[0].threads : 1;
-    t.nodes.push_back({n.name, threads, n.workers, n.shards});
+    node_spec spec{n.name, threads, n.workers, n.shards, {}};
+    for (std::size_t d = 0; d < n.devices.size(); ++d)
+      spec.devices.push_back({n.devices[d].kind + std::to_string(d), n.devices[d].speed, n.devices[d].memory_mb * 1048576});
+    t.nodes.push_back(std::move(spec));
   }
   return t;
 }

@@ -164,6 +164,11 @@ void validate(const settings& s) {
       bad("--device-memory: " + n2s(p.device_memory_mb.size()) + " limits for " + n2s(devices) + " devices");
     for (float m : p.device_memory_mb)
       if (!(m >= 0.0f) || !std::isfinite(m)) bad("--device-memory: every limit must be >= 0 MB (0: none), got " + n2s(m));
+    if (!p.link_cost.empty() && p.link_cost.size() != 2)
+      bad("--link-cost: give seconds per byte and seconds per message, e.g. 6e-10,2e-5 (got " +
+          n2s(p.link_cost.size()) + " values)");
+    for (float v : p.link_cost)
+      if (!(v >= 0.0f) || !std::isfinite(v)) bad("--link-cost: values must be >= 0, got " + n2s(v));
     if (p.placement == placement_kind::manual && p.cuts.empty())
       bad("--placement manual needs --pipeline-cuts (and --stage-devices, or stages go on devices 0, 1, ...)");
     if (!p.stage_devices.empty() && p.placement != placement_kind::manual && p.placement != placement_kind::even)
@@ -179,8 +184,9 @@ void validate(const settings& s) {
             bad("--stage-devices: device " + n2s(p.stage_devices[i]) + " given to two stages");
       }
     }
-  } else if (p.placement != placement_kind::even || !p.device_speeds.empty() || !p.stage_devices.empty()) {
-    bad("--placement, --device-speeds and --stage-devices place pipeline stages: give --pipeline-stages K > 1");
+  } else if (p.placement != placement_kind::even || !p.device_speeds.empty() || !p.stage_devices.empty() ||
+             !p.link_cost.empty()) {
+    bad("--placement, --device-speeds, --stage-devices and --link-cost place pipeline stages: give --pipeline-stages K > 1");
   }
   switch (a.kind) {
     case algorithm_kind::sequential:

@@ -142,6 +142,9 @@ struct pipeline_settings {
   std::vector<float> device_speeds;
   std::vector<float> device_memory_mb;  ///< per device, 0: no limit (empty: none)
   std::vector<int> stage_devices;       ///< manual placement: the device of each stage (empty: 0, 1, ...)
+  /// The link between stages: {seconds per byte, seconds per message}, as
+  /// bench/fit_link.sh fits them (empty: model::same_process_link()).
+  std::vector<float> link_cost;
 };
 
 /// Every plain value of a job: what a job file holds besides the model and the data.

@@ -364,6 +364,10 @@ std::vector<job_key> make_keys() {
                   [](auto& s) -> auto& { return s.train.pipeline.device_memory_mb; }, at_least(0)),
       integers_key("stage-devices", "LIST", "manual placement: the device of each stage, e.g. 3,0,1,2",
                    [](auto& s) -> auto& { return s.train.pipeline.stage_devices; }, 0),
+      numbers_key("link-cost", "A,B",
+                  "the link between stages for the placer: A seconds per byte, B per message (bench/fit_link.sh "
+                  "fits them; default 2.5e-10,2e-5: one process)",
+                  [](auto& s) -> auto& { return s.train.pipeline.link_cost; }, at_least(0)),
       text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
                [](auto& s) -> auto& { return s.train.trace; }),
   };

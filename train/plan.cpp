@@ -61,18 +61,47 @@ std::vector<shard_plan> plan::parameter_holders() const {
 
 namespace {
 
-/// Cuts the model's layers into the pipeline's stages, placed round-robin on
-/// the nodes that may host workers; one loader feeds the first stage.
-/// The pipeline's devices from --device-speeds and --device-memory (K of speed 1 by default).
-std::vector<model::device_cost> pipeline_devices(const pipeline_settings& ps) {
+/// The pipeline's devices and the node each is on: --device-speeds (and
+/// --device-memory) describe emulated devices, placed in turn on the nodes that
+/// may host stages; else the devices the cluster's nodes declare; else K
+/// devices of speed 1 in turn on those nodes.
+struct device_set {
+  std::vector<model::device_cost> devices;
+  std::vector<uint32_t> nodes;
+  bool emulated = false;
+};
+
+device_set pipeline_devices(const pipeline_settings& ps, const topology& t, const std::vector<uint32_t>& hosts) {
+  device_set out;
+  const bool several = t.nodes.size() > 1;
+  auto add = [&](model::device_cost d, uint32_t node) {
+    if (several) d.name += "@" + t.nodes[node].name;
+    out.devices.push_back(std::move(d));
+    out.nodes.push_back(node);
+  };
+  bool declared = false;
+  for (uint32_t n : hosts) declared = declared || !t.nodes[n].devices.empty();
+  if (declared && ps.device_speeds.empty()) {
+    for (uint32_t n : hosts)
+      for (const model::device_cost& d : t.nodes[n].devices) add(d, n);
+    return out;
+  }
+  out.emulated = !ps.device_speeds.empty();
   const std::size_t n = ps.device_speeds.empty() ? static_cast<std::size_t>(ps.stages) : ps.device_speeds.size();
-  std::vector<model::device_cost> out(n);
   for (std::size_t d = 0; d < n; ++d) {
-    out[d].name = "d" + std::to_string(d);
-    out[d].speed = ps.device_speeds.empty() ? 1.0 : ps.device_speeds[d];
-    out[d].memory_bytes = ps.device_memory_mb.empty() ? 0 : static_cast<int64_t>(ps.device_memory_mb[d] * 1048576.0);
+    model::device_cost c;
+    c.name = "d" + std::to_string(d);
+    c.speed = ps.device_speeds.empty() ? 1.0 : ps.device_speeds[d];
+    c.memory_bytes = ps.device_memory_mb.empty() ? 0 : static_cast<int64_t>(ps.device_memory_mb[d] * 1048576.0);
+    add(c, hosts[d % hosts.size()]);
   }
   return out;
+}
+
+/// The link between stages: --link-cost, or one process's.
+model::link_cost pipeline_link(const pipeline_settings& ps) {
+  if (ps.link_cost.size() == 2) return {ps.link_cost[0], ps.link_cost[1]};
+  return model::same_process_link();
 }
 
 /// Cut points and devices of the stages: even (balanced multiply-adds, or
@@ -97,7 +126,7 @@ model::placement place_stages(const settings& s, const model::model::layer_profi
   model::placement_options o;
   o.stages = ps.stages;
   o.seed = s.seed;
-  const model::link_cost link = model::same_process_link();
+  const model::link_cost link = pipeline_link(ps);
   switch (ps.placement) {
     case placement_kind::even:
     case placement_kind::manual: return model::place_manual(costs, devices, given, o);
@@ -108,6 +137,8 @@ model::placement place_stages(const settings& s, const model::model::layer_profi
   throw error("unknown placement");
 }
 
+/// Cuts the model's layers into the pipeline's stages and places each on a
+/// device (and so on the device's node); one loader feeds the first stage.
 void plan_pipeline(plan& p, const settings& s, const topology& t, const model::param_layout& layout,
                    int64_t train_samples, const model::model::layer_profile& profile,
                    const std::vector<model::layer_cost>* measured) {
@@ -119,31 +150,38 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
   if (costs.size() != layers)
     throw error("make_plan: " + std::to_string(costs.size()) + " layer costs for a model of " + std::to_string(layers) +
                 " layers");
-  p.devices = pipeline_devices(ps);
-  double fastest = 0;
-  for (const auto& d : p.devices) fastest = std::max(fastest, d.speed);
-  // This machine plays the fastest device (emulation slows the others), so a
-  // cost measured here is a device of speed `fastest`'s: at speed 1 it takes
-  // `fastest` times as long.
-  for (auto& c : costs) {
-    c.fwd_s *= fastest;
-    c.bwd_s *= fastest;
+  const std::vector<uint32_t> nodes = eligible(t, &node_spec::run_workers, "pipeline stages");
+  const device_set ds = pipeline_devices(ps, t, nodes);
+  if (static_cast<int>(ds.devices.size()) < ps.stages)
+    throw error("--pipeline-stages " + std::to_string(ps.stages) + ": the cluster's nodes declare " +
+                std::to_string(ds.devices.size()) + " devices (give one per stage, or --device-speeds)");
+  p.devices = ds.devices;
+  p.device_nodes = ds.nodes;
+  double fastest = 1;
+  if (ds.emulated) {
+    for (const auto& d : p.devices) fastest = std::max(fastest, d.speed);
+    // This machine plays the fastest device (emulation slows the others), so
+    // a cost measured here is a device of speed `fastest`'s: at speed 1 it
+    // takes `fastest` times as long.
+    for (auto& c : costs) {
+      c.fwd_s *= fastest;
+      c.bwd_s *= fastest;
+    }
   }
   const model::placement placed = place_stages(s, profile, costs, p.devices);
-  p.estimate = model::evaluate(costs, p.devices, model::same_process_link(), placed);
+  p.estimate = model::evaluate(costs, p.devices, pipeline_link(ps), placed);
   std::vector<std::size_t> bounds{0};
   for (int c : placed.cuts) bounds.push_back(static_cast<std::size_t>(c));
   bounds.push_back(layers);
-  const std::vector<uint32_t> nodes = eligible(t, &node_spec::run_workers, "pipeline stages");
   uint32_t tensor = 0;
   for (int k = 0; k < ps.stages; ++k) {
     stage_plan st;
-    const uint32_t node = nodes[static_cast<std::size_t>(k) % nodes.size()];
+    st.device = placed.devices[k];
+    const uint32_t node = p.device_nodes[st.device];
     st.address = {node, net::role::stage, static_cast<uint32_t>(k)};
     st.first_layer = bounds[k];
     st.last_layer = bounds[k + 1];
-    st.device = placed.devices[k];
-    st.slowdown = static_cast<float>(fastest / p.devices[st.device].speed);
+    st.slowdown = ds.emulated ? static_cast<float>(fastest / p.devices[st.device].speed) : 1.0f;
     const uint32_t first = tensor;
     for (std::size_t l = st.first_layer; l < st.last_layer; ++l) tensor += static_cast<uint32_t>(profile.tensors[l]);
     st.params = {first, tensor, first < layout.size() ? layout[first].offset : layout.numel(),

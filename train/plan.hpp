@@ -23,6 +23,7 @@ struct node_spec {
   int threads = 1;          ///< CPU threads the node's actors may use (>= 1)
   bool run_workers = true;  ///< may host loaders and workers
   bool run_shards = true;   ///< may host parameter shards
+  std::vector<model::device_cost> devices;  ///< its devices (a job file's cluster table); empty: none declared
 };
 
 /// The nodes of a run. Node 0 hosts the coordinator and the evaluator.
@@ -84,6 +85,7 @@ struct plan {
   /// model's estimate of its placement (model/placement.hpp): per stage its
   /// time, memory and transfer, and the predicted step time.
   std::vector<model::device_cost> devices;
+  std::vector<uint32_t> device_nodes;  ///< the node of each device
   model::placement_estimate estimate;
 
   /// Where a snapshot pulls the parameters from: the shards, or a pipeline's stages (index k: stage k).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
-#   cluster.sh BUILD_DIR three_nodes | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns | other_job
+#   cluster.sh BUILD_DIR three_nodes | pipeline | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns | other_job
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +27,19 @@ three_nodes)
   close "$one" "$three" 0.015 || fail "accuracies differ by more than 1.5 points"
   close "$three" 0.83 0.02 || fail "three nodes: accuracy $three outside [0.81, 0.85]"
   grep -q '"workers":3' "$tmp/three.jsonl" || fail "the metrics record"
+  ;;
+pipeline)
+  # Two pipeline stages on two nodes: activations and gradients cross the link; GPipe gives the one-process
+  # pipeline's accuracy (the same arithmetic), and the snapshot gathers both stages' parameters.
+  job=("${mlp[@]}" --pipeline-stages 2 --micro-batches 4 --epochs 1 --max-steps 300)
+  "$build/troupe_trainer" "${job[@]}" --metrics-out "$tmp/one.jsonl" 2> "$tmp/one.log" || fail "one process"
+  TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 2 "${job[@]}" --metrics-out "$tmp/two.jsonl" || fail "two nodes"
+  grep -q "stage 0 on node 0" "$tmp/c/node0.log" && grep -q "stage 1 on node 1" "$tmp/c/node0.log" ||
+    fail "the stages are not on two nodes"
+  one=$(accuracy "$tmp/one.jsonl"); two=$(accuracy "$tmp/two.jsonl")
+  echo "accuracy: one process $one, two nodes $two"
+  close "$one" "$two" 0.003 || fail "accuracies differ by more than 0.3 points"
+  grep -q '"pipeline_stages":2' "$tmp/two.jsonl" || fail "the metrics record"
   ;;
 faults)
   # Lost, delayed, duplicated frames and dropped links at 2 % each: the job still trains.

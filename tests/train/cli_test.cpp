@@ -101,6 +101,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"device-speeds", "1,2", "device_speeds"},
       {"device-memory", "100,0", "device_memory_mb"},
       {"stage-devices", "1,0", "stage_devices"},
+      {"link-cost", "1e-9,3e-5", "link_cost"},
       {"trace", "t.json", "trace"},
   };
   CHECK(cases.size() == job_keys().size());

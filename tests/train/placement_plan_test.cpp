@@ -90,6 +90,42 @@ TEST_CASE("plan: a placer puts the stages on distinct devices and slows each as 
     if (st.first_layer <= 1 && 1 < st.last_layer) CHECK(st.device == 2);
 }
 
+TEST_CASE("plan: --link-cost prices the activations a cut sends", "[train][plan]") {
+  const auto profile = four_layers();
+  const auto costs = measured();
+  settings s = pipeline(2, placement_kind::manual, {});
+  s.pipeline.cuts = {2};
+  const plan fast = make_plan(s, topology::local(2), four_tensors(), 100, &profile, &costs);
+  s.pipeline.link_cost = {1e-3f, 0.5f};  // 1 ms per byte, 0.5 s per message
+  const plan slow = make_plan(s, topology::local(2), four_tensors(), 100, &profile, &costs);
+  // Stage 0 sends layer 1's 200 bytes and gets as many back: 2 x (0.2 + 0.5) s.
+  CHECK(slow.estimate.stages[0].transfer_s == Approx(1.4).epsilon(1e-5));
+  CHECK(slow.estimate.stages[1].transfer_s == 0);
+  CHECK(fast.estimate.stages[0].transfer_s < 1e-3);
+  CHECK(slow.estimate.bottleneck == 0);
+}
+
+TEST_CASE("plan: a cluster's declared devices place the stages on their nodes", "[train][plan]") {
+  const auto profile = four_layers();
+  topology t;
+  t.nodes.push_back({"a", 2, true, true, {{"cpu0", 1.0, 0}}});
+  t.nodes.push_back({"b", 2, true, true, {{"cpu0", 3.0, 0}, {"cpu1", 1.0, 0}}});
+  t.nodes.push_back({"c", 2, false, true, {{"cpu0", 8.0, 0}}});  // may not host stages: its device is not used
+  const plan p = make_plan(pipeline(2, placement_kind::optimal, {}), t, four_tensors(), 100, &profile);
+  REQUIRE(p.devices.size() == 3);
+  CHECK(p.devices[0].name == "cpu0@a");
+  CHECK(p.devices[1].name == "cpu0@b");
+  CHECK(p.device_nodes == std::vector<uint32_t>{0, 1, 1});
+  REQUIRE(p.stages.size() == 2);
+  bool fast = false;
+  for (const auto& st : p.stages) {
+    CHECK(st.address.node == p.device_nodes[st.device]);
+    CHECK(st.slowdown == 1.0f);  // real devices: nothing emulated
+    fast = fast || st.device == 1;
+  }
+  CHECK(fast);  // the optimum uses the fastest device
+}
+
 TEST_CASE("plan: even placement keeps balanced cuts and takes --stage-devices", "[train][plan]") {
   const auto profile = four_layers();
   settings s = pipeline(2, placement_kind::even, {1, 4});
@@ -135,6 +171,9 @@ TEST_CASE("job: placement options are checked", "[train][job]") {
   CHECK_THAT(invalid(m), Contains("device 1 given to two stages"));
   m.pipeline.stage_devices = {0, 2};
   CHECK_THAT(invalid(m), Contains("device 2 of 2 devices"));
+  settings link = pipeline(2, placement_kind::greedy, {1, 1});
+  link.pipeline.link_cost = {1e-9f};
+  CHECK_THAT(invalid(link), Contains("--link-cost: give seconds per byte and seconds per message"));
   settings one = pipeline(1, placement_kind::greedy, {});
   CHECK_THAT(invalid(one), Contains("give --pipeline-stages K > 1"));
   settings mem = pipeline(2, placement_kind::greedy, {1, 1});

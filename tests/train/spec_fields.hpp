@@ -85,6 +85,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"device_speeds", list(t.pipeline.device_speeds)},
       {"device_memory_mb", list(t.pipeline.device_memory_mb)},
       {"stage_devices", list(t.pipeline.stage_devices)},
+      {"link_cost", list(t.pipeline.link_cost)},
       {"trace", t.trace},
       {"secret_file", c.secret_file},
       {"join_timeout_s", std::to_string(c.join_timeout_s)},
@@ -131,6 +132,7 @@ inline train::job_spec everything_changed() {
   t.pipeline.device_speeds = {1, 2.5f, 4};
   t.pipeline.device_memory_mb = {100, 0, 2048};
   t.pipeline.stage_devices = {2, 0};
+  t.pipeline.link_cost = {6.5e-10f, 1.5e-5f};
   t.trace = "timeline.json";
   t.checkpoint_every_s = 2.5;
   t.evaluate = false;

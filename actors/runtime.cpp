@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -261,8 +262,21 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
   model::model m = j.build_model(start.data->sets.train.sample_shape());
   const int threads = std::max(1, topo.nodes[0].threads / s.pipeline.stages);
   const int updates = s.pipeline.schedule == pipeline_schedule::one_f_one_b ? s.pipeline.micro_batches : 1;
-  return model::measure_costs(m, std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches),
-                              s.pipeline.micro_batches, kernels::context::with_threads(threads), 5, updates);
+  const int64_t micro = std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches);
+  // Cached per model, micro-batch and threads for the life of the process: a
+  // program that plans or trains the same model again (troupe_plan's
+  // placers, a sweep) places it on the same costs.
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<model::layer_cost>> cache;
+  const std::string key = m.architecture() + "|" + std::to_string(micro) + "x" +
+                          std::to_string(s.pipeline.micro_batches) + "|" + std::to_string(threads) + "|" +
+                          std::to_string(updates);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end())
+    it = cache.emplace(key, model::measure_costs(m, micro, s.pipeline.micro_batches,
+                                                 kernels::context::with_threads(threads), 5, updates)).first;
+  return it->second;
 }
 
 void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {

@@ -97,8 +97,17 @@ public:
   bool apply(float* w, const float* g, int64_t n, int worker, int64_t tau) override {
     check_worker(worker, c_.workers);
     const float* bak = state_.bak(worker, w);
-    const float rho = k_ == kind::dynamic ? ddc_rho(c_.alpha, tau) : 1.0f;
-    const float mu = k_ == kind::dynamic ? ddc_mu(c_.mu0, tau) : 0.0f;
+    float rho = 1.0f, mu = 0.0f;
+    if (k_ == kind::dynamic && c_.ddc_version == 2) {
+      if (!tau_started_) tau_bar_ = static_cast<float>(tau);
+      tau_started_ = true;
+      rho = ddc2_rho(c_.alpha, tau, tau_bar_);
+      mu = ddc2_mu(c_.mu0, tau_bar_);
+      tau_bar_ = c_.tau_decay * tau_bar_ + (1.0f - c_.tau_decay) * static_cast<float>(tau);
+    } else if (k_ == kind::dynamic) {
+      rho = ddc_rho(c_.alpha, tau);
+      mu = ddc_mu(c_.mu0, tau);
+    }
     float* ms = k_ == kind::constant ? nullptr : state_.ms(worker).data();
     for (int64_t i = 0; i < n; ++i) {
       const float gg = g[i] * g[i];
@@ -130,6 +139,7 @@ public:
       out.push_back({name, std::move(t)});
     };
     if (k_ == kind::dynamic) add("v", v_);
+    if (k_ == kind::dynamic && c_.ddc_version == 2 && tau_started_) add("tau_bar", {tau_bar_});
     if (k_ != kind::constant)
       for (int m = 0; m < c_.workers; ++m) add("ms/" + std::to_string(m), state_.ms(m));
     return out;
@@ -140,6 +150,10 @@ public:
     for (const auto& [key, t] : s) {
       std::vector<float>* into = nullptr;
       if (key == "v" && k_ == kind::dynamic) into = &v_;
+      if (key == "tau_bar" && k_ == kind::dynamic && c_.ddc_version == 2) {
+        tau_load_.assign(1, 0.0f);
+        into = &tau_load_;
+      }
       if (key.rfind("ms/", 0) == 0 && k_ != kind::constant) {
         const std::string id = key.substr(3);
         const bool digits = !id.empty() && id.size() < 10 && id.find_first_not_of("0123456789") == std::string::npos;
@@ -152,9 +166,14 @@ public:
       take.emplace_back(into, &t);
     }
     for (auto& [into, t] : take) into->assign(t->data(), t->data() + t->numel());
+    if (!tau_load_.empty()) {
+      tau_bar_ = tau_load_[0];
+      tau_started_ = true;
+      tau_load_.clear();
+    }
   }
   std::string name() const override {
-    return k_ == kind::constant ? "dc-asgd-c" : k_ == kind::adaptive ? "dc-asgd-a" : "ddc-asgd";
+    return k_ == kind::constant ? "dc-asgd-c" : k_ == kind::adaptive ? "dc-asgd-a" : c_.ddc_version == 2 ? "ddc-asgd-v2" : "ddc-asgd";
   }
   void set_lr(float lr) override { c_.lr = lr; }
 
@@ -163,6 +182,9 @@ private:
   kind k_;
   worker_state state_;
   std::vector<float> v_;
+  float tau_bar_ = 0;             // v2: running mean of staleness
+  bool tau_started_ = false;      // v2: a message has set tau_bar_
+  std::vector<float> tau_load_;   // v2: load_state's entry, checked before it is taken
 };
 
 } // namespace
@@ -177,6 +199,12 @@ float ddc_mu(float mu0, int64_t tau) {
   return std::max(0.0f, 1.0f - (1.0f - mu0) * (1.0f + static_cast<float>(tau)));
 }
 
+float ddc2_rho(float alpha, int64_t tau, float tau_bar) {
+  return 1.0f / (1.0f + alpha * std::max(0.0f, static_cast<float>(tau) - tau_bar));
+}
+
+float ddc2_mu(float mu0, float tau_bar) { return std::max(0.0f, mu0 - tau_bar / (1.0f + tau_bar)); }
+
 void validate(const update_config& c) {
   auto bad = [](const std::string& m) { throw error("update rule: " + m); };
   if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) bad("learning rate must be positive");
@@ -187,6 +215,8 @@ void validate(const update_config& c) {
   if (!(c.eps > 0.0f)) bad("eps must be positive");
   if (!(c.alpha >= 0.0f)) bad("alpha must be >= 0");
   if (!(c.mu0 >= 0.0f && c.mu0 < 1.0f)) bad("mu0 must be in [0, 1)");
+  if (c.ddc_version != 1 && c.ddc_version != 2) bad("ddc version must be 1 or 2, got " + std::to_string(c.ddc_version));
+  if (!(c.tau_decay >= 0.0f && c.tau_decay < 1.0f)) bad("tau_decay must be in [0, 1)");
 }
 
 const char* to_string(rule_kind k) {

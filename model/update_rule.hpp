@@ -33,6 +33,12 @@ struct update_config {
   float eps = 1e-7f;
   float alpha = 0.2f;         ///< DDC-ASGD: rho(tau) = 1 / (1 + alpha * tau); chosen in docs/algorithms.md
   float mu0 = 0.9f;           ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0) * (1 + tau)); chosen in docs/algorithms.md
+  /// DDC-ASGD's definition: 1 as above; 2 distrusts only excess staleness and
+  /// tops up the momentum asynchrony implies (docs/algorithms.md, "DDC-ASGD v2"):
+  ///   tau_bar <- running mean of staleness (decay tau_decay, the first message's tau to start)
+  ///   rho = 1 / (1 + alpha * max(0, tau - tau_bar)),  mu = max(0, mu0 - tau_bar / (1 + tau_bar))
+  int ddc_version = 1;
+  float tau_decay = 0.99f;    ///< DDC-ASGD v2: decay of the running mean of staleness, per message
 };
 
 /// Throws troupe::error naming the first invalid value.
@@ -69,6 +75,12 @@ std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n,
 float ddc_rho(float alpha, int64_t tau);
 /// DDC-ASGD's explicit momentum for staleness tau.
 float ddc_mu(float mu0, int64_t tau);
+/// DDC-ASGD v2's trust: only staleness above the running mean tau_bar is distrusted.
+float ddc2_rho(float alpha, int64_t tau, float tau_bar);
+/// DDC-ASGD v2's explicit momentum: the target mu0 less the momentum that
+/// asynchrony with mean staleness tau_bar implies (1 - 1/(1 + tau_bar),
+/// Mitliagkas et al. 2016: about 1 - 1/N for N equal workers).
+float ddc2_mu(float mu0, float tau_bar);
 
 /// Staleness of every applied message: mean, max, histogram, per worker.
 class staleness_stats {

@@ -112,6 +112,8 @@ model::update_config rule_config(const settings& s) {
   c.rho_ms = s.algo.rho_ms;
   c.alpha = s.algo.alpha;
   c.mu0 = s.algo.mu0;
+  c.ddc_version = s.algo.ddc_version;
+  c.tau_decay = s.algo.tau_decay;
   return c;
 }
 

@@ -84,7 +84,9 @@ struct algorithm_settings {
   float lambda0 = 2.0f;         ///< DC-ASGD-a, DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)
   float rho_ms = 0.95f;         ///< DC-ASGD-a, DDC-ASGD: decay of the mean square MS
   float alpha = 0.2f;           ///< DDC-ASGD: rho(tau) = 1 / (1 + alpha tau)
-  float mu0 = 0.9f;             ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0)(1 + tau))
+  float mu0 = 0.9f;             ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)); v2: the momentum target
+  int ddc_version = 1;          ///< DDC-ASGD's definition, 1 or 2 (model/update_rule.hpp)
+  float tau_decay = 0.99f;      ///< DDC-ASGD v2: decay of the running mean of staleness
 };
 
 /// An algorithm with named setters: troupe::ddc_asgd().workers(8).shards(2).
@@ -109,6 +111,7 @@ public:
   algorithm& rho_ms(float v) { s_.rho_ms = v; return *this; }
   algorithm& alpha(float v) { s_.alpha = v; return *this; }
   algorithm& mu0(float v) { s_.mu0 = v; return *this; }
+  algorithm& ddc_version(int v) { s_.ddc_version = v; return *this; }
 
   const algorithm_settings& settings() const { return s_; }
 

@@ -340,6 +340,12 @@ std::vector<job_key> make_keys() {
                  [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
       number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
                  [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
+      integer_key("ddc-version", "V",
+                  "DDC-ASGD's definition: 1 (default) or 2 (distrust only staleness above its running mean; momentum "
+                  "mu0 less what asynchrony implies)",
+                  [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
+      number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default 0.99)",
+                 [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
       integer_key("pipeline-stages", "K", "cut the model into K pipeline stages, each an actor (default 1: none)",
                   [](auto& s) -> auto& { return s.train.pipeline.stages; }, 1, 256),
       integer_key("micro-batches", "M", "micro-batches per mini-batch in a pipeline (default 4)",

@@ -118,6 +118,57 @@ TEST_CASE("DDC-ASGD: rho and mu from each message's staleness", "[model][rules]"
   CHECK(w[0] == Approx(w1 - 0.1 * v2).epsilon(1e-5));
 }
 
+TEST_CASE("DDC-ASGD v2: rho from excess staleness, momentum topped up to mu0", "[model][rules]") {
+  // Only staleness above the running mean is distrusted.
+  CHECK(ddc2_rho(0.5f, 3, 3.0f) == 1.0f);
+  CHECK(ddc2_rho(0.5f, 1, 3.0f) == 1.0f);
+  CHECK(ddc2_rho(0.5f, 7, 3.0f) == Approx(1.0 / 3.0));
+  // Asynchrony with mean staleness tau_bar implies momentum tau_bar / (1 + tau_bar).
+  CHECK(ddc2_mu(0.9f, 0.0f) == Approx(0.9));
+  CHECK(ddc2_mu(0.9f, 3.0f) == Approx(0.15));
+  CHECK(ddc2_mu(0.9f, 15.0f) == 0.0f);
+
+  auto c = cfg("ddc-asgd");
+  c.ddc_version = 2;
+  c.lambda0 = 0.0f;  // no compensation: the test follows rho, mu and tau_bar
+  c.alpha = 0.5f;
+  c.mu0 = 0.9f;
+  c.tau_decay = 0.5f;
+  auto r = make_update_rule(c, 1);
+  CHECK(r->name() == "ddc-asgd-v2");
+  std::vector<float> w{1.0f}, g{1.0f};
+  r->on_send(w.data(), 1, 0);
+  // Message 1, tau = 3: tau_bar starts at 3, rho = 1, mu = 0.9 - 0.75 = 0.15, v = 1; tau_bar stays 3.
+  r->apply(w.data(), g.data(), 1, 0, 3);
+  double v = 1.0, x = 1.0 - 0.1 * v;
+  CHECK(w[0] == Approx(x).epsilon(1e-6));
+  // Message 2, tau = 7: rho = 1 / (1 + 0.5 * 4) = 1/3, mu = 0.15; then tau_bar = 0.5 * 3 + 0.5 * 7 = 5.
+  r->apply(w.data(), g.data(), 1, 0, 7);
+  v = 0.15 * v + 1.0 / 3.0;
+  x -= 0.1 * v;
+  CHECK(w[0] == Approx(x).epsilon(1e-6));
+  // Message 3, tau = 1: rho = 1, mu = max(0, 0.9 - 5/6) = 1/15.
+  r->apply(w.data(), g.data(), 1, 0, 1);
+  v = v / 15.0 + 1.0;
+  x -= 0.1 * v;
+  CHECK(w[0] == Approx(x).epsilon(1e-6));
+  // The running mean is part of the rule's state: a restored rule continues the same.
+  const auto st = r->state();
+  auto r2 = make_update_rule(c, 1);
+  r2->load_state(st);
+  std::vector<float> w2 = w;
+  r->on_send(w.data(), 1, 0);
+  r2->on_send(w2.data(), 1, 0);
+  r->apply(w.data(), g.data(), 1, 0, 9);
+  r2->apply(w2.data(), g.data(), 1, 0, 9);
+  CHECK(w2[0] == w[0]);
+  // Version 1 is still selectable and unchanged.
+  auto v1 = cfg("ddc-asgd");
+  CHECK(make_update_rule(v1, 1)->name() == "ddc-asgd");
+  v1.ddc_version = 3;
+  CHECK_THROWS_WITH(make_update_rule(v1, 1), Contains("ddc version must be 1 or 2"));
+}
+
 TEST_CASE("DDC-ASGD with alpha = 0 and mu0 = 0 is DC-ASGD-a", "[model][rules]") {
   auto a = cfg("dc-asgd-a", 3), d = cfg("ddc-asgd", 3);
   d.alpha = 0.0f;

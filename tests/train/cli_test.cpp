@@ -92,6 +92,8 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"dc-rho-ms", "0.5", "rho_ms"},
       {"ddc-alpha", "0.4", "alpha"},
       {"ddc-mu0", "0.5", "mu0"},
+      {"ddc-version", "2", "ddc_version"},
+      {"ddc-tau-decay", "0.9", "tau_decay"},
       {"pipeline-stages", "3", "pipeline_stages"},
       {"micro-batches", "2", "micro_batches"},
       {"schedule", "1f1b", "pipeline_schedule"},

@@ -76,6 +76,8 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"rho_ms", exact(a.rho_ms)},
       {"alpha", exact(a.alpha)},
       {"mu0", exact(a.mu0)},
+      {"ddc_version", std::to_string(a.ddc_version)},
+      {"tau_decay", exact(a.tau_decay)},
       {"pipeline_stages", std::to_string(t.pipeline.stages)},
       {"micro_batches", std::to_string(t.pipeline.micro_batches)},
       {"pipeline_schedule", model::to_string(t.pipeline.schedule)},
@@ -152,6 +154,8 @@ inline train::job_spec everything_changed() {
   a.rho_ms = 0.9f;
   a.alpha = 0.31f;
   a.mu0 = 0.8f;
+  a.ddc_version = 2;
+  a.tau_decay = 0.95f;
   train::cluster_spec& c = s.cluster;
   c.secret_file = "/etc/troupe/secret";
   c.join_timeout_s = 12.5;

@@ -279,6 +279,16 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
   return it->second;
 }
 
+/// The plan of `j` on `topo`. `measure`: the layers' times for a placer are
+/// measured here (one process); a cluster's nodes leave it false and place by
+/// estimated costs, the same on every node.
+train::plan plan_of(const job& j, starting_point& start, const train::topology& topo,
+                    const model::param_layout& layout, bool measure) {
+  const model::model::layer_profile profile = start.net.profile();
+  const auto costs = measure ? measure_for_placement(j, start, topo) : std::nullopt;
+  return train::make_plan(j.config(), topo, layout, start.data->sets.train.count, &profile, costs ? &*costs : nullptr);
+}
+
 void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {
   const settings& s = j.config();
   if (!p.stages.empty()) {
@@ -304,10 +314,7 @@ history run_on_actors(const job& j, std::ostream& log) {
   starting_point start = load(j, log);
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
-  const model::model::layer_profile profile = start.net.profile();
-  const auto costs = measure_for_placement(j, start, topo);
-  const train::plan p =
-      train::make_plan(s, topo, layout, start.data->sets.train.count, &profile, costs ? &*costs : nullptr);
+  const train::plan p = plan_of(j, start, topo, layout, true);
   auto hw = s.algo.kind == algorithm_kind::hogwild ? make_hogwild(start.net) : nullptr;
   log_plan(j, p, layout, log);
   auto result = std::make_shared<outcome>();
@@ -345,9 +352,8 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
   starting_point start = load(j, log);
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
-  const model::model::layer_profile profile = start.net.profile();
   const train::topology topo = train::topology_of(c, self, s.threads);
-  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count, &profile);
+  const train::plan p = plan_of(j, start, topo, layout, false);
   if (self == p.coordinator.node) log_plan(j, p, layout, log);
   std::vector<std::string> names;
   net::transport_options to;
@@ -412,11 +418,7 @@ std::string describe_plan(const job& j, bool json) {
   std::ostringstream log;
   starting_point start = load(j, log);
   const model::param_layout layout = start.net.layout();
-  const model::model::layer_profile profile = start.net.profile();
-  const train::topology topo = c.single_process() ? train::topology::local(s.threads) : train::topology_of(c, 0, s.threads);
-  // A cluster's nodes each compute the plan: they place by estimated costs, the same on every node.
-  const auto costs = c.single_process() ? measure_for_placement(j, start, topo) : std::nullopt;
-  const train::plan p = train::make_plan(s, topo, layout, start.data->sets.train.count, &profile, costs ? &*costs : nullptr);
+  const train::plan p = plan_of(j, start, train::topology_of(c, 0, s.threads), layout, c.single_process());
   if (p.stages.empty()) {
     if (json) throw error("--json: the plan of a pipeline only (give --pipeline-stages K > 1)");
     return p.describe();

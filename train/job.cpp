@@ -87,18 +87,23 @@ const char* to_string(placement_kind k) {
   return "unknown";
 }
 
-placement_kind parse_placement(const std::string& name) {
-  return parse_choice(name,
-                      std::vector<placement_kind>{placement_kind::even, placement_kind::random, placement_kind::greedy,
-                                                  placement_kind::optimal, placement_kind::manual},
-                      "placement");
+const std::vector<placement_kind>& all_placements() {
+  static const std::vector<placement_kind> all{placement_kind::even, placement_kind::random, placement_kind::greedy,
+                                               placement_kind::optimal, placement_kind::manual};
+  return all;
 }
+
+const std::vector<pipeline_schedule>& all_pipeline_schedules() {
+  static const std::vector<pipeline_schedule> all{pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b};
+  return all;
+}
+
+placement_kind parse_placement(const std::string& name) { return parse_choice(name, all_placements(), "placement"); }
 
 algorithm_kind parse_algorithm(const std::string& name) { return parse_choice(name, all_algorithms(), "algorithm"); }
 lr_schedule parse_schedule(const std::string& name) { return parse_choice(name, schedules, "schedule"); }
 pipeline_schedule parse_pipeline_schedule(const std::string& name) {
-  return parse_choice(name, std::vector<pipeline_schedule>{pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b},
-                      "pipeline schedule");
+  return parse_choice(name, all_pipeline_schedules(), "pipeline schedule");
 }
 progress_mode parse_progress(const std::string& name) { return parse_choice(name, progress_modes, "progress mode"); }
 
@@ -117,34 +122,14 @@ model::update_config rule_config(const settings& s) {
   return c;
 }
 
-void validate(const settings& s) {
-  auto bad = [](const std::string& m) { throw error(m); };
-  auto n2s = [](auto v) { return std::to_string(v); };
-  if (s.epochs < 1) bad("--epochs must be at least 1, got " + n2s(s.epochs));
-  if (s.batch_size < 1) bad("--batch-size must be at least 1, got " + n2s(s.batch_size));
-  if (!(s.lr > 0.0f) || !std::isfinite(s.lr)) bad("--lr must be a positive number, got " + n2s(s.lr));
-  if (!(s.momentum >= 0.0f && s.momentum < 1.0f)) bad("--momentum must be in [0, 1), got " + n2s(s.momentum));
-  if (!(s.weight_decay >= 0.0f) || !std::isfinite(s.weight_decay))
-    bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
-  if (s.threads < 0) bad("--threads must be >= 0 (0 = all cores), got " + n2s(s.threads));
-  if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
-  if (s.checkpoint_every_steps < 0) bad("--checkpoint-every-steps must be >= 0, got " + n2s(s.checkpoint_every_steps));
-  if (!(s.checkpoint_every_s >= 0) || !std::isfinite(s.checkpoint_every_s))
-    bad("--checkpoint-every-seconds must be >= 0, got " + n2s(s.checkpoint_every_s));
-  if ((s.checkpoint_every_steps > 0 || s.checkpoint_every_s > 0) && s.checkpoint.empty())
-    bad("--checkpoint-every-steps and --checkpoint-every-seconds need --checkpoint FILE");
-  const algorithm_settings& a = s.algo;
-  if (a.workers < 1 || a.workers > 1024) bad("--workers must be in [1, 1024], got " + n2s(a.workers));
-  if (a.shards < 1) bad("--shards must be at least 1, got " + n2s(a.shards));
-  if (a.push_every < 1) bad("--push-every must be at least 1, got " + n2s(a.push_every));
-  if (a.prefetch < 1) bad("--prefetch must be at least 1, got " + n2s(a.prefetch));
-  if (!(a.worker_lr >= 0.0f) || !std::isfinite(a.worker_lr)) bad("--worker-lr must be >= 0 (0: use --lr)");
-  if (!(a.worker_momentum >= 0.0f && a.worker_momentum < 1.0f)) bad("--worker-momentum must be in [0, 1)");
-  if (!a.speeds.empty() && static_cast<int>(a.speeds.size()) != a.workers)
-    bad("--speeds: " + n2s(a.speeds.size()) + " factors for " + n2s(a.workers) +
-        " workers (give one per worker, e.g. 1,1,2,4)");
-  for (float f : a.speeds)
-    if (!(f >= 1.0f) || !std::isfinite(f)) bad("--speeds: every factor must be >= 1 (a slowdown), got " + n2s(f));
+namespace {
+
+[[noreturn]] void bad(const std::string& m) { throw error(m); }
+template <class T>
+std::string n2s(T v) { return std::to_string(v); }
+
+/// The pipeline and placement options of validate().
+void validate_pipeline(const settings& s) {
   const pipeline_settings& p = s.pipeline;
   if (p.stages < 1 || p.stages > 256) bad("--pipeline-stages must be in [1, 256], got " + n2s(p.stages));
   if (p.micro_batches < 1) bad("--micro-batches must be at least 1, got " + n2s(p.micro_batches));
@@ -190,6 +175,37 @@ void validate(const settings& s) {
              !p.link_cost.empty()) {
     bad("--placement, --device-speeds, --stage-devices and --link-cost place pipeline stages: give --pipeline-stages K > 1");
   }
+}
+
+} // namespace
+
+void validate(const settings& s) {
+  if (s.epochs < 1) bad("--epochs must be at least 1, got " + n2s(s.epochs));
+  if (s.batch_size < 1) bad("--batch-size must be at least 1, got " + n2s(s.batch_size));
+  if (!(s.lr > 0.0f) || !std::isfinite(s.lr)) bad("--lr must be a positive number, got " + n2s(s.lr));
+  if (!(s.momentum >= 0.0f && s.momentum < 1.0f)) bad("--momentum must be in [0, 1), got " + n2s(s.momentum));
+  if (!(s.weight_decay >= 0.0f) || !std::isfinite(s.weight_decay))
+    bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
+  if (s.threads < 0) bad("--threads must be >= 0 (0 = all cores), got " + n2s(s.threads));
+  if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
+  if (s.checkpoint_every_steps < 0) bad("--checkpoint-every-steps must be >= 0, got " + n2s(s.checkpoint_every_steps));
+  if (!(s.checkpoint_every_s >= 0) || !std::isfinite(s.checkpoint_every_s))
+    bad("--checkpoint-every-seconds must be >= 0, got " + n2s(s.checkpoint_every_s));
+  if ((s.checkpoint_every_steps > 0 || s.checkpoint_every_s > 0) && s.checkpoint.empty())
+    bad("--checkpoint-every-steps and --checkpoint-every-seconds need --checkpoint FILE");
+  const algorithm_settings& a = s.algo;
+  if (a.workers < 1 || a.workers > 1024) bad("--workers must be in [1, 1024], got " + n2s(a.workers));
+  if (a.shards < 1) bad("--shards must be at least 1, got " + n2s(a.shards));
+  if (a.push_every < 1) bad("--push-every must be at least 1, got " + n2s(a.push_every));
+  if (a.prefetch < 1) bad("--prefetch must be at least 1, got " + n2s(a.prefetch));
+  if (!(a.worker_lr >= 0.0f) || !std::isfinite(a.worker_lr)) bad("--worker-lr must be >= 0 (0: use --lr)");
+  if (!(a.worker_momentum >= 0.0f && a.worker_momentum < 1.0f)) bad("--worker-momentum must be in [0, 1)");
+  if (!a.speeds.empty() && static_cast<int>(a.speeds.size()) != a.workers)
+    bad("--speeds: " + n2s(a.speeds.size()) + " factors for " + n2s(a.workers) +
+        " workers (give one per worker, e.g. 1,1,2,4)");
+  for (float f : a.speeds)
+    if (!(f >= 1.0f) || !std::isfinite(f)) bad("--speeds: every factor must be >= 1 (a slowdown), got " + n2s(f));
+  validate_pipeline(s);
   switch (a.kind) {
     case algorithm_kind::sequential:
       if (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.speeds.empty())

@@ -61,6 +61,9 @@ const char* to_string(progress_mode p);
 enum class placement_kind { even, random, greedy, optimal, manual };
 /// "even", "random", "greedy", "optimal", "manual".
 const char* to_string(placement_kind k);
+/// Every placement, in the order above; every pipeline schedule.
+const std::vector<placement_kind>& all_placements();
+const std::vector<pipeline_schedule>& all_pipeline_schedules();
 
 /// Parse the names of to_string(); each throws troupe::error listing the choices.
 algorithm_kind parse_algorithm(const std::string& name);

@@ -269,9 +269,42 @@ job_key choice_key(std::string name, std::string value_name, std::string help, F
   return k;
 }
 
+/// Pipeline stages and their placement.
+std::vector<job_key> make_pipeline_keys() {
+  return {
+      integer_key("pipeline-stages", "K", "cut the model into K pipeline stages, each an actor (default 1: none)",
+                  [](auto& s) -> auto& { return s.train.pipeline.stages; }, 1, 256),
+      integer_key("micro-batches", "M", "micro-batches per mini-batch in a pipeline (default 4)",
+                  [](auto& s) -> auto& { return s.train.pipeline.micro_batches; }, 1),
+      choice_key("schedule", "NAME", "pipeline schedule: gpipe (a flush per mini-batch) or 1f1b (weight stashing)",
+                 [](auto& s) -> auto& { return s.train.pipeline.schedule; }, parse_pipeline_schedule,
+                 all_pipeline_schedules()),
+      integers_key("pipeline-cuts", "LIST", "the first layer of stages 2..K, e.g. 3,7 (default: cut by the layers' costs)",
+                   [](auto& s) -> auto& { return s.train.pipeline.cuts; }, 1),
+      integer_key("stash", "N", "1F1B: weight versions a stage keeps (default 0: every one in flight)",
+                  [](auto& s) -> auto& { return s.train.pipeline.stash; }, 0),
+      choice_key("placement", "NAME",
+                 "how stages are cut and placed on devices: even (balanced multiply-adds, default), random, greedy, "
+                 "optimal (on measured layer times), manual (--pipeline-cuts, --stage-devices)",
+                 [](auto& s) -> auto& { return s.train.pipeline.placement; }, parse_placement,
+                 all_placements()),
+      numbers_key("device-speeds", "LIST",
+                  "relative speeds of the devices stages run on, e.g. 1,1,2,4 (emulated; default K devices of speed 1)",
+                  [](auto& s) -> auto& { return s.train.pipeline.device_speeds; }, positive()),
+      numbers_key("device-memory", "LIST", "memory limit of each device in MB, 0: none (default none)",
+                  [](auto& s) -> auto& { return s.train.pipeline.device_memory_mb; }, at_least(0)),
+      integers_key("stage-devices", "LIST", "manual placement: the device of each stage, e.g. 3,0,1,2",
+                   [](auto& s) -> auto& { return s.train.pipeline.stage_devices; }, 0),
+      numbers_key("link-cost", "A,B",
+                  "the link between stages for the placer: A seconds per byte, B per message (bench/fit_link.sh "
+                  "fits them; default 2.5e-10,2e-5: one process)",
+                  [](auto& s) -> auto& { return s.train.pipeline.link_cost; }, at_least(0))
+  };
+}
+
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
-  return {
+  std::vector<job_key> keys{
       text_key("model", "NAME", "mlp, cnn or resnet (default cnn)", [](auto& s) -> auto& { return s.model; }),
       integer_key("epochs", "N", "passes over the training set (default 5)",
                   [](auto& s) -> auto& { return s.train.epochs; }, 1),
@@ -346,37 +379,11 @@ std::vector<job_key> make_keys() {
                   [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
       number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default 0.99)",
                  [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
-      integer_key("pipeline-stages", "K", "cut the model into K pipeline stages, each an actor (default 1: none)",
-                  [](auto& s) -> auto& { return s.train.pipeline.stages; }, 1, 256),
-      integer_key("micro-batches", "M", "micro-batches per mini-batch in a pipeline (default 4)",
-                  [](auto& s) -> auto& { return s.train.pipeline.micro_batches; }, 1),
-      choice_key("schedule", "NAME", "pipeline schedule: gpipe (a flush per mini-batch) or 1f1b (weight stashing)",
-                 [](auto& s) -> auto& { return s.train.pipeline.schedule; }, parse_pipeline_schedule,
-                 std::vector<pipeline_schedule>{pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b}),
-      integers_key("pipeline-cuts", "LIST", "the first layer of stages 2..K, e.g. 3,7 (default: cut by the layers' costs)",
-                   [](auto& s) -> auto& { return s.train.pipeline.cuts; }, 1),
-      integer_key("stash", "N", "1F1B: weight versions a stage keeps (default 0: every one in flight)",
-                  [](auto& s) -> auto& { return s.train.pipeline.stash; }, 0),
-      choice_key("placement", "NAME",
-                 "how stages are cut and placed on devices: even (balanced multiply-adds, default), random, greedy, "
-                 "optimal (on measured layer times), manual (--pipeline-cuts, --stage-devices)",
-                 [](auto& s) -> auto& { return s.train.pipeline.placement; }, parse_placement,
-                 std::vector<placement_kind>{placement_kind::even, placement_kind::random, placement_kind::greedy,
-                                             placement_kind::optimal, placement_kind::manual}),
-      numbers_key("device-speeds", "LIST",
-                  "relative speeds of the devices stages run on, e.g. 1,1,2,4 (emulated; default K devices of speed 1)",
-                  [](auto& s) -> auto& { return s.train.pipeline.device_speeds; }, positive()),
-      numbers_key("device-memory", "LIST", "memory limit of each device in MB, 0: none (default none)",
-                  [](auto& s) -> auto& { return s.train.pipeline.device_memory_mb; }, at_least(0)),
-      integers_key("stage-devices", "LIST", "manual placement: the device of each stage, e.g. 3,0,1,2",
-                   [](auto& s) -> auto& { return s.train.pipeline.stage_devices; }, 0),
-      numbers_key("link-cost", "A,B",
-                  "the link between stages for the placer: A seconds per byte, B per message (bench/fit_link.sh "
-                  "fits them; default 2.5e-10,2e-5: one process)",
-                  [](auto& s) -> auto& { return s.train.pipeline.link_cost; }, at_least(0)),
-      text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
-               [](auto& s) -> auto& { return s.train.trace; }),
   };
+  for (job_key& key : make_pipeline_keys()) keys.push_back(std::move(key));
+  keys.push_back(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
+                          [](auto& s) -> auto& { return s.train.trace; }));
+  return keys;
 }
 
 std::vector<job_key> make_cluster_keys() {

@@ -27,7 +27,7 @@ int64_t batches(int64_t samples, int64_t batch_size) { return (samples + batch_s
 topology topology::local(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   topology t;
-  t.nodes.push_back({"local", threads, true, true});
+  t.nodes.push_back({"local", threads, true, true, {}});
   return t;
 }
 

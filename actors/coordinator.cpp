@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -142,6 +143,14 @@ void finish_run(coordinator_t* self) {
     auto [lo, hi] = std::minmax_element(per_worker.begin(), per_worker.end());
     *st.s.log << "samples trained per worker: min " << *lo << " (worker " << lo - per_worker.begin() << "), max "
               << *hi << " (worker " << hi - per_worker.begin() << ")" << std::endl;
+    const std::vector<worker_summary> w = st.acc->worker_summaries();
+    auto [few, many] = std::minmax_element(w.begin(), w.end(), [](const worker_summary& a, const worker_summary& b) {
+      return a.mean_staleness < b.mean_staleness;
+    });
+    *st.s.log << "staleness per worker: mean from " << std::fixed << std::setprecision(2) << few->mean_staleness
+              << " (worker " << few->worker << ") to " << many->mean_staleness << " (worker " << many->worker
+              << ")" << std::defaultfloat << std::endl;
+    st.metrics->write(w, st.s.info);
   }
   st.done = true;
   stop_all(self);
@@ -184,6 +193,7 @@ void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
   st.pending.erase(it);
   st.last_progress = clock_type::now();
   m.test_accuracy = e.test_accuracy;
+  m.validation_accuracy = e.validation_accuracy;
   m.wall_s = train::seconds_since(st.start);
   m.peak_rss_mb = train::peak_rss_mb();
   st.progress->finish_line();

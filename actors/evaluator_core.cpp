@@ -77,8 +77,11 @@ evaluation_result evaluator_core::finish() {
   // Batch norm's statistics stay with the workers' replicas: estimated here for the snapshot.
   train::estimate_batch_norm(net_, ctx_, c_.data->sets.train, c_.data->norm, c_.batch_size, batch_norm_batches,
                              req_.epoch);
-  if (req_.evaluate)
+  if (req_.evaluate) {
     e.test_accuracy = train::score(net_, ctx_, c_.data->sets.test, c_.data->norm, c_.batch_size).accuracy;
+    if (c_.data->validation.count)
+      e.validation_accuracy = train::score(net_, ctx_, c_.data->validation, c_.data->norm, c_.batch_size).accuracy;
+  }
   if (req_.checkpoint && !c_.checkpoint.empty()) {
     write_checkpoint();
     e.checkpointed = true;

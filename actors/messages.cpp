@@ -81,6 +81,7 @@ net::message make_evaluation(const net::address& from, const net::address& to, c
   auto m = net::init_envelope(*b, from, to).initEvaluation();
   m.setEpoch(e.epoch);
   m.setTestAccuracy(e.test_accuracy);
+  m.setValidationAccuracy(e.validation_accuracy);
   m.setCheckpointed(e.checkpointed);
   m.setPeriodic(e.periodic);
   return net::message::from_builder(std::move(b));
@@ -88,7 +89,9 @@ net::message make_evaluation(const net::address& from, const net::address& to, c
 
 evaluation_result read_evaluation(const net::envelope_reader& r) {
   auto m = r.root().getEvaluation();
-  return {m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed(), m.getPeriodic()};
+  evaluation_result e{m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed(), m.getPeriodic()};
+  e.validation_accuracy = m.getValidationAccuracy();
+  return e;
 }
 
 } // namespace troupe::actors

@@ -41,6 +41,7 @@ struct evaluation_result {
   double test_accuracy = -1;  ///< -1 when not evaluated
   bool checkpointed = false;
   bool periodic = false;      ///< answers a periodic snapshot
+  double validation_accuracy = -1;  ///< -1 without a validation set
 };
 net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e);
 evaluation_result read_evaluation(const net::envelope_reader& r);

@@ -184,6 +184,31 @@ shape image_dataset::sample_shape() const {
   return floats() ? shape(dims) : shape{channels, height, width};
 }
 
+image_dataset split_off(image_dataset& ds, int64_t count) {
+  if (count <= 0 || count >= ds.count)
+    throw error("cannot hold out " + std::to_string(count) + " of " + std::to_string(ds.count) +
+                " training samples: the validation set and the training set must both be non-empty");
+  image_dataset out;
+  out.channels = ds.channels;
+  out.height = ds.height;
+  out.width = ds.width;
+  out.num_classes = ds.num_classes;
+  out.dims = ds.dims;
+  const int64_t keep = ds.count - count;
+  const auto tail = [&](auto& from, auto& to, int64_t per_sample) {
+    to.assign(from.begin() + keep * per_sample, from.end());
+    from.resize(keep * per_sample);
+    from.shrink_to_fit();
+  };
+  const int64_t numel = ds.floats() ? ds.sample_shape().numel() : 0;
+  if (ds.floats()) tail(ds.values, out.values, numel);
+  else tail(ds.pixels, out.pixels, ds.image_bytes());
+  tail(ds.labels, out.labels, 1);
+  out.count = count;
+  ds.count = keep;
+  return out;
+}
+
 image_dataset from_tensors(const tensor& x, const std::vector<int32_t>& labels, int num_classes) {
   if (!x.defined() || x.rank() < 2)
     throw error("in-memory dataset: samples must be a tensor [n, ...] of rank >= 2, got " +

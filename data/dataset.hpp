@@ -42,6 +42,11 @@ struct train_test {
   image_dataset test;
 };
 
+/// Moves the last `count` samples of `ds` into a new dataset (a held-out
+/// validation set: the same samples for every seed) and returns it; `ds`
+/// keeps the others. Throws troupe::error unless 0 < count < ds.count.
+image_dataset split_off(image_dataset& ds, int64_t count);
+
 /// Where Debian's dataset-fashion-mnist package puts the files.
 std::string default_fashion_mnist_dir();
 

@@ -157,4 +157,5 @@ struct Evaluation {
   testAccuracy @1 :Float64;          # -1 when not evaluated
   checkpointed @2 :Bool;
   periodic @3 :Bool;                 # the answer to a periodic Snapshot
+  validationAccuracy @4 :Float64 = -1;  # on the held-out part of the training set; -1 when none
 }

@@ -64,6 +64,8 @@ public:
   double samples_per_s(time_point now) const;
   /// Samples each worker trained over the run.
   const std::vector<uint64_t>& worker_samples() const { return worker_samples_; }
+  /// Each worker's updates and their staleness over the run (since this accumulator started).
+  std::vector<worker_summary> worker_summaries() const;
 
 private:
   limits l_;
@@ -76,6 +78,13 @@ private:
   int lost_workers_ = 0;
   bool stop_ = false, done_ = false, last_complete_ = false;
   std::vector<uint64_t> worker_samples_;
+  struct worker_tally {
+    uint64_t updates = 0;
+    double tau_sum = 0;
+    int64_t tau_max = 0;
+    std::vector<uint64_t> histogram;  ///< updates per rounded staleness
+  };
+  std::vector<worker_tally> worker_tau_;
 };
 
 /// When a checkpoint between epochs is due: every `steps` steps and/or every

@@ -188,6 +188,8 @@ void validate(const settings& s) {
     bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
   if (s.threads < 0) bad("--threads must be >= 0 (0 = all cores), got " + n2s(s.threads));
   if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
+  if (!(s.validation_fraction >= 0 && s.validation_fraction < 1))
+    bad("--validation-fraction must be in [0, 1), got " + n2s(s.validation_fraction));
   if (s.checkpoint_every_steps < 0) bad("--checkpoint-every-steps must be >= 0, got " + n2s(s.checkpoint_every_steps));
   if (!(s.checkpoint_every_s >= 0) || !std::isfinite(s.checkpoint_every_s))
     bad("--checkpoint-every-seconds must be >= 0, got " + n2s(s.checkpoint_every_s));

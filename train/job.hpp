@@ -169,6 +169,10 @@ struct settings {
   std::string metrics_out;        ///< JSON Lines, one record per epoch
   int64_t max_steps = 0;          ///< stop after this many steps (updates on actors); 0: no limit
   bool evaluate = true;           ///< test accuracy after every epoch
+  /// Hold out this fraction of the training set (its last samples, the same
+  /// for every seed) as a validation set, scored after every epoch beside the
+  /// test set, for choosing hyperparameters without looking at the test set. 0: none.
+  double validation_fraction = 0;
   progress_mode progress = progress_mode::automatic;
   algorithm_settings algo;
   pipeline_settings pipeline;
@@ -228,6 +232,7 @@ public:
   }
   job& metrics_out(std::string path) { s_.metrics_out = std::move(path); return *this; }
   job& max_steps(int64_t n) { s_.max_steps = n; return *this; }
+  job& validation_fraction(double f) { s_.validation_fraction = f; return *this; }
   job& evaluate(bool on) { s_.evaluate = on; return *this; }
   job& progress(progress_mode p) { s_.progress = p; return *this; }
   /// Cut the model into `stages` pipeline stages, each an actor; `micro_batches` per mini-batch.

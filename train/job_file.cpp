@@ -335,6 +335,10 @@ std::vector<job_key> make_keys() {
                [](auto& s) -> auto& { return s.train.metrics_out; }),
       integer_key("max-steps", "N", "stop after N optimizer steps (default 0 = no limit)",
                   [](auto& s) -> auto& { return s.train.max_steps; }, 0),
+      number_key("validation-fraction", "F",
+                 "hold out the last F of the training set as a validation set, scored after every epoch "
+                 "(default 0 = none)",
+                 [](auto& s) -> auto& { return s.train.validation_fraction; }, fraction()),
       boolean_key("evaluate", "test accuracy after every epoch, true or false (default true)",
                   [](auto& s) -> auto& { return s.train.evaluate; }),
       choice_key("progress", "MODE", "auto (a bar on a terminal), bar, lines or none",

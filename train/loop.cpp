@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <ostream>
 
 #include "kernels/kernels.hpp"
@@ -13,10 +14,14 @@
 namespace troupe::train {
 
 loaded_data load_data(const job& j, std::ostream& log) {
-  loaded_data d{j.data_source().load(), {}};
+  loaded_data d{j.data_source().load(), {}, {}};
+  const double f = j.config().validation_fraction;
+  if (f > 0)
+    d.validation = data::split_off(d.sets.train, std::max<int64_t>(1, static_cast<int64_t>(f * d.sets.train.count)));
   d.norm = data::compute_normalization(d.sets.train);
-  log << "data: " << d.sets.train.count << " train / " << d.sets.test.count << " test samples from "
-      << j.data_source().description() << "\n";
+  log << "data: " << d.sets.train.count << " train / ";
+  if (d.validation.count) log << d.validation.count << " validation (held out) / ";
+  log << d.sets.test.count << " test samples from " << j.data_source().description() << "\n";
   return d;
 }
 
@@ -162,7 +167,10 @@ history run_sequential(const job& j, std::ostream& log) {
                       acc.samples_per_s(std::chrono::steady_clock::now()));
     }
     epoch_metrics m = acc.close_epoch(opt->learning_rate(), std::chrono::steady_clock::now());
-    if (s.evaluate) m.test_accuracy = score(net, ctx, ds.test, d.norm, s.batch_size).accuracy;
+    if (s.evaluate) {
+      m.test_accuracy = score(net, ctx, ds.test, d.norm, s.batch_size).accuracy;
+      if (d.validation.count) m.validation_accuracy = score(net, ctx, d.validation, d.norm, s.batch_size).accuracy;
+    }
     // Only a finished epoch counts: a run cut inside an epoch redoes it on resume.
     if (!s.checkpoint.empty())
       save(s.checkpoint, net, *opt, static_cast<uint32_t>(acc.last_closed_complete() ? epoch + 1 : epoch), m.steps);

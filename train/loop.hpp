@@ -14,9 +14,11 @@
 
 namespace troupe::train {
 
-/// A job's data, loaded once: both sets and the training set's normalization.
+/// A job's data, loaded once: both sets, the validation set held out of the
+/// training set (empty without --validation-fraction) and the training set's normalization.
 struct loaded_data {
   data::train_test sets;
+  data::image_dataset validation;
   data::normalization norm;
 };
 /// Loads `j`'s data and logs what it loaded.

@@ -31,6 +31,7 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["model"] = r.model;
   j["train_loss"] = number(m.train_loss);
   j["test_accuracy"] = m.test_accuracy < 0 ? nlohmann::ordered_json(nullptr) : number(m.test_accuracy);
+  if (m.validation_accuracy >= 0) j["validation_accuracy"] = number(m.validation_accuracy);
   j["samples_per_s"] = number(m.samples_per_s);
   j["train_s"] = number(m.train_s);
   j["wall_s"] = number(m.wall_s);
@@ -49,11 +50,24 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   return j.dump();
 }
 
+std::string to_json(const std::vector<worker_summary>& w, const run_info& r) {
+  nlohmann::ordered_json j, list = nlohmann::ordered_json::array();
+  for (const worker_summary& s : w)
+    list.push_back({{"worker", s.worker}, {"samples", s.samples}, {"updates", s.updates},
+                    {"mean_staleness", number(s.mean_staleness)}, {"median_staleness", s.median_staleness},
+                    {"p90_staleness", s.p90_staleness}, {"max_staleness", s.max_staleness}});
+  j["workers_summary"] = std::move(list);
+  j["algorithm"] = r.algorithm;
+  j["workers"] = r.workers;
+  return j.dump();
+}
+
 std::string describe(const epoch_metrics& m, const run_info& r) {
   std::ostringstream line;
   line << "epoch " << m.epoch << "/" << r.epochs << ": train loss " << std::fixed << std::setprecision(4)
        << m.train_loss;
   if (m.test_accuracy >= 0) line << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%";
+  if (m.validation_accuracy >= 0) line << ", validation " << std::setprecision(2) << 100 * m.validation_accuracy << "%";
   line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s";
   if (r.asynchronous)
     line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
@@ -70,9 +84,12 @@ metrics_file::metrics_file(const std::string& path, bool append) : path_(path) {
   if (!out_) throw error("--metrics-out: cannot write " + path);
 }
 
-void metrics_file::write(const epoch_metrics& m, const run_info& r) {
+void metrics_file::write(const epoch_metrics& m, const run_info& r) { write_line(to_json(m, r)); }
+void metrics_file::write(const std::vector<worker_summary>& w, const run_info& r) { write_line(to_json(w, r)); }
+
+void metrics_file::write_line(const std::string& line) {
   if (!out_.is_open()) return;
-  out_ << to_json(m, r) << "\n" << std::flush;
+  out_ << line << "\n" << std::flush;
   if (!out_) throw error("--metrics-out: writing " + path_ + " failed");
 }
 

@@ -17,6 +17,7 @@ struct epoch_metrics {
   int epoch = 0;               ///< 1-based
   double train_loss = 0;       ///< mean over the epoch's steps
   double test_accuracy = -1;   ///< in [0, 1]; -1 when not evaluated
+  double validation_accuracy = -1;  ///< on the held-out part of the training set; -1 when none
   double samples_per_s = 0;    ///< training samples / training seconds of this epoch
   double train_s = 0;          ///< seconds spent training this epoch
   double wall_s = 0;           ///< seconds since the run started
@@ -31,6 +32,18 @@ struct epoch_metrics {
 
 /// The records of a run, one per epoch.
 using history = std::vector<epoch_metrics>;
+
+/// What one data-parallel worker did over a run: its updates and their
+/// staleness (each update's mean over the shards that answered it).
+struct worker_summary {
+  int worker = 0;
+  uint64_t samples = 0;
+  uint64_t updates = 0;
+  double mean_staleness = 0;
+  int64_t median_staleness = 0;  ///< of the updates' staleness rounded to integers
+  int64_t p90_staleness = 0;
+  int64_t max_staleness = 0;
+};
 
 } // namespace troupe
 
@@ -50,9 +63,14 @@ struct run_info {
 
 /// The JSON Lines record of one epoch (one line, no newline): epoch, model,
 /// train_loss, test_accuracy (null when not evaluated), samples_per_s,
-/// train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
+/// validation_accuracy (only with a validation set), train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
 /// workers, pipeline_stages, mean_staleness, max_staleness, rejected, lost_workers. Non-finite numbers are null.
 std::string to_json(const epoch_metrics& m, const run_info& r);
+
+/// The last record of a data-parallel run (one line, no newline):
+/// {"workers_summary": [{"worker", "samples", "updates", "mean_staleness",
+/// "median_staleness", "p90_staleness", "max_staleness"}, ...], "algorithm", "workers"}.
+std::string to_json(const std::vector<worker_summary>& w, const run_info& r);
 
 /// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"
 std::string describe(const epoch_metrics& m, const run_info& r);
@@ -65,8 +83,10 @@ public:
   /// troupe::error naming the file when it cannot be written.
   metrics_file(const std::string& path, bool append);
   void write(const epoch_metrics& m, const run_info& r);
+  void write(const std::vector<worker_summary>& w, const run_info& r);
 
 private:
+  void write_line(const std::string& line);
   std::string path_;
   std::ofstream out_;
 };

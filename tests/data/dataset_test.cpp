@@ -650,3 +650,30 @@ TEST_CASE("from_tensors: labels, counts and values that do not fit are errors", 
   CHECK_THROWS_AS(data::from_tensors(x, {0, 0, 0}, 257), troupe::error);
   CHECK_NOTHROW(data::from_tensors(x, {255, 0, 0}, 256));
 }
+
+TEST_CASE("split_off holds out the last samples, images or floats", "[data]") {
+  data::image_dataset img;
+  img.count = 5;
+  img.height = 1;
+  img.width = 2;
+  img.pixels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  img.labels = {0, 1, 2, 3, 4};
+  const data::image_dataset held = data::split_off(img, 2);
+  CHECK(img.count == 3);
+  CHECK(img.pixels == std::vector<uint8_t>{0, 1, 2, 3, 4, 5});
+  CHECK(img.labels == std::vector<uint8_t>{0, 1, 2});
+  CHECK(held.count == 2);
+  CHECK(held.sample_shape() == shape{1, 1, 2});
+  CHECK(held.pixels == std::vector<uint8_t>{6, 7, 8, 9});
+  CHECK(held.labels == std::vector<uint8_t>{3, 4});
+
+  data::image_dataset f = data::from_tensors(tensor::from({3, 2}, {0, 1, 2, 3, 4, 5}), {0, 1, 0}, 2);
+  const data::image_dataset fh = data::split_off(f, 1);
+  CHECK(f.values == std::vector<float>{0, 1, 2, 3});
+  CHECK(fh.values == std::vector<float>{4, 5});
+  CHECK(fh.sample_shape() == shape{2});
+  CHECK(fh.num_classes == 2);
+  // Both parts must keep a sample.
+  CHECK_THROWS_WITH(data::split_off(f, 2), Catch::Matchers::Contains("cannot hold out 2 of 2 training samples"));
+  CHECK_THROWS_AS(data::split_off(f, 0), troupe::error);
+}

@@ -143,3 +143,32 @@ TEST_CASE("epoch accumulator: a resumed run counts on from its first epoch and s
   CHECK(one.worker_samples() == std::vector<uint64_t>{0});
   CHECK(one.batches_done(4) == 1);
 }
+
+TEST_CASE("epoch accumulator: each worker's updates and staleness over the run", "[train][epochs]") {
+  epoch_accumulator acc(limits_of(1000, 1, 3), t0);
+  // Worker 0: staleness 1, 2, 2, 3, 10 (max over shards 12 once); worker 1: 0.4 and 0.6 round to 0 and 1;
+  // worker 2 reports nothing.
+  for (double tau : {1.0, 2.0, 2.0, 3.0}) acc.add(report(0, 4, 0.5, tau, static_cast<uint32_t>(tau)));
+  acc.add(report(0, 4, 0.5, 10.0, 12));
+  acc.add(report(1, 8, 0.5, 0.4, 1));
+  acc.add(report(1, 8, 0.5, 0.6, 1));
+  const auto w = acc.worker_summaries();
+  REQUIRE(w.size() == 3);
+  CHECK(w[0].worker == 0);
+  CHECK(w[0].samples == 20);
+  CHECK(w[0].updates == 5);
+  CHECK(w[0].mean_staleness == Approx(18.0 / 5));
+  CHECK(w[0].median_staleness == 2);
+  CHECK(w[0].p90_staleness == 10);
+  CHECK(w[0].max_staleness == 12);
+  CHECK(w[1].updates == 2);
+  CHECK(w[1].mean_staleness == Approx(0.5));
+  CHECK(w[1].median_staleness == 0);
+  CHECK(w[1].p90_staleness == 1);
+  CHECK(w[2].updates == 0);
+  CHECK(w[2].mean_staleness == 0);
+  CHECK(w[2].max_staleness == 0);
+  // The summary survives the epochs closing.
+  acc.close_epoch(0.1, t0 + seconds(1));
+  CHECK(acc.worker_summaries()[0].updates == 5);
+}

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/fit.hpp"
 #include "model/nn.hpp"
 #include "model/zoo.hpp"
@@ -20,6 +22,7 @@
 
 using namespace troupe;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using testing::message;
 
 namespace {
@@ -337,21 +340,61 @@ TEST_CASE("asynchronous algorithms train with several workers and report stalene
       CHECK(tau < 4.5);
     }
     auto lines = read_lines(j.config().metrics_out);
-    REQUIRE(lines.size() == 2);
+    REQUIRE(lines.size() == 3);  // two epochs, then the workers' summary
     CHECK_THAT(lines[0], Contains("\"mean_staleness\":"));
     CHECK_THAT(lines[0], Contains("\"algorithm\":\"" + name + "\""));
     CHECK_THAT(lines[0], Contains("\"workers\":4"));
+    CHECK_THAT(lines[2], StartsWith("{\"workers_summary\":[{\"worker\":0,"));
+    CHECK_THAT(lines[2], Contains("{\"worker\":3,"));
   }
 }
 
 TEST_CASE("push-every, shards and speed factors run, staleness grows with slow workers", "[actors][fit]") {
   larger_data d;
   std::ostringstream log;
-  job j = mlp_job(d.dir.path(), dc_asgd_a().workers(3).shards(3).push_every(2).speeds({1, 1, 3})).momentum(0).threads(2);
+  job j = mlp_job(d.dir.path(), dc_asgd_a().workers(3).shards(3).push_every(2).speeds({1, 1, 3})).momentum(0).threads(2)
+              .metrics_out(d.dir.file("m.jsonl"));
   history h = fit(j, log);
   REQUIRE(h.size() == 2);
   CHECK(h.back().test_accuracy > 0.8);
   CHECK(h.back().max_staleness >= 2);
+  // The summary's per-worker staleness: the slow worker's updates are the oldest, and it made the fewest.
+  const auto lines = read_lines(d.dir.file("m.jsonl"));
+  REQUIRE(lines.size() == 3);
+  const auto w = nlohmann::json::parse(lines[2])["workers_summary"];
+  REQUIRE(w.size() == 3);
+  INFO(lines[2]);
+  CHECK(w[2]["mean_staleness"].get<double>() > w[0]["mean_staleness"].get<double>());
+  CHECK(w[2]["updates"].get<int>() < w[0]["updates"].get<int>());
+  for (const auto& x : w) {
+    CHECK(x["median_staleness"].get<int>() <= x["p90_staleness"].get<int>());
+    CHECK(x["p90_staleness"].get<int>() <= x["max_staleness"].get<int>());
+  }
+  CHECK_THAT(log.str(), Contains("staleness per worker: mean from"));
+}
+
+TEST_CASE("a validation set held out of the training set is scored after every epoch", "[train][fit][actors]") {
+  larger_data d;
+  for (algorithm a : {sequential_sgd(), asgd().workers(2)}) {
+    INFO(to_string(a.settings().kind));
+    std::ostringstream log;
+    job j = mlp_job(d.dir.path(), a).threads(2).validation_fraction(0.25).metrics_out(d.dir.file("v.jsonl"));
+    history h = fit(j, log);
+    REQUIRE(h.size() == 2);
+    for (const auto& m : h) {
+      CHECK(m.validation_accuracy > 0.5);
+      CHECK(m.validation_accuracy <= 1);
+    }
+    CHECK_THAT(read_lines(d.dir.file("v.jsonl"))[0], Contains("\"validation_accuracy\":"));
+    CHECK_THAT(log.str(), Contains("validation (held out)"));
+    // Without it: none, and no such field in the record.
+    history none = fit(mlp_job(d.dir.path(), a).threads(2).epochs(1).metrics_out(d.dir.file("n.jsonl")), log);
+    CHECK(none[0].validation_accuracy == -1);
+    CHECK_THAT(read_lines(d.dir.file("n.jsonl"))[0], !Contains("validation_accuracy"));
+  }
+  std::ostringstream log;
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).validation_fraction(1.0), log), troupe::error,
+                       message(Contains("--validation-fraction must be in [0, 1), got 1")));
 }
 
 TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actors][fit]") {
@@ -398,7 +441,12 @@ TEST_CASE("an asynchronous run checkpoints the shards' parameters and state, and
   CHECK_THAT(log.str(), !Contains("starts fresh"));
   // The resumed run starts from the trained parameters, not from scratch.
   CHECK(second[0].train_loss < first[0].train_loss);
-  CHECK(read_lines(metrics).size() == 2);
+  // Each run appends its epoch's record, then its workers' summary.
+  const auto lines = read_lines(metrics);
+  REQUIRE(lines.size() == 4);
+  CHECK_THAT(lines[0], StartsWith("{\"epoch\":1,"));
+  CHECK_THAT(lines[2], StartsWith("{\"epoch\":2,"));
+  CHECK_THAT(lines[3], StartsWith("{\"workers_summary\":"));
 }
 
 TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors", "[train][fit][actors]") {

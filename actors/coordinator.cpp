@@ -159,7 +159,8 @@ void finish_run(coordinator_t* self) {
 void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
   auto& st = self->state;
   if (st.finishing) return;  // steps finished after the stop do not count
-  const train::step_report rep = read_metrics(r);
+  train::step_report rep = read_metrics(r);
+  rep.worker = st.s.plan.replica_of(net::read_address(r.root().getSource()));  // a pipeline replica's last stage
   const settings& s = st.s.job->config();
   st.last_progress = clock_type::now();
   if (const auto& f = st.s.job->step_callback()) {
@@ -306,7 +307,8 @@ void on_start(coordinator_t* self) {
   st.acc = std::make_unique<train::epoch_accumulator>(
       train::epoch_accumulator::limits{st.s.plan.samples_per_epoch, st.s.plan.batches_per_epoch, s.epochs,
                                        st.s.first_epoch, st.s.first_steps, s.max_steps,
-                                       static_cast<int>(st.s.plan.workers.size())},
+                                       static_cast<int>(st.s.plan.stages.empty() ? st.s.plan.workers.size()
+                                                                                 : st.s.plan.pipeline_replicas)},
       clock_type::now());
   st.metrics = std::make_unique<train::metrics_file>(s.metrics_out, st.s.resuming);
   st.periodic = train::checkpoint_clock(s.checkpoint_every_steps, s.checkpoint_every_s, st.acc->steps(), clock_type::now());

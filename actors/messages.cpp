@@ -47,7 +47,7 @@ train::step_report read_metrics(const net::envelope_reader& r) {
     reject(net::reject_reason::malformed, "metrics from a " + net::to_string(from));
   auto m = r.root().getMetrics();
   train::step_report out;
-  out.worker = from.role == net::role::worker ? from.index : 0;  // a pipeline reports as one worker
+  out.worker = from.index;  // a stage's index: plan::replica_of() makes it its replica's
   out.step = m.getStep();
   out.loss = m.getLoss();
   out.samples = m.getSamples();

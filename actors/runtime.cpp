@@ -112,22 +112,29 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
   const model::param_layout layout = r.start.net.layout();
   const model::model::flat_buffers flat = r.start.net.flatten();
   const shape sample = r.start.data->sets.train.sample_shape();
-  const int k_stages = static_cast<int>(r.p.stages.size());
-  int64_t steps = r.p.total_updates - r.start.first_steps;
+  const int k_stages = r.p.stages_per_replica();
+  // Mini-batches of the run. A hybrid's replicas go on until the coordinator
+  // has counted the run's samples (an epoch ends on every replica's samples
+  // together, as data-parallel workers'): each may take up to all of them.
+  int64_t steps = r.p.total_updates * (s.algo.kind == algorithm_kind::ssgd ? r.p.pipeline_replicas : 1) -
+                  r.start.first_steps;
   if (s.max_steps > 0) steps = std::min(steps, s.max_steps - r.start.first_steps);
   // A resumed run takes at least one step, as workers and the sequential loop do
   // (the coordinator ends the run on the first report past --max-steps).
   steps = std::max<int64_t>(1, steps);
-  for (int k = 0; k < k_stages; ++k) {
-    const train::stage_plan& sp = r.p.stages[k];
+  for (std::size_t i = 0; i < r.p.stages.size(); ++i) {
+    const train::stage_plan& sp = r.p.stages[i];
     if (sp.address.node != r.self) continue;
+    const int k = static_cast<int>(i) % k_stages;
+    const train::loader_plan& lp = r.p.loaders[static_cast<std::size_t>(sp.replica)];
     stage_config c;
     c.plan = sp;
     c.index = k;
     c.stages = k_stages;
-    c.previous = k > 0 ? r.p.stages[k - 1].address : sp.address;
-    c.next = k + 1 < k_stages ? r.p.stages[k + 1].address : sp.address;
+    c.previous = k > 0 ? r.p.stages[i - 1].address : sp.address;
+    c.next = k + 1 < k_stages ? r.p.stages[i + 1].address : sp.address;
     c.coordinator = r.p.coordinator;
+    if (sp.shard >= 0) c.shard = r.p.shards[static_cast<std::size_t>(sp.shard)].address;
     c.layout = layout;
     c.schedule = s.pipeline.schedule;
     c.micro_batches = s.pipeline.micro_batches;
@@ -146,14 +153,14 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
     });
     std::vector<float> initial(flat.values.data() + sp.params.begin, flat.values.data() + sp.params.end);
     auto core = std::make_shared<stage_core>(std::move(c), replicas, std::move(initial));
-    locals.push_back(spawn_stage(sys, core, r.p.loaders[0].address, r.p.coordinator, s.algo.prefetch, r.dir));
+    locals.push_back(spawn_stage(sys, core, lp.address, r.p.coordinator, s.algo.prefetch, r.dir));
     r.dir->add(sp.address, locals.back());
     if (k == 0) {
-      auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size,
-                                                  r.p.loaders[0], r.start.first_epoch);
+      auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size, lp,
+                                                  r.start.first_epoch);
       loader->trace(r.trace);
       locals.push_back(spawn_loader(sys, loader, r.dir));
-      r.dir->add(r.p.loaders[0].address, locals.back());
+      r.dir->add(lp.address, locals.back());
     }
   }
 }
@@ -292,9 +299,14 @@ train::plan plan_of(const job& j, starting_point& start, const train::topology& 
 void log_plan(const job& j, const train::plan& p, const model::param_layout& layout, std::ostream& log) {
   const settings& s = j.config();
   if (!p.stages.empty()) {
-    log << "model " << j.model_name() << ": " << layout.numel() << " parameters; a pipeline of " << p.stages.size()
-        << " stages (" << model::to_string(s.pipeline.schedule) << ", " << s.pipeline.micro_batches
-        << " micro-batches per mini-batch):";
+    log << "model " << j.model_name() << ": " << layout.numel() << " parameters; ";
+    if (p.pipeline_replicas > 1 || !p.shards.empty())
+      log << p.pipeline_replicas << " replica(s) of a pipeline (" << to_string(s.algo.kind) << " on " << p.shards.size()
+          << " shard(s), one per stage with parameters) of ";
+    else
+      log << "a pipeline of ";
+    log << p.stages_per_replica() << " stages (" << model::to_string(s.pipeline.schedule) << ", "
+        << s.pipeline.micro_batches << " micro-batches per mini-batch):";
     for (const auto& st : p.stages)
       log << " stage " << st.address.index << " on node " << st.address.node << ": layers [" << st.first_layer << ", "
           << st.last_layer << ") " << st.params.numel() << " parameters;";

@@ -63,6 +63,7 @@ std::vector<named_tensor> shard_core::rule_state() const {
 void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule_state) {
   rule_->load_state(rule_state);
   version_ = version;
+  pushes_ = cfg_.rule == model::rule_kind::ssgd ? version * static_cast<uint64_t>(cfg_.workers) : version;
 }
 
 net::message shard_core::build_params(const net::address& to, const float* w, uint64_t tau, bool rejected,
@@ -109,19 +110,42 @@ net::message shard_core::reply_params(const net::address& to, uint64_t tau, bool
   return current_;
 }
 
+int shard_core::worker_of(const net::address& from) const {
+  const auto k = static_cast<uint32_t>(p_.pipeline_stages);
+  const auto n = static_cast<uint32_t>(cfg_.workers);
+  // A hybrid's shard: stage `stage` of each pipeline replica is one of its workers.
+  if (k > 0)
+    return from.role == net::role::stage && from.index % k == static_cast<uint32_t>(p_.stage) && from.index / k < n
+               ? static_cast<int>(from.index / k)
+               : -1;
+  return from.role == net::role::worker && from.index < n ? static_cast<int>(from.index) : -1;
+}
+
 uint32_t shard_core::worker_index(const net::address& from, const char* what) const {
-  if (from.role != net::role::worker || from.index >= static_cast<uint32_t>(cfg_.workers))
-    reject(net::reject_reason::malformed, std::string(what) + " from " + net::to_string(from) + ", not one of the " +
-                                              std::to_string(cfg_.workers) + " workers");
-  return from.index;
+  const int w = worker_of(from);
+  if (w < 0)
+    reject(net::reject_reason::malformed,
+           std::string(what) + " from " + net::to_string(from) + ", not one of the " + std::to_string(cfg_.workers) +
+               (p_.pipeline_stages > 0 ? " pipeline replicas' stage " + std::to_string(p_.stage) : std::string(" workers")));
+  return static_cast<uint32_t>(w);
 }
 
 std::vector<shard_core::reply> shard_core::on_pull(const net::envelope_reader& r, const net::address& from) {
   auto p = r.root().getPullParams();
   if (p.getShard() != id()) reject(net::reject_reason::wrong_shape, "pull for shard " + std::to_string(p.getShard()));
-  if (from.role == net::role::worker) rule_->on_send(w_, n_, static_cast<int>(worker_index(from, "pull")));
-  net::message params = p.getWithState() ? build_params(from, w_, 0, false, true) : reply_params(from, 0, false);
-  return {{from, std::move(params)}};
+  if (from.role == net::role::worker || from.role == net::role::stage)
+    rule_->on_send(w_, n_, static_cast<int>(worker_index(from, "pull")));
+  // A hybrid's snapshot: a pipeline replica reports a mini-batch before its
+  // stages have pushed it, so the pull waits for the pushes of the mini-batches it counts.
+  if (p_.pipeline_stages > 0 && p.getSteps() > pushes_) {
+    kept_pulls_.push_back({p.getSteps(), from, p.getWithState()});
+    return {};
+  }
+  return {answer_pull(from, p.getWithState())};
+}
+
+shard_core::reply shard_core::answer_pull(const net::address& to, bool with_state) {
+  return {to, with_state ? build_params(to, w_, 0, false, true) : reply_params(to, 0, false)};
 }
 
 std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r, const net::address& from) {
@@ -138,22 +162,38 @@ std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r
   own_parameters();
   const bool updated = rule_->apply(w_, g.data, n_, static_cast<int>(w), static_cast<int64_t>(tau));
   stats_.record(static_cast<int>(w), static_cast<int64_t>(tau));
+  ++pushes_;
   if (updated) ++version_;
-  if (cfg_.rule != model::rule_kind::ssgd) return {{from, reply_params(from, tau, false)}};
-  // SSGD: every worker of the round gets the same, once-built message.
-  waiting_.emplace_back(from, tau);
   std::vector<reply> out;
-  if (updated) {
-    net::message params = reply_params(from, 0, false);
-    for (auto& [worker, t] : waiting_) out.push_back({worker, params});
-    waiting_.clear();
+  if (cfg_.rule != model::rule_kind::ssgd) {
+    out.push_back({from, reply_params(from, tau, false)});
+  } else {
+    // SSGD: every worker of the round gets the same, once-built message.
+    waiting_.emplace_back(from, tau);
+    if (updated) {
+      net::message params = reply_params(from, 0, false);
+      for (auto& [worker, t] : waiting_) out.push_back({worker, params});
+      waiting_.clear();
+    }
   }
+  answer_due_pulls(out);
   return out;
+}
+
+void shard_core::answer_due_pulls(std::vector<reply>& out) {
+  for (auto it = kept_pulls_.begin(); it != kept_pulls_.end();) {
+    if (it->steps > pushes_) {
+      ++it;
+      continue;
+    }
+    out.push_back(answer_pull(it->from, it->with_state));
+    it = kept_pulls_.erase(it);
+  }
 }
 
 std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
   net::address from;
-  bool known = false;
+  bool known = false, push = false;
   try {
     from = net::read_header(m).source;
     known = true;
@@ -161,6 +201,7 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
     switch (r.root().which()) {
       case wire::Envelope::PULL_PARAMS: return on_pull(r, from);
       case wire::Envelope::PUSH_GRADIENT: {
+        push = true;
         train::trace_span span(trace_.get(), track_, "apply");
         return on_push(r, from);
       }
@@ -177,9 +218,16 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
   }
   // A worker still waits for an answer: the current parameters, flagged. It
   // trains on them, so they are what it holds now (DC rules: w_bak).
-  if (!known || from.role != net::role::worker || from.index >= static_cast<uint32_t>(cfg_.workers)) return {};
-  rule_->on_send(w_, n_, static_cast<int>(from.index));
-  return {{from, reply_params(from, 0, true)}};
+  const int w = known ? worker_of(from) : -1;
+  if (w < 0) return {};
+  rule_->on_send(w_, n_, w);
+  std::vector<reply> out{{from, reply_params(from, 0, true)}};
+  // A rejected push counts for a snapshot that waits for it: it will not come again.
+  if (push) {
+    ++pushes_;
+    answer_due_pulls(out);
+  }
+  return out;
 }
 
 void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,

@@ -75,7 +75,13 @@ private:
   /// uses the address of the reply, not the envelope's (docs/protocol.md).
   net::message reply_params(const net::address& to, uint64_t tau, bool rejected);
   std::vector<reply> on_pull(const net::envelope_reader& r, const net::address& from);
+  reply answer_pull(const net::address& to, bool with_state);
+  /// The kept pulls that the pushes so far answer.
+  void answer_due_pulls(std::vector<reply>& out);
   std::vector<reply> on_push(const net::envelope_reader& r, const net::address& from);
+  /// The rule's worker index of a pushing or pulling address; -1 for one that is not a worker of this shard.
+  int worker_of(const net::address& from) const;
+  /// worker_of(), or throws net::message_error naming `what`.
   uint32_t worker_index(const net::address& from, const char* what) const;
 
   train::shard_plan p_;
@@ -102,6 +108,13 @@ private:
   net::reject_counter rejects_;
   std::string last_error_;
   std::vector<std::pair<net::address, uint64_t>> waiting_;  // SSGD: (worker, staleness) until the round completes
+  uint64_t pushes_ = 0;  // pushes applied (SSGD: taken into a round), those before a resumed run's start included
+  struct kept_pull {
+    uint64_t steps;
+    net::address from;
+    bool with_state;
+  };
+  std::vector<kept_pull> kept_pulls_;  // a hybrid's: answered once `steps` pushes are in
 };
 
 /// Continues `shard` from checkpoint `c` of an `algorithm` run with `shards`

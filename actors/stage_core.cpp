@@ -47,6 +47,9 @@ void stage_core::take(const net::message& m) {
       if (last()) reject(net::reject_reason::unknown_kind, track_ + ": a Gradient for the last stage");
       gradients_[static_cast<int64_t>(r.root().getGradient().getMicroBatch())] = m;
       break;
+    case wire::Envelope::PARAMS:
+      take_params(r);
+      break;
     default:
       reject(net::reject_reason::unknown_kind, track_ + ": unexpected message kind");
   }
@@ -102,7 +105,9 @@ int64_t stage_core::needed_batch() const {
 bool stage_core::ready(const model::pipeline_action& a) const {
   using k = model::pipeline_action::kind;
   switch (a.what) {
-    case k::forward: return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
+    case k::forward:
+      if (awaiting_params_) return false;
+      return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
     case k::backward: return last() ? flight_.count(a.micro_batch) > 0 : gradients_.count(a.micro_batch) > 0;
     case k::update: return true;
   }
@@ -119,7 +124,7 @@ stage_core::result stage_core::run(int max_actions) {
       case model::pipeline_action::kind::forward: forward(a.micro_batch, out); break;
       case model::pipeline_action::kind::backward: backward(a.micro_batch, out); break;
       case model::pipeline_action::kind::update:
-        update(a.micro_batch);
+        update(a.micro_batch, out);
         answer_due_pulls(out.messages);
         break;
     }
@@ -259,6 +264,13 @@ void stage_core::backward(int64_t mb, result& out) {
       rep.step = static_cast<uint64_t>(batch + 1);
       rep.loss = samples ? loss / static_cast<double>(samples) : 0.0;
       rep.samples = static_cast<uint64_t>(samples);
+      // A hybrid: the staleness of this stage's pushes answered since the last report.
+      if (tally_.count) {
+        rep.mean_staleness = static_cast<double>(tally_.sum) / static_cast<double>(tally_.count);
+        rep.max_staleness = static_cast<uint32_t>(tally_.max);
+        rep.rejected = static_cast<uint32_t>(tally_.rejected);
+        tally_ = {};
+      }
       out.reports.push_back(rep);
       losses_.erase(batch);
       done_in_batch_.erase(batch);
@@ -266,8 +278,47 @@ void stage_core::backward(int64_t mb, result& out) {
   }
 }
 
-void stage_core::update(int64_t) {
+void stage_core::push(result& out) {
+  auto b = net::make_builder(grads_.size() * sizeof(float) + 64 * (c_.plan.params.last - c_.plan.params.first));
+  auto p = net::init_envelope(*b, c_.plan.address, c_.shard).initPushGradient();
+  p.setShard(c_.shard.index);
+  p.setBaseVersion(shard_version_);
+  p.setStep(static_cast<uint64_t>(last_backward_ / c_.micro_batches + 1));
+  const model::shard_range& range = c_.plan.params;
+  float* dst = net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
+  std::memcpy(dst, grads_.data(), grads_.size() * sizeof(float));
+  out.messages.push_back({c_.shard, net::message::from_builder(std::move(b))});
+  awaiting_params_ = true;
+}
+
+void stage_core::take_params(const net::envelope_reader& r) {
+  if (c_.plan.shard < 0) reject(net::reject_reason::unknown_kind, track_ + ": Params for a stage without a shard");
+  const net::address from = net::read_address(r.root().getSource());
+  if (from != c_.shard) reject(net::reject_reason::malformed, track_ + ": Params from " + net::to_string(from));
+  auto p = r.root().getParams();
+  const model::shard_range& range = c_.plan.params;
+  const net::flat_view v = net::view(p.getValues(), "params");
+  net::require_range(v, range.first, range.begin, c_.layout.shapes(range.first, range.last),
+                     track_ + ": params of its shard");
+  if (!awaiting_params_) return;  // a late second answer: the weights it has are as new
+  // A version a micro-batch in flight still holds never changes: the shard's weights go to a new vector.
+  current_ = std::make_shared<std::vector<float>>(v.data, v.data + range.numel());
+  shard_version_ = p.getVersion();
+  tally_.add(p.getAppliedStaleness(), p.getRejected());
+  awaiting_params_ = false;
+  ++version_id_;
+}
+
+void stage_core::update(int64_t, result& out) {
   train::trace_span span(c_.trace.get(), track_, "update");
+  if (c_.plan.shard >= 0 && summed_ > 0) {
+    const float inv = 1.0f / static_cast<float>(summed_);
+    for (float& x : grads_) x *= inv;
+    push(out);
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    summed_ = 0;
+    return;
+  }
   if (summed_ == 0 || grads_.empty()) {
     summed_ = 0;
     ++version_id_;  // a stage without parameters has applied the mini-batch too

@@ -6,7 +6,9 @@
 // action of its schedule whose input is there, and returns the messages to
 // send on. Each micro-batch in flight has its own replica of the stage (its
 // activations); 1F1B keeps, per micro-batch, the weight version its forward
-// used, so that its backward uses the same (weight stashing).
+// used, so that its backward uses the same (weight stashing). A hybrid's
+// stage (D replicas of the pipeline) pushes its gradients to the shard of its
+// parameters instead of updating them, and goes on with the shard's answer.
 
 #include <cstdint>
 #include <deque>
@@ -30,6 +32,10 @@ struct stage_config {
   int index = 0, stages = 1;         ///< k of K
   net::address previous, next;       ///< the neighbouring stages (unused at the ends)
   net::address coordinator;          ///< the last stage reports each mini-batch to it
+  /// A hybrid's stage (plan.shard >= 0): the shard its gradients go to, one
+  /// push per mini-batch; its Params answer, and the next mini-batch's
+  /// forwards wait for it. The stage's own lr, momentum and weight decay are unused.
+  net::address shard;
   model::param_layout layout;        ///< the whole model's
   model::pipeline_schedule schedule = model::pipeline_schedule::gpipe;
   int micro_batches = 4;
@@ -48,7 +54,8 @@ public:
   /// `initial` holds the stage's parameters (its range of the layout).
   stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial);
 
-  /// A Batch (first stage), Activation or Gradient: kept until its action runs.
+  /// A Batch (first stage), Activation or Gradient: kept until its action runs;
+  /// a hybrid's Params (the shard's answer to its push): its weights from now on.
   /// Throws net::message_error for one that does not fit.
   void take(const net::message& m);
   /// A PullParams: answered at once (returned) when the stage has applied the
@@ -101,7 +108,10 @@ private:
   bool ready(const model::pipeline_action& a) const;
   void forward(int64_t mb, result& out);
   void backward(int64_t mb, result& out);
-  void update(int64_t mb);
+  void update(int64_t mb, result& out);
+  /// A hybrid's update: the mean gradient to the shard.
+  void push(result& out);
+  void take_params(const net::envelope_reader& r);
   /// Points the replica's parameters at weight version `w` (read-only).
   void bind(replica& r, const weights& w, bound_tensors& b) const;
   /// This stage's parameters now, for the PullParams `m`.
@@ -130,6 +140,9 @@ private:
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
   std::vector<std::pair<uint64_t, net::message>> pulls_;     // kept PullParams: (mini-batches asked, message)
+  bool awaiting_params_ = false;                             // a hybrid: pushed, the shard's answer not here yet
+  uint64_t shard_version_ = 0;                               // the version of the shard's weights it holds
+  staleness_tally tally_;                                    // of its pushes, since the last report
 };
 
 } // namespace troupe::actors

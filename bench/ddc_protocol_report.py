@@ -122,7 +122,7 @@ def main():
                 (v, vsd), (b, bsd) = best["ddc-v2"], best[rival]
                 verdicts.append((model, s, v, vsd, rival, b, bsd, v >= b, v - b > max(vsd, bsd)))
             png = os.path.join(out, f"curves_{model}_{s}.png")
-            plot(png, f"{model.upper()} {s}: test accuracy at each rule's chosen lr", curves[s])
+            plot(png, f"{model.upper()} {s}: test accuracy, each rule at its chosen lr", curves[s])
         print()
         print(f"Per-worker staleness of the {model.upper()} runs at the chosen lr (mean over seeds), "
               "worker 0 first; the share of the updates each worker made.\n")
@@ -149,7 +149,7 @@ def plot(png, title, curves):
             f.write(f"{e + 1} " + " ".join(f"{curves[r][e]:.3f}" if e < len(curves[r]) else "?" for r in rules) + "\n")
     lines = ", ".join(f"'{dat}' using 1:{i + 2} with linespoints title '{r}'" for i, r in enumerate(rules))
     script = (f"set terminal pngcairo size 800,500; set output '{png}'; set title '{title}'; "
-              f"set xlabel 'epoch'; set ylabel 'test accuracy %'; set key bottom right; set grid; plot {lines}")
+              f"set xlabel 'epoch'; set xtics 1; set ylabel 'test accuracy %'; set key bottom right; set grid; plot {lines}")
     try:
         subprocess.run(["gnuplot", "-e", script], check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as e:

@@ -48,12 +48,20 @@ std::string plan::describe() const {
        << (workers[i].speed > 1 ? std::to_string(workers[i].speed) + "x slower" : "") << "\n";
   for (const auto& s : shards)
     os << "  " << net::to_string(s.address) << ": tensors [" << s.range.first << ", " << s.range.last << "), "
-       << s.range.numel() << " parameters\n";
+       << s.range.numel() << " parameters" << (s.pipeline_stages ? ", of stage " + std::to_string(s.stage) : "")
+       << "\n";
+  if (pipeline_replicas > 1)
+    for (std::size_t r = 0; r < loaders.size(); ++r)
+      os << "  pipeline replica " << r << ": samples [" << loaders[r].begin << ", " << loaders[r].end << ")\n";
   return os.str();
 }
 
+uint32_t plan::replica_of(const net::address& a) const {
+  return a.role == net::role::stage ? a.index / static_cast<uint32_t>(std::max(1, stages_per_replica())) : a.index;
+}
+
 std::vector<shard_plan> plan::parameter_holders() const {
-  if (stages.empty()) return shards;
+  if (stages.empty() || !shards.empty()) return shards;
   std::vector<shard_plan> out;  // every stage, those without parameters too: index k is stage k
   for (const auto& st : stages) out.push_back({st.address, st.params});
   return out;
@@ -139,6 +147,10 @@ model::placement place_stages(const settings& s, const model::model::layer_profi
 
 /// Cuts the model's layers into the pipeline's stages and places each on a
 /// device (and so on the device's node); one loader feeds the first stage.
+/// With an asynchronous algorithm, a hybrid: D = --workers replicas of the
+/// pipeline, each on its own part of the data, every replica's stages on the
+/// same devices; stage k of every replica pushes its gradients to shard k
+/// (the parameters of stage k; stages without parameters have none).
 void plan_pipeline(plan& p, const settings& s, const topology& t, const model::param_layout& layout,
                    int64_t train_samples, const model::model::layer_profile& profile,
                    const std::vector<model::layer_cost>* measured) {
@@ -173,12 +185,15 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
   std::vector<std::size_t> bounds{0};
   for (int c : placed.cuts) bounds.push_back(static_cast<std::size_t>(c));
   bounds.push_back(layers);
+  const bool hybrid = s.algo.kind != algorithm_kind::sequential;
+  const int replicas = hybrid ? s.algo.workers : 1;
+  p.pipeline_replicas = replicas;
+  std::vector<stage_plan> one;  // a replica's stages
   uint32_t tensor = 0;
   for (int k = 0; k < ps.stages; ++k) {
     stage_plan st;
     st.device = placed.devices[k];
-    const uint32_t node = p.device_nodes[st.device];
-    st.address = {node, net::role::stage, static_cast<uint32_t>(k)};
+    st.address = {p.device_nodes[st.device], net::role::stage, static_cast<uint32_t>(k)};
     st.first_layer = bounds[k];
     st.last_layer = bounds[k + 1];
     st.slowdown = ds.emulated ? static_cast<float>(fastest / p.devices[st.device].speed) : 1.0f;
@@ -186,21 +201,40 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
     for (std::size_t l = st.first_layer; l < st.last_layer; ++l) tensor += static_cast<uint32_t>(profile.tensors[l]);
     st.params = {first, tensor, first < layout.size() ? layout[first].offset : layout.numel(),
                  tensor < layout.size() ? layout[tensor].offset : layout.numel()};
-    p.stages.push_back(st);
-    ++p.nodes[node].stages;
+    if (hybrid && st.params.numel() > 0) {
+      const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
+      st.shard = static_cast<int>(p.shards.size());
+      const uint32_t node = shard_nodes[p.shards.size() % shard_nodes.size()];
+      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(st.shard)}, st.params, ps.stages, k});
+      ++p.nodes[node].shards;
+    }
+    one.push_back(st);
   }
-  loader_plan l;
-  l.address = {p.stages[0].address.node, net::role::loader, 0};
-  l.worker = p.stages[0].address;
-  l.begin = 0;
-  l.end = train_samples;
-  l.seed = s.seed;
-  p.loaders.push_back(l);
-  p.batches_per_epoch = batches(train_samples, s.batch_size);
-  p.total_updates = std::max<int64_t>(1, p.batches_per_epoch * s.epochs);
+  for (int r = 0; r < replicas; ++r) {
+    for (stage_plan st : one) {
+      st.replica = r;
+      st.address.index = static_cast<uint32_t>(r * ps.stages) + st.address.index;
+      p.stages.push_back(st);
+      ++p.nodes[st.address.node].stages;
+    }
+    // Replica r's part of the data, as data-parallel worker r's (one replica: all of it).
+    loader_plan l;
+    l.address = {p.stages[static_cast<std::size_t>(r * ps.stages)].address.node, net::role::loader,
+                 static_cast<uint32_t>(r)};
+    l.worker = p.stages[static_cast<std::size_t>(r * ps.stages)].address;
+    l.begin = train_samples * r / replicas;
+    l.end = train_samples * (r + 1) / replicas;
+    l.seed = s.seed + 1000003ull * static_cast<uint64_t>(r);
+    p.loaders.push_back(l);
+    p.batches_per_epoch += batches(l.end - l.begin, s.batch_size);
+  }
+  int64_t updates = p.batches_per_epoch * s.epochs;
+  if (s.algo.kind == algorithm_kind::ssgd) updates /= replicas;
+  p.total_updates = std::max<int64_t>(1, updates);
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     node_plan& np = p.nodes[n];
     np.scheduler_threads = std::max(1, std::min(t.nodes[n].threads, std::max(1, np.stages)));
+    np.shard_threads = std::max(1, t.nodes[n].threads / std::max(1, np.stages));
   }
   for (auto& st : p.stages)
     st.threads = std::max(1, t.nodes[st.address.node].threads / p.nodes[st.address.node].stages);
@@ -211,7 +245,7 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
 std::string describe_placement(const plan& p, const settings& s, bool json) {
   std::ostringstream out;
   const model::placement_estimate& e = p.estimate;
-  if (p.stages.empty() || e.stages.size() != p.stages.size())
+  if (p.stages.empty() || static_cast<int>(e.stages.size()) != p.stages_per_replica())
     throw error("describe_placement: the plan has no pipeline (give --pipeline-stages K > 1)");
   auto ms = [](double sec) { return sec * 1000.0; };
   if (json) {
@@ -234,7 +268,10 @@ std::string describe_placement(const plan& p, const settings& s, bool json) {
   }
   out.setf(std::ios::fixed);
   out.precision(2);
-  out << "placement " << to_string(s.pipeline.placement) << ", " << p.stages.size() << " stages, "
+  out << "placement " << to_string(s.pipeline.placement) << ", " << e.stages.size() << " stages, "
+      << (p.pipeline_replicas > 1 ? "each device running one stage of each of " + std::to_string(p.pipeline_replicas) +
+                                        " pipeline replicas (not in the prediction), "
+                                  : std::string())
       << s.pipeline.micro_batches << " micro-batches of " << s.batch_size / s.pipeline.micro_batches
       << " samples (times per mini-batch):\n";
   out << "| stage | layers | device (speed) | forward ms | backward ms | transfer ms | time ms | memory MB |\n";
@@ -268,10 +305,9 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   p.nodes.resize(t.nodes.size());
   p.samples_per_epoch = train_samples;
   if (s.pipeline.stages > 1) {
-    if (a.kind != algorithm_kind::sequential)
-      throw error("--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) +
-                  ": stages pushing to parameter shards (a hybrid of data and model parallelism) are not built "
-                  "yet; use --algorithm sequential (each stage updates its own parameters)");
+    if (a.kind == algorithm_kind::hogwild)
+      throw error("--pipeline-stages with --algorithm hogwild: a pipeline's stages push to parameter shards; "
+                  "use another asynchronous algorithm, or sequential (each stage updates its own parameters)");
     if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
     plan_pipeline(p, s, t, layout, train_samples, *profile, costs);
     return p;

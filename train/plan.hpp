@@ -49,6 +49,11 @@ struct worker_plan {
 struct shard_plan {
   net::address address;
   model::shard_range range;  ///< its part of the parameter layout
+  /// A hybrid's shard (D replicas of a K-stage pipeline): K, and the stage
+  /// whose parameters it holds; its pushes come from that stage of each
+  /// replica (stage r * K + stage is replica r's). 0: workers push.
+  int pipeline_stages = 0;
+  int stage = 0;
 };
 
 /// A pipeline stage: layers [first_layer, last_layer) of the model, and their parameters in the layout.
@@ -59,6 +64,8 @@ struct stage_plan {
   int threads = 1;            ///< kernel threads of its forward and backward passes
   int device = 0;             ///< its device, an index into plan::devices
   float slowdown = 1;         ///< its device's emulated slowness: fastest speed / its speed (>= 1)
+  int replica = 0;            ///< a hybrid's pipeline replica (0 without data parallelism)
+  int shard = -1;             ///< a hybrid's shard of its parameters (an index into plan::shards); -1: updates them itself
 };
 
 /// Per node: how many actors it hosts and the threads of its actor runtime.
@@ -75,8 +82,11 @@ struct plan {
   net::address coordinator, evaluator;
   std::vector<loader_plan> loaders;   ///< loaders[i] feeds workers[i]
   std::vector<worker_plan> workers;
-  std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer) and pipelines
-  std::vector<stage_plan> stages;     ///< a pipeline's stages, in order (empty: data parallel); loaders[0] feeds stages[0]
+  std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer) and a pipeline alone
+  /// A pipeline's stages (empty: data parallel): replica r's stage k is
+  /// stages[r * K + k], and loaders[r] feeds stages[r * K] (K = stages_per_replica()).
+  std::vector<stage_plan> stages;
+  int pipeline_replicas = 1;          ///< D: data-parallel replicas of the pipeline (a hybrid when its stages push to shards)
   std::vector<node_plan> nodes;
   int64_t samples_per_epoch = 0;      ///< the training set's size
   int64_t batches_per_epoch = 0;      ///< over all loaders
@@ -88,6 +98,9 @@ struct plan {
   std::vector<uint32_t> device_nodes;  ///< the node of each device
   model::placement_estimate estimate;
 
+  int stages_per_replica() const { return stages.empty() ? 0 : static_cast<int>(stages.size()) / pipeline_replicas; }
+  /// The data-parallel replica (its loader's index) of a worker's or stage's address.
+  uint32_t replica_of(const net::address& a) const;
   /// Where a snapshot pulls the parameters from: the shards, or a pipeline's stages (index k: stage k).
   std::vector<shard_plan> parameter_holders() const;
   /// The shard holding parameter tensor `tensor` of the layout.

@@ -525,6 +525,70 @@ TEST_CASE("a GPipe pipeline reproduces the sequential loop's losses for 100 step
   }
 }
 
+TEST_CASE("a hybrid of one pipeline replica pushing to its stages' shards reproduces the sequential loop",
+          "[actors][fit][pipeline]") {
+  larger_data d;  // 32 steps per epoch
+  std::ostringstream log;
+  std::vector<double> expected, got;
+  // ASGD with one worker is SGD without momentum, the shard's lr schedule the loop's.
+  job seq = mlp_job(d.dir.path()).momentum(0.0f).threads(2).epochs(4).max_steps(100).checkpoint(d.dir.file("seq.ckpt"));
+  seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
+  fit(seq, log);
+  const net::checkpoint cs = net::load_checkpoint(d.dir.file("seq.ckpt"));
+  // 3 stages of the MLP's 6 layers: one of them (a ReLU alone, or a flatten) may have no parameters and no shard.
+  for (int stages : {2, 3}) {
+    INFO(stages << " stages");
+    job hybrid = seq;
+    const std::string ckpt = d.dir.file("hybrid" + std::to_string(stages) + ".ckpt");
+    hybrid.algorithm(asgd()).pipeline(stages, 4, pipeline_schedule::gpipe).checkpoint(ckpt);
+    got.clear();
+    hybrid.on_step([&](const step_event& e) { got.push_back(e.loss); });
+    std::ostringstream hlog;
+    fit(hybrid, hlog);
+    CHECK_THAT(hlog.str(), Contains("1 replica(s) of a pipeline (asgd on"));
+    REQUIRE(got.size() == 100);
+    for (std::size_t i = 0; i < 100; ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
+    }
+    // The final snapshot, from the shards, holds every stage's 100 pushes.
+    const net::checkpoint cp = net::load_checkpoint(ckpt);
+    CHECK(cp.optimizer_kind == "asgd");
+    REQUIRE(cp.params.size() == cs.params.size());
+    for (std::size_t t = 0; t < cs.params.size(); ++t) {
+      INFO(cs.params[t].name);
+      const float *a = cs.params[t].value.data(), *b = cp.params[t].value.data();
+      float worst = 0;
+      for (int64_t i = 0; i < cs.params[t].value.numel(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+      CHECK(worst <= 1e-4f);
+    }
+  }
+}
+
+TEST_CASE("a hybrid: replicas of a GPipe pipeline train with DDC-ASGD and SSGD on their stages' shards",
+          "[actors][fit][pipeline]") {
+  larger_data d;
+  for (algorithm a : {ddc_asgd().workers(3), ssgd().workers(2)}) {
+    const std::string name = to_string(a.settings().kind);
+    INFO(name);
+    std::ostringstream log;
+    job j = mlp_job(d.dir.path(), a).momentum(0).threads(2).pipeline(2, 4).metrics_out(d.dir.file(name + ".jsonl"));
+    history h = fit(j, log);
+    REQUIRE(h.size() == 2);
+    CHECK(h.back().test_accuracy > 0.8);
+    const int replicas = a.settings().workers;
+    CHECK_THAT(log.str(), Contains(std::to_string(replicas) + " replica(s) of a pipeline (" + name + " on 2 shard(s)"));
+    // Each replica trains on its own part of the data; the staleness is its last stage's pushes'.
+    const auto lines = read_lines(j.config().metrics_out);
+    REQUIRE(lines.size() == 3);
+    const auto w = nlohmann::json::parse(lines[2])["workers_summary"];
+    REQUIRE(static_cast<int>(w.size()) == replicas);
+    for (const auto& x : w) CHECK(x["updates"].get<int>() >= 20);  // 2 epochs of 1024 / replicas / 32 batches
+    if (name == "ssgd") CHECK(h.back().mean_staleness == 0.0);
+    else CHECK(h.back().max_staleness >= 1);
+  }
+}
+
 TEST_CASE("a 1F1B pipeline with weight stashing trains, and writes a timeline", "[actors][fit][pipeline]") {
   larger_data d;
   std::ostringstream log;
@@ -546,8 +610,15 @@ TEST_CASE("a 1F1B pipeline with weight stashing trains, and writes a timeline", 
 TEST_CASE("pipeline options are checked", "[train][fit][pipeline]") {
   larger_data d;
   std::ostringstream log;
-  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2), log), troupe::error,
-                       message(Contains("parallelism) are not built yet")));
+  // A hybrid: GPipe, shards and pushes that follow the stages, devices slowed instead of workers.
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2, 4, pipeline_schedule::one_f_one_b), log),
+                       troupe::error, message(Contains("a hybrid runs --schedule gpipe")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), hogwild().workers(2)).pipeline(2), log), troupe::error,
+                       message(Contains("a hybrid's stages push to parameter shards")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).shards(2)).pipeline(2), log), troupe::error,
+                       message(Contains("the shards follow the stages")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).speeds({1, 2})).pipeline(2), log), troupe::error,
+                       message(Contains("--device-speeds")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(2, 64), log), troupe::error,
                        message(Contains("--micro-batches 64 exceeds --batch-size 32")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(9), log), troupe::error,

@@ -171,19 +171,6 @@ void validate_pipeline(const settings& s) {
             bad("--stage-devices: device " + n2s(p.stage_devices[i]) + " given to two stages");
       }
     }
-    // A hybrid: --workers replicas of the pipeline, each stage pushing to the shard of its parameters.
-    const algorithm_settings& a = s.algo;
-    if (a.kind != algorithm_kind::sequential) {
-      const std::string with = "--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) + ": ";
-      if (a.kind == algorithm_kind::hogwild)
-        bad(with + "a hybrid's stages push to parameter shards; use another asynchronous algorithm");
-      if (p.schedule != model::pipeline_schedule::gpipe)
-        bad(with + "a hybrid runs --schedule gpipe (one push per stage and mini-batch), not " +
-            std::string(to_string(p.schedule)));
-      if (a.shards != 1) bad(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
-      if (a.push_every != 1) bad(with + "stages push every mini-batch: leave --push-every out");
-      if (!a.speeds.empty()) bad(with + "--speeds slows workers; slow a stage's device with --device-speeds");
-    }
   } else if (p.placement != placement_kind::even || !p.device_speeds.empty() || !p.stage_devices.empty() ||
              !p.link_cost.empty()) {
     bad("--placement, --device-speeds, --stage-devices and --link-cost place pipeline stages: give --pipeline-stages K > 1");

@@ -305,9 +305,19 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   p.nodes.resize(t.nodes.size());
   p.samples_per_epoch = train_samples;
   if (s.pipeline.stages > 1) {
-    if (a.kind == algorithm_kind::hogwild)
-      throw error("--pipeline-stages with --algorithm hogwild: a pipeline's stages push to parameter shards; "
-                  "use another asynchronous algorithm, or sequential (each stage updates its own parameters)");
+    // A hybrid: --workers replicas of the pipeline, each stage pushing to the shard of its parameters.
+    if (a.kind != algorithm_kind::sequential) {
+      const std::string with = "--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) + ": ";
+      if (a.kind == algorithm_kind::hogwild)
+        throw error(with + "a hybrid's stages push to parameter shards; use another asynchronous algorithm, or "
+                           "sequential (each stage updates its own parameters)");
+      if (s.pipeline.schedule != model::pipeline_schedule::gpipe)
+        throw error(with + "a hybrid runs --schedule gpipe (one push per stage and mini-batch), not " +
+                    std::string(model::to_string(s.pipeline.schedule)));
+      if (a.shards != 1) throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
+      if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
+      if (!a.speeds.empty()) throw error(with + "--speeds slows workers; slow a stage's device with --device-speeds");
+    }
     if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
     plan_pipeline(p, s, t, layout, train_samples, *profile, costs);
     return p;

@@ -583,7 +583,14 @@ TEST_CASE("a hybrid: replicas of a GPipe pipeline train with DDC-ASGD and SSGD o
     REQUIRE(lines.size() == 3);
     const auto w = nlohmann::json::parse(lines[2])["workers_summary"];
     REQUIRE(static_cast<int>(w.size()) == replicas);
-    for (const auto& x : w) CHECK(x["updates"].get<int>() >= 20);  // 2 epochs of 1024 / replicas / 32 batches
+    // Replicas take batches as fast as they go (an epoch is every replica's samples together): each takes
+    // some, all of them at least 2 epochs' worth of batches of 32.
+    int total = 0;
+    for (const auto& x : w) {
+      CHECK(x["updates"].get<int>() >= 5);
+      total += x["updates"].get<int>();
+    }
+    CHECK(total >= 2 * 1024 / 32);
     if (name == "ssgd") CHECK(h.back().mean_staleness == 0.0);
     else CHECK(h.back().max_staleness >= 1);
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
-#   cluster.sh BUILD_DIR three_nodes | pipeline | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns | other_job
+#   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns | other_job
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,6 +40,20 @@ pipeline)
   echo "accuracy: one process $one, two nodes $two"
   close "$one" "$two" 0.003 || fail "accuracies differ by more than 0.3 points"
   grep -q '"pipeline_stages":2' "$tmp/two.jsonl" || fail "the metrics record"
+  ;;
+hybrid)
+  # Two replicas of a 2-stage pipeline, stage k of each on node k with shard k: pushes, parameters,
+  # activations and gradients cross the link; the accuracy band of the same job in one process.
+  job=("${mlp[@]}" --algorithm asgd --workers 2 --pipeline-stages 2 --micro-batches 4 --epochs 1 --max-steps 300)
+  "$build/troupe_trainer" "${job[@]}" --metrics-out "$tmp/one.jsonl" 2> "$tmp/one.log" || fail "one process"
+  TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 2 "${job[@]}" --metrics-out "$tmp/two.jsonl" || fail "two nodes"
+  grep -q "2 replica(s) of a pipeline (asgd on 2 shard(s)" "$tmp/c/node0.log" || fail "not a hybrid"
+  grep -q "stage 2 on node 0" "$tmp/c/node0.log" && grep -q "stage 3 on node 1" "$tmp/c/node0.log" ||
+    fail "the second replica's stages are not on the two nodes"
+  one=$(accuracy "$tmp/one.jsonl"); two=$(accuracy "$tmp/two.jsonl")
+  echo "accuracy: one process $one, two nodes $two"
+  close "$one" "$two" 0.015 || fail "accuracies differ by more than 1.5 points"
+  grep -q '"workers_summary":\[{"worker":0,.*{"worker":1,' "$tmp/two.jsonl" || fail "the replicas' summary"
   ;;
 faults)
   # Lost, delayed, duplicated frames and dropped links at 2 % each: the job still trains.

@@ -16,12 +16,13 @@
 # (CNN_SWEEP_SEEDS and CNN_SEEDS change that); rules CNN_RULES (default
 # without DDC-ASGD v1, whose MLP runs say enough, to save a third of the time). Runs that already have their metrics file are not
 # run again, so an interrupted invocation continues where it stopped.
-# Writes OUT_DIR/report.md (tables), OUT_DIR/curves_*.png (test accuracy per
+# About an hour on 2 cores. Writes OUT_DIR/report.md (tables; the run of
+# docs/experiments.md is bench/results/ddc_protocol/report.md), OUT_DIR/curves_*.png (test accuracy per
 # epoch, mean of the seeds at each rule's lr) and every run's log and metrics.
 # Environment: EPOCHS (5), LRS, CNN_LRS, MLP_SETTINGS / CNN_SETTINGS (names below;
 # empty: skip), RULES, REPORT_ONLY=1 (tables from OUT_DIR's runs only).
 set -euo pipefail
-build=${1:-build} out=${2:-bench/results/ddc_protocol}
+build=${1:-build} out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 epochs=${EPOCHS:-5}
 lrs=(${LRS:-0.01 0.02 0.05 0.1})

@@ -352,6 +352,8 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
                 self->quit();
                 return;
               }
+              if (cv.kind == wire::Control::Kind::START)
+                for (outgoing& o : st.core->start()) send_to(*st.dir, o.to, std::move(o.msg));
               if (cv.kind == wire::Control::Kind::START && st.core->config().index == 0 && st.credited == 0) {
                 st.credited = st.prefetch;
                 send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, st.prefetch));

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "actors/messages.hpp"
 #include "kernels/kernels.hpp"
 #include "model/optimizer.hpp"
 #include "net/tensor_codec.hpp"
@@ -28,6 +29,13 @@ stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, s
   velocity_.assign(current_->size(), 0.0f);
   grads_.assign(current_->size(), 0.0f);
   if (c_.stash > 0) stash_.emplace_back(0, current_);
+}
+
+std::vector<outgoing> stage_core::start() {
+  if (c_.plan.shard < 0 || started_) return {};
+  started_ = true;
+  awaiting_params_ = true;
+  return {{c_.shard, make_pull(c_.plan.address, c_.shard)}};
 }
 
 void stage_core::take(const net::message& m) {
@@ -288,7 +296,7 @@ void stage_core::push(result& out) {
   float* dst = net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
   std::memcpy(dst, grads_.data(), grads_.size() * sizeof(float));
   out.messages.push_back({c_.shard, net::message::from_builder(std::move(b))});
-  awaiting_params_ = true;
+  awaiting_params_ = pushed_ = true;
 }
 
 void stage_core::take_params(const net::envelope_reader& r) {
@@ -304,8 +312,8 @@ void stage_core::take_params(const net::envelope_reader& r) {
   // A version a micro-batch in flight still holds never changes: the shard's weights go to a new vector.
   current_ = std::make_shared<std::vector<float>>(v.data, v.data + range.numel());
   shard_version_ = p.getVersion();
-  tally_.add(p.getAppliedStaleness(), p.getRejected());
-  awaiting_params_ = false;
+  if (pushed_) tally_.add(p.getAppliedStaleness(), p.getRejected());
+  awaiting_params_ = pushed_ = false;
   ++version_id_;
 }
 

@@ -54,6 +54,10 @@ public:
   /// `initial` holds the stage's parameters (its range of the layout).
   stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial);
 
+  /// A hybrid's stage: the pull of its shard's parameters and version (the
+  /// weights it starts from, those of a resumed run too); its first forward
+  /// waits for the answer. Empty for other stages and after the first call.
+  std::vector<outgoing> start();
   /// A Batch (first stage), Activation or Gradient: kept until its action runs;
   /// a hybrid's Params (the shard's answer to its push): its weights from now on.
   /// Throws net::message_error for one that does not fit.
@@ -140,7 +144,8 @@ private:
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
   std::vector<std::pair<uint64_t, net::message>> pulls_;     // kept PullParams: (mini-batches asked, message)
-  bool awaiting_params_ = false;                             // a hybrid: pushed, the shard's answer not here yet
+  bool awaiting_params_ = false;                             // a hybrid: pushed or pulled, the shard's answer not here yet
+  bool pushed_ = false, started_ = false;                    // a hybrid: the answer awaited is a push's; start() ran
   uint64_t shard_version_ = 0;                               // the version of the shard's weights it holds
   staleness_tally tally_;                                    // of its pushes, since the last report
 };

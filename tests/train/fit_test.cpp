@@ -596,6 +596,22 @@ TEST_CASE("a hybrid: replicas of a GPipe pipeline train with DDC-ASGD and SSGD o
   }
 }
 
+TEST_CASE("a hybrid resumes from its checkpoint: the stages start from their shards' parameters and versions",
+          "[actors][fit][pipeline]") {
+  larger_data d;
+  std::ostringstream log;
+  job j = mlp_job(d.dir.path(), ddc_asgd().workers(2)).momentum(0).threads(2).pipeline(2, 4).epochs(1)
+              .checkpoint(d.dir.file("hybrid.ckpt"));
+  const history first = fit(j, log);
+  const history second = fit(j.epochs(2), log);
+  REQUIRE(second.size() == 1);
+  CHECK_THAT(log.str(), Contains("resumed from"));
+  CHECK(second[0].train_loss < first[0].train_loss);
+  // A stage that kept version 0 after the resume would push gradients 32 versions stale (the first epoch's
+  // updates); 2 replicas on 2 busy cores are a few apart at times (up to 8 seen).
+  CHECK(second[0].max_staleness <= 16);
+}
+
 TEST_CASE("a 1F1B pipeline with weight stashing trains, and writes a timeline", "[actors][fit][pipeline]") {
   larger_data d;
   std::ostringstream log;

@@ -169,7 +169,7 @@ rejoin)
   wait $runner || true  # local_cluster.sh reports the killed first node2
   wait $again || fail "the restarted node2 did not end cleanly"
   grep -q '"epoch":10' "$tmp/m.jsonl" || fail "the job did not finish"
-  tail -n 1 "$tmp/m.jsonl" | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
+  grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

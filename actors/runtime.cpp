@@ -105,6 +105,30 @@ struct node_run {
   std::shared_ptr<train::tracer> trace;  ///< the run's timeline (--trace), or null
 };
 
+/// Continues stage `index` of `stages` from checkpoint `c`: its momentum
+/// ("shard<index>/velocity", as the evaluator names a holder's state); a
+/// checkpoint of another layout or without it leaves the momentum at 0 and says so.
+void resume_stage(stage_core& stage, const net::checkpoint& c, std::size_t index, std::size_t stages,
+                  std::ostream& log) {
+  const std::string name = "shard" + std::to_string(index) + "/velocity";
+  const std::string fresh = net::to_string(stage.address()) + ": momentum starts at 0: ";
+  if (c.shard_versions.size() != stages) {
+    log << fresh << "the checkpoint has " << c.shard_versions.size() << " parameter holder(s), this run " << stages
+        << " stages\n";
+    return;
+  }
+  for (const named_tensor& t : c.optimizer)
+    if (t.name == name) {
+      try {
+        stage.restore({{"velocity", t.value}});
+      } catch (const error& e) {
+        log << fresh << e.what() << "\n";
+      }
+      return;
+    }
+  if (stage.config().momentum != 0.0f) log << fresh << "the checkpoint holds none for it\n";
+}
+
 /// The pipeline stages (and the loader of the first) the plan puts on node `r.self`.
 void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<const job>& shared_job,
                   std::vector<caf::actor>& locals) {
@@ -153,6 +177,7 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
     });
     std::vector<float> initial(flat.values.data() + sp.params.begin, flat.values.data() + sp.params.end);
     auto core = std::make_shared<stage_core>(std::move(c), replicas, std::move(initial));
+    if (r.start.resuming && sp.shard < 0) resume_stage(*core, r.start.checkpoint, i, r.p.stages.size(), r.log);
     locals.push_back(spawn_stage(sys, core, lp.address, r.p.coordinator, s.algo.prefetch, r.dir));
     r.dir->add(sp.address, locals.back());
     if (k == 0) {

@@ -101,7 +101,22 @@ outgoing stage_core::answer_pull(const net::message& m) const {
   p.setVersion(version_id_);
   float* dst = net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
   if (!current_->empty()) std::memcpy(dst, current_->data(), current_->size() * sizeof(float));
+  // A checkpoint's: the stage's own optimizer state (a hybrid's is its shard's).
+  if (r.root().getPullParams().getWithState() && c_.plan.shard < 0 && c_.momentum != 0.0f && !velocity_.empty()) {
+    const shape s{static_cast<int64_t>(velocity_.size())};
+    net::encode(std::vector<named_tensor>{{"velocity", tensor::from(s, velocity_)}}, p.initRuleState(1));
+  }
   return {to, net::message::from_builder(std::move(b))};
+}
+
+void stage_core::restore(const std::vector<named_tensor>& state) {
+  for (const named_tensor& t : state) {
+    if (t.name != "velocity") continue;
+    if (t.value.numel() != static_cast<int64_t>(velocity_.size()))
+      throw error(track_ + ": the checkpoint's velocity has " + std::to_string(t.value.numel()) +
+                  " values, the stage " + std::to_string(velocity_.size()));
+    std::memcpy(velocity_.data(), t.value.data(), velocity_.size() * sizeof(float));
+  }
 }
 
 int64_t stage_core::needed_batch() const {

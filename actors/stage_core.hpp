@@ -68,6 +68,10 @@ public:
   /// every stage's parameters after the same mini-batches, the last update of
   /// the first stage included.
   std::vector<outgoing> take_pull(const net::message& m);
+  /// Continues from a checkpoint's optimizer state: "velocity" (its momentum),
+  /// which answer_pull sends with a pull that asks for the state. Throws
+  /// troupe::error when its size is not the stage's.
+  void restore(const std::vector<named_tensor>& state);
   /// Mini-batches whose updates this stage has applied (1F1B: an update per micro-batch).
   int64_t applied_mini_batches() const;
 

@@ -145,6 +145,54 @@ model::placement place_stages(const settings& s, const model::model::layer_profi
   throw error("unknown placement");
 }
 
+/// The pipeline's stages `one` for each of its replicas (one; a hybrid's
+/// --workers, with a shard per stage with parameters), each replica's loader,
+/// and the threads of the nodes and stages.
+void add_replicas(plan& p, const settings& s, const topology& t, std::vector<stage_plan> one, int64_t train_samples) {
+  const int k_stages = static_cast<int>(one.size());
+  const bool hybrid = s.algo.kind != algorithm_kind::sequential;
+  const int replicas = hybrid ? s.algo.workers : 1;
+  p.pipeline_replicas = replicas;
+  if (hybrid) {
+    const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
+    for (int k = 0; k < k_stages; ++k) {
+      stage_plan& st = one[static_cast<std::size_t>(k)];
+      if (st.params.numel() == 0) continue;
+      st.shard = static_cast<int>(p.shards.size());
+      const uint32_t node = shard_nodes[p.shards.size() % shard_nodes.size()];
+      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(st.shard)}, st.params, k_stages, k});
+      ++p.nodes[node].shards;
+    }
+  }
+  for (int r = 0; r < replicas; ++r) {
+    for (stage_plan st : one) {
+      st.replica = r;
+      st.address.index = static_cast<uint32_t>(r * k_stages) + st.address.index;
+      p.stages.push_back(st);
+      ++p.nodes[st.address.node].stages;
+    }
+    // Replica r's part of the data, as data-parallel worker r's (one replica: all of it).
+    loader_plan l;
+    l.worker = p.stages[static_cast<std::size_t>(r * k_stages)].address;
+    l.address = {l.worker.node, net::role::loader, static_cast<uint32_t>(r)};
+    l.begin = train_samples * r / replicas;
+    l.end = train_samples * (r + 1) / replicas;
+    l.seed = s.seed + 1000003ull * static_cast<uint64_t>(r);
+    p.loaders.push_back(l);
+    p.batches_per_epoch += batches(l.end - l.begin, s.batch_size);
+  }
+  int64_t updates = p.batches_per_epoch * s.epochs;
+  if (s.algo.kind == algorithm_kind::ssgd) updates /= replicas;
+  p.total_updates = std::max<int64_t>(1, updates);
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    node_plan& np = p.nodes[n];
+    np.scheduler_threads = std::max(1, std::min(t.nodes[n].threads, std::max(1, np.stages)));
+    np.shard_threads = std::max(1, t.nodes[n].threads / std::max(1, np.stages));
+  }
+  for (auto& st : p.stages)
+    st.threads = std::max(1, t.nodes[st.address.node].threads / p.nodes[st.address.node].stages);
+}
+
 /// Cuts the model's layers into the pipeline's stages and places each on a
 /// device (and so on the device's node); one loader feeds the first stage.
 /// With an asynchronous algorithm, a hybrid: D = --workers replicas of the
@@ -185,9 +233,6 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
   std::vector<std::size_t> bounds{0};
   for (int c : placed.cuts) bounds.push_back(static_cast<std::size_t>(c));
   bounds.push_back(layers);
-  const bool hybrid = s.algo.kind != algorithm_kind::sequential;
-  const int replicas = hybrid ? s.algo.workers : 1;
-  p.pipeline_replicas = replicas;
   std::vector<stage_plan> one;  // a replica's stages
   uint32_t tensor = 0;
   for (int k = 0; k < ps.stages; ++k) {
@@ -201,43 +246,9 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
     for (std::size_t l = st.first_layer; l < st.last_layer; ++l) tensor += static_cast<uint32_t>(profile.tensors[l]);
     st.params = {first, tensor, first < layout.size() ? layout[first].offset : layout.numel(),
                  tensor < layout.size() ? layout[tensor].offset : layout.numel()};
-    if (hybrid && st.params.numel() > 0) {
-      const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
-      st.shard = static_cast<int>(p.shards.size());
-      const uint32_t node = shard_nodes[p.shards.size() % shard_nodes.size()];
-      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(st.shard)}, st.params, ps.stages, k});
-      ++p.nodes[node].shards;
-    }
     one.push_back(st);
   }
-  for (int r = 0; r < replicas; ++r) {
-    for (stage_plan st : one) {
-      st.replica = r;
-      st.address.index = static_cast<uint32_t>(r * ps.stages) + st.address.index;
-      p.stages.push_back(st);
-      ++p.nodes[st.address.node].stages;
-    }
-    // Replica r's part of the data, as data-parallel worker r's (one replica: all of it).
-    loader_plan l;
-    l.address = {p.stages[static_cast<std::size_t>(r * ps.stages)].address.node, net::role::loader,
-                 static_cast<uint32_t>(r)};
-    l.worker = p.stages[static_cast<std::size_t>(r * ps.stages)].address;
-    l.begin = train_samples * r / replicas;
-    l.end = train_samples * (r + 1) / replicas;
-    l.seed = s.seed + 1000003ull * static_cast<uint64_t>(r);
-    p.loaders.push_back(l);
-    p.batches_per_epoch += batches(l.end - l.begin, s.batch_size);
-  }
-  int64_t updates = p.batches_per_epoch * s.epochs;
-  if (s.algo.kind == algorithm_kind::ssgd) updates /= replicas;
-  p.total_updates = std::max<int64_t>(1, updates);
-  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
-    node_plan& np = p.nodes[n];
-    np.scheduler_threads = std::max(1, std::min(t.nodes[n].threads, std::max(1, np.stages)));
-    np.shard_threads = std::max(1, t.nodes[n].threads / std::max(1, np.stages));
-  }
-  for (auto& st : p.stages)
-    st.threads = std::max(1, t.nodes[st.address.node].threads / p.nodes[st.address.node].stages);
+  add_replicas(p, s, t, std::move(one), train_samples);
 }
 
 } // namespace

@@ -320,6 +320,87 @@ void on_start(coordinator_t* self) {
   if (st.s.node_names.size() > 1) self->delayed_send(self, start_again, start_again_atom::value);
 }
 
+/// No run after the join timeout: names the nodes that did not join.
+void on_join_timeout(coordinator_t* self) {
+  auto& st = self->state;
+  if (st.started || st.done) return;
+  // This node joins once its links to all others are up: name the others.
+  std::string missing;
+  for (uint32_t n = 0; n < st.s.node_names.size(); ++n)
+    if (!st.joined.count(n) && n != me(self).node) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
+  if (missing.empty()) missing = node_name(self, me(self).node);
+  std::ostringstream t;
+  t << st.s.join_timeout_s;
+  abort_run(self, "node(s) " + missing + " did not join within " + t.str() +
+                      " s (are they started, with the same job file and secret, and reachable?)");
+}
+
+/// Nodes whose workers (or pipeline replicas' first stages) have not reported yet get their start again.
+void on_start_again(coordinator_t* self) {
+  auto& st = self->state;
+  if (st.done || st.finishing) return;
+  const train::plan& p = st.s.plan;
+  std::set<uint32_t> silent;
+  const auto check = [&](const net::address& a) {
+    const uint32_t replica = p.replica_of(a);
+    if (replica < st.acc->worker_samples().size() && st.acc->worker_samples()[replica] == 0 && !st.lost.count(a.node))
+      silent.insert(a.node);
+  };
+  for (const auto& w : p.workers) check(w.address);
+  for (std::size_t i = 0; i < p.stages.size(); ++i)
+    if (i % static_cast<std::size_t>(p.stages_per_replica()) == 0) check(p.stages[i].address);
+  for (uint32_t n : silent) start_node(self, n);
+  if (!silent.empty()) self->delayed_send(self, start_again, start_again_atom::value);
+}
+
+void on_watchdog(coordinator_t* self) {
+  auto& st = self->state;
+  if (st.done) return;
+  if (clock_type::now() - st.last_progress > stall_timeout) {
+    abort_run(self, "no progress for " + std::to_string(stall_timeout.count()) + " s: no worker reported a step" +
+                        (st.pending.empty() ? std::string() : " and the evaluator did not answer"));
+    return;
+  }
+  self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
+}
+
+void on_message(coordinator_t* self, const net::message& m) {
+  auto& st = self->state;
+  try {
+    net::envelope_reader r(m);
+    if (st.done) {
+      // Stopping: only the other nodes' "stopped" (or their loss) counts now.
+      if (r.root().which() != wire::Envelope::CONTROL) return;
+      auto c = r.root().getControl();
+      const uint32_t node = c.getKind() == wire::Control::Kind::LOST ? c.getAmount()
+                                                                     : net::read_address(r.root().getSource()).node;
+      const bool ended = c.getKind() == wire::Control::Kind::STOPPED || c.getKind() == wire::Control::Kind::LOST;
+      if (ended && st.stopping.erase(node) && st.stopping.empty()) self->quit();
+      return;
+    }
+    switch (r.root().which()) {
+      case wire::Envelope::METRICS: on_metrics(self, r); break;
+      case wire::Envelope::EVALUATION: on_evaluation(self, r); break;
+      case wire::Envelope::CONTROL: {
+        auto c = r.root().getControl();
+        const net::address from = net::read_address(r.root().getSource());
+        switch (c.getKind()) {
+          case wire::Control::Kind::ERROR: abort_run(self, c.getDetail()); break;
+          case wire::Control::Kind::JOIN: on_join(self, from.node); break;
+          case wire::Control::Kind::LOST: on_lost(self, c.getAmount(), c.getDetail()); break;
+          case wire::Control::Kind::STOPPED: st.gone.insert(from.node); break;  // a node whose actors all stopped
+          default: break;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  } catch (const std::exception& e) {
+    abort_run(self, std::string("coordinator: ") + e.what());
+  }
+}
+
 caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, std::shared_ptr<const directory> dir) {
   auto& st = self->state;
   st.s = std::move(setup);
@@ -335,80 +416,13 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
     abort_run(self, "an actor of the run stopped unexpectedly: " + self->system().render(d.reason));
   });
   return {
-      [self](join_timeout_atom) {
-        auto& st = self->state;
-        if (st.started || st.done) return;
-        // This node joins once its links to all others are up: name the others.
-        std::string missing;
-        for (uint32_t n = 0; n < st.s.node_names.size(); ++n)
-          if (!st.joined.count(n) && n != me(self).node) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
-        if (missing.empty()) missing = node_name(self, me(self).node);
-        std::ostringstream t;
-        t << st.s.join_timeout_s;
-        abort_run(self, "node(s) " + missing + " did not join within " + t.str() +
-                            " s (are they started, with the same job file and secret, and reachable?)");
-      },
-      [self](start_again_atom) {
-        // Nodes whose workers have not reported yet get their start again.
-        auto& st = self->state;
-        if (st.done || st.finishing) return;
-        std::set<uint32_t> silent;
-        for (const auto& w : st.s.plan.workers)
-          if (st.acc->worker_samples()[w.address.index] == 0 && !st.lost.count(w.address.node))
-            silent.insert(w.address.node);
-        for (uint32_t n : silent) start_node(self, n);
-        if (!silent.empty()) self->delayed_send(self, start_again, start_again_atom::value);
-      },
+      [self](join_timeout_atom) { on_join_timeout(self); },
+      [self](start_again_atom) { on_start_again(self); },
       [self](stop_timeout_atom) {
-        auto& st = self->state;
-        if (!st.stopping.empty()) self->quit();
+        if (!self->state.stopping.empty()) self->quit();
       },
-      [self](watchdog_atom) {
-        auto& st = self->state;
-        if (st.done) return;
-        if (clock_type::now() - st.last_progress > stall_timeout) {
-          abort_run(self, "no progress for " + std::to_string(stall_timeout.count()) + " s: no worker reported a step" +
-                              (st.pending.empty() ? std::string() : " and the evaluator did not answer"));
-          return;
-        }
-        self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
-      },
-      [self](const net::message& m) {
-        auto& st = self->state;
-        try {
-          net::envelope_reader r(m);
-          if (st.done) {
-            // Stopping: only the other nodes' "stopped" (or their loss) counts now.
-            if (r.root().which() != wire::Envelope::CONTROL) return;
-            auto c = r.root().getControl();
-            const uint32_t node = c.getKind() == wire::Control::Kind::LOST ? c.getAmount()
-                                                                           : net::read_address(r.root().getSource()).node;
-            const bool ended = c.getKind() == wire::Control::Kind::STOPPED || c.getKind() == wire::Control::Kind::LOST;
-            if (ended && st.stopping.erase(node) && st.stopping.empty()) self->quit();
-            return;
-          }
-          switch (r.root().which()) {
-            case wire::Envelope::METRICS: on_metrics(self, r); break;
-            case wire::Envelope::EVALUATION: on_evaluation(self, r); break;
-            case wire::Envelope::CONTROL: {
-              auto c = r.root().getControl();
-              const net::address from = net::read_address(r.root().getSource());
-              switch (c.getKind()) {
-                case wire::Control::Kind::ERROR: abort_run(self, c.getDetail()); break;
-                case wire::Control::Kind::JOIN: on_join(self, from.node); break;
-                case wire::Control::Kind::LOST: on_lost(self, c.getAmount(), c.getDetail()); break;
-                case wire::Control::Kind::STOPPED: st.gone.insert(from.node); break;  // a node whose actors all stopped
-                default: break;
-              }
-              break;
-            }
-            default:
-              break;
-          }
-        } catch (const std::exception& e) {
-          abort_run(self, std::string("coordinator: ") + e.what());
-        }
-      },
+      [self](watchdog_atom) { on_watchdog(self); },
+      [self](const net::message& m) { on_message(self, m); },
   };
 }
 

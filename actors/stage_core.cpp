@@ -324,6 +324,10 @@ void stage_core::take_params(const net::envelope_reader& r) {
   net::require_range(v, range.first, range.begin, c_.layout.shapes(range.first, range.last),
                      track_ + ": params of its shard");
   if (!awaiting_params_) return;  // a late second answer: the weights it has are as new
+  // The answer to a push is past the version it pushed from (the shard applied
+  // it), unless the shard rejected it: an older one is a late duplicate of the
+  // answer before (a frame the transport delivered twice).
+  if (pushed_ && !p.getRejected() && p.getVersion() <= shard_version_) return;
   // A version a micro-batch in flight still holds never changes: the shard's weights go to a new vector.
   current_ = std::make_shared<std::vector<float>>(v.data, v.data + range.numel());
   shard_version_ = p.getVersion();

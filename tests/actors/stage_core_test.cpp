@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "actors/shard_core.hpp"
 #include "actors/stage_core.hpp"
 #include "kernels/kernels.hpp"
 #include "model/nn.hpp"
@@ -234,4 +235,91 @@ TEST_CASE("pipeline: a stage answers a snapshot's pull once it has applied the m
     CHECK(answered == params_of(*st[0]));
     CHECK(answered != before);
   }
+}
+
+TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's gradient and go on with the answer",
+          "[actors][pipeline]") {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> n(0, 1);
+  tensor x = tensor::empty({4, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.at(i) = n(rng);
+  const std::vector<int32_t> y{0, 1, 2, 0};
+  // Two stages of mlp5, each pushing to the shard of its parameters (ASGD, one replica, lr 0.5).
+  std::vector<std::shared_ptr<stage_core>> st;
+  std::vector<std::unique_ptr<shard_core>> shards;
+  model::model whole = mlp5();
+  const auto params = whole.parameters();
+  for (int k = 0; k < 2; ++k) {
+    auto s = make_stage(mlp5, k, 2, k == 0 ? 0 : 2, k == 0 ? 2 : 5, model::pipeline_schedule::gpipe, 2, 6, 0.5f);
+    stage_config c = s->config();
+    c.plan.shard = k;
+    c.shard = shard_addr(static_cast<uint32_t>(k));
+    auto flat = whole.flatten();
+    std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);
+    auto pool = std::make_shared<replica_pool>(
+        [first = c.plan.first_layer, last = c.plan.last_layer] { return mlp5().slice(first, last); });
+    train::shard_plan sp = shard_plan_of(static_cast<uint32_t>(k), c.plan.params.first, c.plan.params.last,
+                                         c.plan.params.begin, c.plan.params.end);
+    sp.pipeline_stages = 2;
+    sp.stage = k;
+    std::vector<named_tensor> mine;
+    for (uint32_t i = sp.range.first; i < sp.range.last; ++i) mine.push_back({params[i]->name, params[i]->value.clone()});
+    shards.push_back(std::make_unique<shard_core>(sp, mine, small_rule(model::rule_kind::asgd, 1),
+                                                  model::lr_schedule::constant, 100, kernels::context{}));
+    st.push_back(std::make_shared<stage_core>(c, pool, initial));
+  }
+  std::vector<net::message> answers_to_stage0;  // every Params stage 0 got, to send one again later
+  const auto deliver = [&](std::vector<outgoing> out) {
+    for (auto& o : out) {
+      if (o.to.role == net::role::shard) {
+        for (auto& r : shards.at(o.to.index)->handle(o.msg)) {
+          if (r.to == st[0]->address()) answers_to_stage0.push_back(r.msg);
+          st.at(r.to.index)->take(r.msg);
+        }
+      } else {
+        st.at(o.to.index)->take(o.msg);
+      }
+    }
+  };
+  // The start: each stage pulls its shard; a forward waits for the answer.
+  std::vector<outgoing> pulls;
+  for (auto& s : st)
+    for (auto& o : s->start()) pulls.push_back(std::move(o));
+  CHECK(pulls.size() == 2);
+  CHECK(st[0]->start().empty());  // once
+  st[0]->take(batch_of(x, y, 0));
+  CHECK(st[0]->run().actions == 0);
+  deliver(std::move(pulls));
+  for (int round = 0; round < 20; ++round)
+    for (auto& s : st) deliver(s->run().messages);
+  // One mini-batch: one push per stage, applied at staleness 0; the stages now hold the shards' parameters.
+  for (int k = 0; k < 2; ++k) {
+    INFO("stage " << k);
+    CHECK(shards[k]->version() == 1);
+    CHECK(shards[k]->staleness().max() == 0);
+    const std::vector<float> held = params_of(*st[k]);
+    const auto shard_now = read_params(shards[k]->handle(make_pull(evaluator_addr(), shard_addr(k)))[0].msg).values;
+    CHECK(held == shard_now);
+  }
+  // The second mini-batch: stage 0 pushes again; a late copy of the previous answer (version 1, not past the
+  // base it pushed from) is not taken for this push's answer.
+  const net::message late = answers_to_stage0.back();
+  st[0]->take(batch_of(x, y, 1));
+  std::vector<outgoing> pushes;  // stage 0's, held back
+  for (int round = 0; round < 20; ++round) {
+    for (auto& o : st[0]->run().messages) {
+      if (o.to.role == net::role::shard) pushes.push_back(std::move(o));
+      else st[1]->take(o.msg);
+    }
+    deliver(st[1]->run().messages);
+  }
+  REQUIRE(pushes.size() == 1);
+  const std::vector<float> before = params_of(*st[0]);
+  st[0]->take(late);
+  st[0]->take(batch_of(x, y, 2));
+  CHECK(st[0]->run().actions == 0);  // still waiting for the answer to its push
+  deliver(std::move(pushes));
+  CHECK(st[0]->run().actions > 0);
+  CHECK(params_of(*st[0]) != before);
+  CHECK(shards[0]->version() == 2);
 }

@@ -85,10 +85,10 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
         self->state.up.insert(node);
         maybe_join(self);
       },
-      [self](peer_down_atom, uint32_t node, const std::string& why) {
+      [self](peer_down_atom, uint32_t node, const std::string& why, bool goodbye) {
         auto& st = self->state;
         st.up.erase(node);
-        if (node == st.s.coordinator.node && why.find("said goodbye") != std::string::npos) {
+        if (node == st.s.coordinator.node && goodbye) {
           // The coordinator's node ended the run (its stops to this node's actors may not all have come).
           for (const auto& a : st.s.locals) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
           self->quit();

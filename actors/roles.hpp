@@ -99,7 +99,7 @@ struct node_setup {
 /// transport loses a peer, and ends its node: when all its role actors have
 /// stopped (it tells the coordinator), or when the coordinator's node is lost.
 /// Events of the transport reach it as (peer_up_atom, node) and
-/// (peer_down_atom, node, why).
+/// (peer_down_atom, node, why, goodbye).
 caf::actor spawn_node_actor(caf::actor_system& sys, node_setup setup, std::shared_ptr<const directory> dir);
 
 using peer_up_atom = caf::atom_constant<caf::atom("peerup")>;

@@ -424,8 +424,8 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     };
     h.on_peer_up = [node_actor](uint32_t node) {
       caf::anon_send(*node_actor, peer_up_atom::value, node); };
-    h.on_peer_down = [node_actor](uint32_t node, const std::string& why) {
-      caf::anon_send(*node_actor, peer_down_atom::value, node, why);
+    h.on_peer_down = [node_actor](uint32_t node, const std::string& why, bool goodbye) {
+      caf::anon_send(*node_actor, peer_down_atom::value, node, why, goodbye);
     };
     h.on_rejected = [&log, first = std::make_shared<bool>(true)](const std::string& what) {
       if (*first) log << "refused: " << what << std::endl;  // the first only: a flood must not flood the log

@@ -461,7 +461,7 @@ struct transport::impl {
     // handlers run: a send() they start from another thread must not write
     // a message ahead of it.
     pump(l);
-    if (!down_why.empty() && handlers.on_peer_down) handlers.on_peer_down(j, down_why);
+    if (!down_why.empty() && handlers.on_peer_down) handlers.on_peer_down(j, down_why, false);
     if (!p.up) {
       p.up = true;
       p.up_flag = true;
@@ -494,7 +494,7 @@ struct transport::impl {
     }
   }
 
-  void peer_down(peer& p, const std::string& why) {
+  void peer_down(peer& p, const std::string& why, bool goodbye = false) {
     link_ptr l;
     {
       std::lock_guard<std::mutex> lock(p.m);
@@ -506,7 +506,7 @@ struct transport::impl {
     p.up = false;
     p.up_flag = false;
     --c.peers_up;
-    if (handlers.on_peer_down) handlers.on_peer_down(p.node, why);
+    if (handlers.on_peer_down) handlers.on_peer_down(p.node, why, goodbye);
   }
 
   // The peer delivered everything up to `seq`.
@@ -582,7 +582,7 @@ struct transport::impl {
     acknowledge(p, std::min(f.header.ack, sent_up_to));
     switch (f.header.kind) {
       case frame_kind::heartbeat: ++c.heartbeats_received; return;
-      case frame_kind::goodbye: peer_down(p, "node " + std::to_string(p.node) + " stopped (it said goodbye)"); return;
+      case frame_kind::goodbye: peer_down(p, "node " + std::to_string(p.node) + " stopped (it said goodbye)", true); return;
       case frame_kind::message: break;
       default: return;  // the reader allows no other kind now
     }

@@ -71,8 +71,8 @@ struct transport_handlers {
   /// A session with `node` began (its link authenticated).
   std::function<void(uint32_t node)> on_peer_up;
   /// The session with `node` ended: dead (silent for peer_timeout), stopped
-  /// (goodbye) or restarted; `why` says which.
-  std::function<void(uint32_t node, const std::string& why)> on_peer_down;
+  /// (`goodbye`: it said so) or restarted; `why` says which, for the log.
+  std::function<void(uint32_t node, const std::string& why, bool goodbye)> on_peer_down;
   /// A failed handshake or a bad frame, with a message for the log.
   std::function<void(const std::string& what)> on_rejected;
 };

@@ -45,6 +45,7 @@ struct node_log {
   std::vector<received> messages;
   std::vector<uint32_t> ups;
   std::vector<std::pair<uint32_t, std::string>> downs;
+  std::vector<bool> goodbyes;  // per entry of downs: the peer said goodbye
   std::vector<std::string> rejects;  // the first few
   std::atomic<uint64_t> rejected{0}, delivered{0};
   std::function<void(uint32_t, const message&)> hook;  // runs on the io thread before recording
@@ -62,9 +63,10 @@ struct node_log {
       std::lock_guard<std::mutex> lock(mutex);
       ups.push_back(node);
     };
-    h.on_peer_down = [this](uint32_t node, const std::string& why) {
+    h.on_peer_down = [this](uint32_t node, const std::string& why, bool goodbye) {
       std::lock_guard<std::mutex> lock(mutex);
       downs.push_back({node, why});
+      goodbyes.push_back(goodbye);
     };
     h.on_rejected = [this](const std::string& what) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -304,6 +306,7 @@ TEST_CASE("transport: a silent peer is declared dead within the timeout + 1 s an
   {
     std::lock_guard<std::mutex> lock(log[0].mutex);
     CHECK_THAT(log[0].downs[0].second, Contains("dead or frozen"));
+    CHECK_FALSE(log[0].goodbyes[0]);  // a timeout is not a goodbye
   }
   CHECK_FALSE(t[0]->peer_up(1));
 
@@ -330,6 +333,7 @@ TEST_CASE("transport: a stopped peer says goodbye, a restarted one rejoins", "[n
   {
     std::lock_guard<std::mutex> lock(log[0].mutex);
     CHECK_THAT(log[0].downs[0].second, Contains("goodbye"));
+    CHECK(log[0].goodbyes[0]);
   }
 
   t[1] = std::make_unique<transport>(options(nodes, 1), log1b.handlers());
@@ -440,6 +444,7 @@ TEST_CASE("transport: unauthenticated frames are never parsed, forged proofs, si
     REQUIRE(wait_until([&] { return log.downs_of(1) == 1 && log.ups_of(1) == 2; }));
     std::lock_guard<std::mutex> lock(log.mutex);
     CHECK_THAT(log.downs[0].second, Contains("restarted"));
+    CHECK_FALSE(log.goodbyes[0]);
   }
 }
 

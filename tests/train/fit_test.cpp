@@ -634,9 +634,10 @@ TEST_CASE("a hybrid resumes from its checkpoint: the stages start from their sha
   REQUIRE(second.size() == 1);
   CHECK_THAT(log.str(), Contains("resumed from"));
   CHECK(second[0].train_loss < first[0].train_loss);
-  // A stage that kept version 0 after the resume would push gradients 32 versions stale (the first epoch's
-  // updates); 2 replicas on 2 busy cores are a few apart at times (up to 8 seen).
-  CHECK(second[0].max_staleness <= 16);
+  // A stage that kept version 0 after the resume would push its first gradient at least 32 versions stale (the
+  // first epoch's updates); 2 replicas are a few apart at times (up to 8 seen; more on a loaded machine).
+  // The core-level test checks the first push's staleness exactly.
+  CHECK(second[0].max_staleness < 32);
 }
 
 TEST_CASE("a 1F1B pipeline with weight stashing trains, and writes a timeline", "[actors][fit][pipeline]") {

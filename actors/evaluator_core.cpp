@@ -78,9 +78,9 @@ evaluation_result evaluator_core::finish() {
   train::estimate_batch_norm(net_, ctx_, c_.data->sets.train, c_.data->norm, c_.batch_size, batch_norm_batches,
                              req_.epoch);
   if (req_.evaluate) {
-    e.test_accuracy = train::score(net_, ctx_, c_.data->sets.test, c_.data->norm, c_.batch_size).accuracy;
-    if (c_.data->validation.count)
-      e.validation_accuracy = train::score(net_, ctx_, c_.data->validation, c_.data->norm, c_.batch_size).accuracy;
+    const train::accuracies a = train::score_sets(net_, ctx_, *c_.data, c_.batch_size);
+    e.test_accuracy = a.test;
+    e.validation_accuracy = a.validation;
   }
   if (req_.checkpoint && !c_.checkpoint.empty()) {
     write_checkpoint();

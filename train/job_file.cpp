@@ -302,6 +302,50 @@ std::vector<job_key> make_pipeline_keys() {
   };
 }
 
+/// The algorithm and its distribution, in the order of --help.
+std::vector<job_key> make_algorithm_keys() {
+  return {
+      choice_key("algorithm", "NAME",
+                 "sequential (default, one process, no actors), ssgd, asgd, sa-asgd, hogwild, dc-asgd-c, dc-asgd-a, "
+                 "ddc-asgd",
+                 [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
+      integer_key("workers", "N", "worker actors, each with its own shard of the data (default 1)",
+                  [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
+      integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default 1)",
+                  [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
+      integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default 1)",
+                  [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
+      number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default 0 = --lr)",
+                 [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
+      number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default 0)",
+                 [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
+      numbers_key("speeds", "LIST", "per-worker slowdown factors, e.g. 1,1,2,4 (default all 1)",
+                  [](auto& s) -> auto& { return s.train.algo.speeds; }, at_least(1)),
+      integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
+                  [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
+      boolean_key("overlap",
+                  "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
+                  "(pipelined execution), true or false (default true; false: linear execution)",
+                  [](auto& s) -> auto& { return s.train.algo.overlap; }),
+      number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
+                 [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
+      number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",
+                 [](auto& s) -> auto& { return s.train.algo.lambda0; }, at_least(0)),
+      number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default 0.95)",
+                 [](auto& s) -> auto& { return s.train.algo.rho_ms; }, fraction()),
+      number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default 0.2)",
+                 [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
+      number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
+                 [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
+      integer_key("ddc-version", "V",
+                  "DDC-ASGD's definition: 1 (default) or 2 (distrust only staleness above its running mean; momentum "
+                  "mu0 less what asynchrony implies)",
+                  [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
+      number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default 0.99)",
+                 [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
+  };
+}
+
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
   std::vector<job_key> keys{
@@ -345,45 +389,8 @@ std::vector<job_key> make_keys() {
                  [](auto& s) -> auto& { return s.train.progress; }, parse_progress,
                  std::vector<progress_mode>{progress_mode::automatic, progress_mode::bar, progress_mode::lines,
                                             progress_mode::none}),
-      choice_key("algorithm", "NAME",
-                 "sequential (default, one process, no actors), ssgd, asgd, sa-asgd, hogwild, dc-asgd-c, dc-asgd-a, "
-                 "ddc-asgd",
-                 [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
-      integer_key("workers", "N", "worker actors, each with its own shard of the data (default 1)",
-                  [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
-      integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default 1)",
-                  [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
-      integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default 1)",
-                  [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
-      number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default 0 = --lr)",
-                 [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
-      number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default 0)",
-                 [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
-      numbers_key("speeds", "LIST", "per-worker slowdown factors, e.g. 1,1,2,4 (default all 1)",
-                  [](auto& s) -> auto& { return s.train.algo.speeds; }, at_least(1)),
-      integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
-                  [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
-      boolean_key("overlap",
-                  "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
-                  "(pipelined execution), true or false (default true; false: linear execution)",
-                  [](auto& s) -> auto& { return s.train.algo.overlap; }),
-      number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
-                 [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
-      number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",
-                 [](auto& s) -> auto& { return s.train.algo.lambda0; }, at_least(0)),
-      number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default 0.95)",
-                 [](auto& s) -> auto& { return s.train.algo.rho_ms; }, fraction()),
-      number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default 0.2)",
-                 [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
-      number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
-                 [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
-      integer_key("ddc-version", "V",
-                  "DDC-ASGD's definition: 1 (default) or 2 (distrust only staleness above its running mean; momentum "
-                  "mu0 less what asynchrony implies)",
-                  [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
-      number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default 0.99)",
-                 [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
   };
+  for (job_key& key : make_algorithm_keys()) keys.push_back(std::move(key));
   for (job_key& key : make_pipeline_keys()) keys.push_back(std::move(key));
   keys.push_back(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
                           [](auto& s) -> auto& { return s.train.trace; }));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <ostream>
+#include <utility>
 
 #include "kernels/kernels.hpp"
 #include "model/optimizer.hpp"
@@ -61,6 +62,13 @@ test_score score(model::model& net, const kernels::context& ctx, const data::ima
   return out;
 }
 
+accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size) {
+  accuracies a;
+  a.test = score(net, ctx, d.sets.test, d.norm, batch_size).accuracy;
+  if (d.validation.count) a.validation = score(net, ctx, d.validation, d.norm, batch_size).accuracy;
+  return a;
+}
+
 void estimate_batch_norm(model::model& net, const kernels::context& ctx, const data::image_dataset& train,
                          const data::normalization& norm, int64_t batch_size, int64_t batches, uint64_t seed) {
   if (net.state().size() == net.parameters().size()) return;
@@ -100,6 +108,17 @@ void save(const std::string& path, model::model& net, const model::optimizer& op
   net::save_checkpoint(path, c);
 }
 
+/// Continues `net` and `opt` from the checkpoint `path`: {epochs done, steps done}.
+std::pair<int, int64_t> resume(const std::string& path, model::model& net, model::optimizer& opt, std::ostream& log) {
+  net::checkpoint c = net::load_checkpoint(path);
+  net.load_state(c.architecture, c.params);
+  opt.load_state(net.parameters(), c.optimizer);
+  const auto epoch = static_cast<int>(c.epoch);
+  const auto steps = static_cast<int64_t>(c.step);
+  log << "resumed from " << path << " after epoch " << epoch << " (" << steps << " steps)\n";
+  return {epoch, steps};
+}
+
 } // namespace
 
 history run_sequential(const job& j, std::ostream& log) {
@@ -120,16 +139,7 @@ history run_sequential(const job& j, std::ostream& log) {
   auto params = net.parameters();
   std::unique_ptr<model::optimizer> opt =
       optim::sgd(s.lr).momentum(s.momentum).weight_decay(s.weight_decay).make();
-  int first_epoch = 0;
-  int64_t first_steps = 0;
-  if (resuming) {
-    net::checkpoint c = net::load_checkpoint(s.checkpoint);
-    net.load_state(c.architecture, c.params);
-    opt->load_state(params, c.optimizer);
-    first_epoch = static_cast<int>(c.epoch);
-    first_steps = static_cast<int64_t>(c.step);
-    log << "resumed from " << s.checkpoint << " after epoch " << first_epoch << " (" << first_steps << " steps)\n";
-  }
+  const auto [first_epoch, first_steps] = resuming ? resume(s.checkpoint, net, *opt, log) : std::pair<int, int64_t>{0, 0};
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
       << ctx.threads << " threads\n";
   if (first_epoch >= s.epochs) return {};
@@ -168,8 +178,9 @@ history run_sequential(const job& j, std::ostream& log) {
     }
     epoch_metrics m = acc.close_epoch(opt->learning_rate(), std::chrono::steady_clock::now());
     if (s.evaluate) {
-      m.test_accuracy = score(net, ctx, ds.test, d.norm, s.batch_size).accuracy;
-      if (d.validation.count) m.validation_accuracy = score(net, ctx, d.validation, d.norm, s.batch_size).accuracy;
+      const accuracies a = score_sets(net, ctx, d, s.batch_size);
+      m.test_accuracy = a.test;
+      m.validation_accuracy = a.validation;
     }
     // Only a finished epoch counts: a run cut inside an epoch redoes it on resume.
     if (!s.checkpoint.empty())

@@ -37,6 +37,12 @@ struct test_score {
 test_score score(model::model& net, const kernels::context& ctx, const data::image_dataset& test,
                  const data::normalization& norm, int64_t batch_size);
 
+/// Accuracy on the test set and, when `d` holds one, the validation set (-1: none).
+struct accuracies {
+  double test = -1, validation = -1;
+};
+accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size);
+
 /// Estimates the running statistics of `net`'s batch norm layers (buffers)
 /// afresh for its current parameters: `batches` forward passes in training
 /// mode over shuffled batches of `train` (seeded by `seed`). A snapshot of

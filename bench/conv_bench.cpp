@@ -1,6 +1,6 @@
 // conv2d throughput: the reference CNN's two convolution layers (and
-// ResNet-20's), forward and backward, on the direct path and on the im2col
-// path, against OpenBLAS's sgemm 1024^3 in the same run. Candidates take
+// ResNet-20's), forward and backward, on each path (automatic, direct,
+// Winograd, im2col), against OpenBLAS's sgemm 1024^3 in the same run. Candidates take
 // turns within each round; medians over the rounds. Prints one JSON line per
 // layer and one for the GEMM.
 //   troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all]
@@ -69,23 +69,29 @@ struct setup {
   tensor y, cols, dx, dw, db;
 };
 
-} // namespace
-
-int main(int argc, char** argv) {
+struct options {
   int threads = 2, reps = 15;
   int64_t batch = 64;
-  std::string which = "cnn";
+  std::string layers = "cnn";
+};
+
+options parse(int argc, char** argv) {
+  options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (a == "--batch") batch = std::atoll(argv[i + 1]);
-    else if (a == "--layers") which = argv[i + 1];
+    if (a == "--threads") o.threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps") o.reps = std::atoi(argv[i + 1]);
+    else if (a == "--batch") o.batch = std::atoll(argv[i + 1]);
+    else if (a == "--layers") o.layers = argv[i + 1];
     else {
       std::fprintf(stderr, "usage: troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all]\n");
-      return 2;
+      std::exit(2);
     }
   }
+  return o;
+}
+
+std::vector<layer> layers_of(const std::string& which) {
   std::vector<layer> layers;
   if (which == "cnn" || which == "all") {
     layers.push_back({"cnn.conv1 1->32 3x3 28x28", 1, 32, 3, 1, 1, 28, 28, false});
@@ -99,66 +105,82 @@ int main(int argc, char** argv) {
     layers.push_back({"resnet.stage2 32->32 3x3 14x14", 32, 32, 3, 1, 1, 14, 14, true});
     layers.push_back({"resnet.stage3 64->64 3x3 7x7", 64, 64, 3, 1, 1, 7, 7, true});
   }
-  const k::context direct = k::context::with_threads(threads);
-  k::context reference = direct;
-  reference.conv = k::conv_path::im2col;
-  openblas_set_num_threads(threads);
+  return layers;
+}
 
+struct path {
+  const char* name;
+  k::conv_path conv;
+};
+// automatic is what training uses: Winograd where it pays, direct elsewhere.
+const path paths[] = {{"automatic", k::conv_path::automatic},
+                      {"direct", k::conv_path::direct},
+                      {"winograd", k::conv_path::winograd},
+                      {"im2col", k::conv_path::im2col}};
+constexpr std::size_t path_count = sizeof(paths) / sizeof(paths[0]);
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  openblas_set_num_threads(o.threads);
   // OpenBLAS sgemm 1024^3, the yardstick.
   const int n = 1024;
-  tensor a = random_tensor({n, n}, 1), bm = random_tensor({n, n}, 2),
-         cm = tensor::zeros({n, n});
-  auto sgemm = [&] {
+  tensor a = random_tensor({n, n}, 1), bm = random_tensor({n, n}, 2), cm = tensor::zeros({n, n});
+  std::vector<std::function<void()>> fs{[&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, bm.data(), n, 0.0f,
                 cm.data(), n);
-  };
-
+  }};
   std::vector<setup> ss;
-  for (const layer& l : layers) {
+  for (const layer& l : layers_of(o.layers)) {
     setup s;
     s.l = l;
     s.g = k::conv2d_geometry{l.c, l.oc, l.kernel, l.stride, l.padding};
-    s.x = random_tensor({batch, l.c, l.h, l.w}, 3);
+    s.x = random_tensor({o.batch, l.c, l.h, l.w}, 3);
     s.w = random_tensor({l.oc, l.c, l.kernel, l.kernel}, 4);
     s.b = random_tensor({l.oc}, 5);
     s.dy = random_tensor(k::conv2d_output_shape(s.x.shape(), s.g), 6);
     ss.push_back(std::move(s));
   }
-  // Per layer: forward and backward on each path; the GEMM between layers.
-  std::vector<std::function<void()>> fs{sgemm};
-  for (setup& s : ss) {
-    for (const k::context* ctx : std::vector<const k::context*>{&direct, &reference}) {
-      fs.push_back([&s, ctx] { k::conv2d_forward(*ctx, s.x, s.w, s.b, s.g, s.y, s.cols); });
+  // Per layer and path: forward, and forward + backward; the GEMM first.
+  for (setup& s : ss)
+    for (const path& p : paths) {
+      k::context ctx = k::context::with_threads(o.threads);
+      ctx.conv = p.conv;
+      fs.push_back([&s, ctx] { k::conv2d_forward(ctx, s.x, s.w, s.b, s.g, s.y, s.cols); });
       fs.push_back([&s, ctx] {
-        k::conv2d_forward(*ctx, s.x, s.w, s.b, s.g, s.y, s.cols);
-        k::conv2d_backward(*ctx, s.x, s.w, s.cols, s.dy, s.g, s.l.dx ? &s.dx : nullptr, s.dw, &s.db);
+        k::conv2d_forward(ctx, s.x, s.w, s.b, s.g, s.y, s.cols);
+        k::conv2d_backward(ctx, s.x, s.w, s.cols, s.dy, s.g, s.l.dx ? &s.dx : nullptr, s.dw, &s.db);
       });
     }
-  }
-  const std::vector<double> t = median_interleaved(fs, reps);
+  const std::vector<double> t = median_interleaved(fs, o.reps);
   const double gemm_gflops = 2.0 * n * n * n / t[0] / 1e9;
-  std::printf("{\"bench\":\"sgemm\",\"size\":%d,\"threads\":%d,\"gflops\":%.1f}\n", n, threads, gemm_gflops);
-  double total_flop = 0, total_direct = 0, total_reference = 0;
+  std::printf("{\"bench\":\"sgemm\",\"size\":%d,\"threads\":%d,\"gflops\":%.1f}\n", n, o.threads, gemm_gflops);
+  // GFLOP/s count a direct convolution's multiply-adds: for Winograd, the rate it is worth, not the one it runs.
+  double total_flop = 0, total_ms[path_count] = {};
   for (std::size_t i = 0; i < ss.size(); ++i) {
     const setup& s = ss[i];
     const shape ys = s.dy.shape();
-    const double fwd_flop = 2.0 * batch * s.l.oc * ys[2] * ys[3] * s.l.c * s.l.kernel * s.l.kernel;
+    const double fwd_flop = 2.0 * o.batch * s.l.oc * ys[2] * ys[3] * s.l.c * s.l.kernel * s.l.kernel;
     const double bwd_flop = fwd_flop * (s.l.dx ? 2 : 1);
-    // Backward alone = (forward + backward) - forward, as the forward pass's saved state is part of it.
-    const double fd = t[1 + 4 * i], bd = t[2 + 4 * i] - fd, fr = t[3 + 4 * i], br = t[4 + 4 * i] - fr;
     total_flop += fwd_flop + bwd_flop;
-    total_direct += fd + bd;
-    total_reference += fr + br;
-    std::printf("{\"bench\":\"conv2d\",\"layer\":\"%s\",\"batch\":%lld,\"threads\":%d,"
-                "\"direct_fwd_gflops\":%.1f,\"direct_bwd_gflops\":%.1f,\"im2col_fwd_gflops\":%.1f,"
-                "\"im2col_bwd_gflops\":%.1f,\"direct_fwd_vs_sgemm\":%.3f,\"direct_bwd_vs_sgemm\":%.3f,"
-                "\"direct_fwd_ms\":%.3f,\"direct_bwd_ms\":%.3f,\"im2col_fwd_ms\":%.3f,\"im2col_bwd_ms\":%.3f}\n",
-                s.l.name.c_str(), static_cast<long long>(batch), threads, fwd_flop / fd / 1e9, bwd_flop / bd / 1e9,
-                fwd_flop / fr / 1e9, bwd_flop / br / 1e9, fwd_flop / fd / 1e9 / gemm_gflops,
-                bwd_flop / bd / 1e9 / gemm_gflops, fd * 1e3, bd * 1e3, fr * 1e3, br * 1e3);
+    std::printf("{\"bench\":\"conv2d\",\"layer\":\"%s\",\"batch\":%lld,\"threads\":%d", s.l.name.c_str(),
+                static_cast<long long>(o.batch), o.threads);
+    for (std::size_t j = 0; j < path_count; ++j) {
+      // Backward alone = (forward + backward) - forward, as the forward pass's saved state is part of it.
+      const std::size_t at = 1 + 2 * (i * path_count + j);
+      const double f = t[at], b = t[at + 1] - f;
+      total_ms[j] += (f + b) * 1e3;
+      std::printf(",\"%s_fwd_ms\":%.3f,\"%s_bwd_ms\":%.3f,\"%s_fwd_gflops\":%.1f,\"%s_bwd_gflops\":%.1f",
+                  paths[j].name, f * 1e3, paths[j].name, b * 1e3, paths[j].name, fwd_flop / f / 1e9, paths[j].name,
+                  bwd_flop / b / 1e9);
+    }
+    std::printf("}\n");
   }
-  std::printf("{\"bench\":\"conv2d_total\",\"layers\":\"%s\",\"direct_gflops\":%.1f,\"im2col_gflops\":%.1f,"
-              "\"direct_vs_sgemm\":%.3f}\n",
-              which.c_str(), total_flop / total_direct / 1e9, total_flop / total_reference / 1e9,
-              total_flop / total_direct / 1e9 / gemm_gflops);
+  std::printf("{\"bench\":\"conv2d_total\",\"layers\":\"%s\"", o.layers.c_str());
+  for (std::size_t j = 0; j < path_count; ++j)
+    std::printf(",\"%s_ms\":%.3f,\"%s_gflops\":%.1f,\"%s_vs_sgemm\":%.3f", paths[j].name, total_ms[j],
+                paths[j].name, total_flop / total_ms[j] / 1e6, paths[j].name,
+                total_flop / total_ms[j] / 1e6 / gemm_gflops);
+  std::printf("}\n");
 }

@@ -9,11 +9,13 @@ namespace troupe::kernels {
 /// docs/benchmarks.md).
 enum class gemm_backend { openblas, eigen };
 
-/// How conv2d computes: direct kernels (the default), or im2col + GEMM, the
-/// reference path the direct kernels are tested against (also taken for
-/// geometries the direct kernels do not handle). Both give the same results
-/// up to float rounding.
-enum class conv_path { direct, im2col };
+/// How conv2d computes. `automatic` (the default): Winograd's F(2x2, 3x3) for
+/// 3x3 stride-1 layers of at least 8 input and output channels, the direct
+/// kernels for the other strides 1 and 2 with kernels 1, 3, 5 and 7, im2col +
+/// GEMM for the rest. `winograd` and `direct` take that path wherever it
+/// applies (the next one elsewhere); `im2col` is the reference every path is
+/// tested against. All give the same results up to float rounding.
+enum class conv_path { automatic, direct, winograd, im2col };
 
 /// Where and how kernels run. Owned by whoever runs them (a worker, the
 /// training loop, a test) and passed to every kernel; nothing global changes.
@@ -21,7 +23,7 @@ enum class conv_path { direct, im2col };
 struct context {
   int threads = 1;                              ///< >= 1
   gemm_backend gemm = gemm_backend::openblas;
-  conv_path conv = conv_path::direct;
+  conv_path conv = conv_path::automatic;
   device dev{};                                 ///< cpu only for now (tensor/tensor.hpp)
 
   /// threads = every core of the machine (std::thread::hardware_concurrency()).

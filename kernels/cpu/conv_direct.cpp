@@ -39,6 +39,8 @@ namespace {
 
 constexpr int W = simd::width;
 
+} // namespace
+
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 /// Scratch of the calling thread, kept between calls (OpenMP's threads
@@ -46,11 +48,13 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 /// calling thread is also thread 0 of a parallel region: what it holds across
 /// one uses other slots than the region's body.
 float* scratch(int slot, std::size_t n) {
-  thread_local std::array<std::vector<float>, 6> buffers;
+  thread_local std::array<std::vector<float>, scratch_slots> buffers;
   std::vector<float>& b = buffers.at(static_cast<std::size_t>(slot));
   if (b.size() < n) b.resize(n);
   return b.data();
 }
+
+namespace {
 
 /// x [c, h, w] into zeroed planes [c, h + 2p, w + 2p]; where `mask` is given
 /// (of x's shape), only the elements where it is > 0.
@@ -292,6 +296,8 @@ inline block where_positive(block y, block g) { return _mm_and_ps(_mm_cmpgt_ps(y
 inline void transpose(block r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 #endif
 
+} // namespace
+
 /// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when
 /// asked). ocp is a multiple of the block size.
 void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
@@ -353,6 +359,8 @@ void load_positions(const float* dy, const float* mask, int64_t positions, int64
     for (int64_t l = 0; l < W && o0 + l < oc; ++l) dbias[o0 + l] += lanes[l];
   }
 }
+
+namespace {
 
 /// wt [c*k*k, ocp] = W [oc, c, k, k] transposed, zero beyond oc.
 void pack_weights(const float* w, int64_t oc, int64_t taps, int64_t ocp, float* wt) {

@@ -17,8 +17,35 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
                             tensor* dbias);
+/// Whether the Winograd kernels handle `g`: 3x3, stride 1, padding 0 to 2.
+bool conv2d_winograd_supported(const conv2d_geometry& g);
+/// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) (conv_winograd.cpp).
+void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                             const conv2d_geometry& g, bool relu, tensor& y);
+void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
+                              tensor* dbias);
 /// dx alone by GEMM and col2im, image by image (needs no column buffer).
 void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy, const conv2d_geometry& g,
                                tensor& dx);
+
+// Shared by the direct and Winograd kernels (conv_direct.cpp).
+
+int64_t round_up(int64_t v, int64_t m);
+/// Per-thread scratch slots (see conv_direct.cpp's scratch()).
+constexpr int scratch_slots = 10;
+/// Scratch of the calling thread, kept between calls: one buffer per slot,
+/// grown as needed, contents unspecified. The calling thread is also thread 0
+/// of a parallel region: what it holds across one uses other slots than the
+/// region's body.
+float* scratch(int slot, std::size_t n);
+/// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when asked).
+void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
+                    float* y);
+/// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels), where
+/// `mask` (of dy's shape) is > 0 when it is given; adds each channel's sum of
+/// t to dbias when given.
+void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
+                    float* dbias);
 
 } // namespace troupe::kernels::detail

@@ -132,8 +132,14 @@ void col2im(const float* cols, int64_t c, int64_t h, int64_t w, const conv2d_geo
       }
 }
 
-bool uses_direct(const context& ctx, const conv2d_geometry& g) {
-  return ctx.conv == conv_path::direct && detail::conv2d_direct_supported(g);
+/// The path conv2d takes for `g` under ctx.conv (context.hpp): direct, winograd or im2col.
+conv_path path_for(const context& ctx, const conv2d_geometry& g) {
+  const bool wide = g.in_channels >= 8 && g.out_channels >= 8;
+  if (detail::conv2d_winograd_supported(g) &&
+      (ctx.conv == conv_path::winograd || (ctx.conv == conv_path::automatic && wide)))
+    return conv_path::winograd;
+  if (ctx.conv != conv_path::im2col && detail::conv2d_direct_supported(g)) return conv_path::direct;
+  return conv_path::im2col;
 }
 
 void conv2d_forward_im2col(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
@@ -222,9 +228,13 @@ void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const 
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
   if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
   ensure_shape(y, ys);
-  if (uses_direct(ctx, g)) {
+  const conv_path path = path_for(ctx, g);
+  if (path != conv_path::im2col) {
     cols = tensor();
-    detail::conv2d_forward_direct(ctx, x, w, bias, g, relu, y);
+    if (path == conv_path::winograd)
+      detail::conv2d_forward_winograd(ctx, x, w, bias, g, relu, y);
+    else
+      detail::conv2d_forward_direct(ctx, x, w, bias, g, relu, y);
   } else {
     conv2d_forward_im2col(ctx, x, w, bias, g, y, cols);
     if (relu) relu_forward(ctx, y, y);
@@ -240,7 +250,10 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
   ensure_shape(dw, w.shape());
   if (dbias) ensure_shape(*dbias, {g.out_channels});
   if (dx) ensure_shape(*dx, x.shape());
-  if (uses_direct(ctx, g)) {
+  const conv_path path = path_for(ctx, g);
+  if (path == conv_path::winograd) {
+    detail::conv2d_backward_winograd(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+  } else if (path == conv_path::direct) {
     detail::conv2d_backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
   } else if (relu_output) {
     tensor masked;

@@ -1,6 +1,7 @@
-// conv2d's direct kernels against the im2col + GEMM reference on random
-// shapes: odd sizes, strides 1 to 3, padding 0 to 2, kernels 1 to 7, channel
-// counts around the vector width. Same results up to float rounding.
+// conv2d's direct and Winograd kernels (and the automatic choice between
+// them) against the im2col + GEMM reference on random shapes: odd sizes,
+// strides 1 to 3, padding 0 to 2, kernels 1 to 7, channel counts around the
+// vector width. Same results up to float rounding.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -35,12 +36,23 @@ struct conv_case {
   }
 };
 
-void compare_paths(const conv_case& t, uint64_t seed) {
-  INFO(t.describe());
+const char* name(k::conv_path p) {
+  switch (p) {
+    case k::conv_path::automatic: return "automatic";
+    case k::conv_path::direct: return "direct";
+    case k::conv_path::winograd: return "winograd";
+    default: return "im2col";
+  }
+}
+
+/// `path` against im2col on one shape.
+void compare_path(const conv_case& t, uint64_t seed, k::conv_path path) {
+  INFO(t.describe() << ", path " << name(path));
   k::conv2d_geometry g{t.c, t.oc, t.k, t.s, t.p};
   tensor x = testing::random_tensor({t.n, t.c, t.h, t.w}, seed), w = testing::random_tensor({t.oc, t.c, t.k, t.k}, seed + 1);
   tensor b = t.bias ? testing::random_tensor({t.oc}, seed + 2) : tensor();
   k::context direct = testing::test_context(), reference = direct;
+  direct.conv = path;
   reference.conv = k::conv_path::im2col;
 
   tensor y1, y2, cols1, cols2;
@@ -57,9 +69,14 @@ void compare_paths(const conv_case& t, uint64_t seed) {
   if (t.bias) CHECK(max_rel_diff(db1, db2) < 1e-5);
 }
 
+void compare_paths(const conv_case& t, uint64_t seed) {
+  for (k::conv_path path : {k::conv_path::automatic, k::conv_path::direct, k::conv_path::winograd})
+    compare_path(t, seed, path);
+}
+
 } // namespace
 
-TEST_CASE("conv2d's direct path matches im2col on the layers of the zoo's networks", "[kernels]") {
+TEST_CASE("conv2d's direct and Winograd paths match im2col on the layers of the zoo's networks", "[kernels]") {
   // The reference CNN's two layers, ResNet-20's (3x3 stride 1 and 2, 1x1 projections) at both image sizes.
   for (const conv_case& t : {conv_case{3, 1, 32, 3, 1, 1, 28, 28, true, false}, conv_case{3, 32, 64, 3, 1, 1, 14, 14, true, true},
                              conv_case{2, 16, 16, 3, 1, 1, 28, 28, false, true}, conv_case{2, 16, 32, 3, 2, 1, 28, 28, false, true},
@@ -68,7 +85,7 @@ TEST_CASE("conv2d's direct path matches im2col on the layers of the zoo's networ
     compare_paths(t, 100);
 }
 
-TEST_CASE("conv2d's direct path matches im2col on random shapes", "[kernels]") {
+TEST_CASE("conv2d's direct and Winograd paths match im2col on random shapes", "[kernels]") {
   std::mt19937_64 rng(2024);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   const int64_t kernels[] = {1, 2, 3, 4, 5, 7};
@@ -88,12 +105,33 @@ TEST_CASE("conv2d's direct path matches im2col on random shapes", "[kernels]") {
   }
 }
 
+TEST_CASE("conv2d's Winograd path matches im2col on random 3x3 stride-1 shapes", "[kernels]") {
+  // Odd and even planes (the last tile half outside), planes smaller than a
+  // tile, padding 0 to 2, channel counts around the vector width.
+  std::mt19937_64 rng(77);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int i = 0; i < 40; ++i) {
+    conv_case t{};
+    t.n = pick(1, 3);
+    t.c = pick(1, 40);
+    t.oc = pick(1, 70);
+    t.k = 3;
+    t.s = 1;
+    t.p = pick(0, 2);
+    t.h = pick(std::max<int64_t>(1, 3 - 2 * t.p), 17);
+    t.w = pick(std::max<int64_t>(1, 3 - 2 * t.p), 17);
+    t.bias = pick(0, 1) == 1;
+    t.dx = pick(0, 3) != 0;
+    compare_path(t, 5000 + i, k::conv_path::winograd);
+  }
+}
+
 TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kernels]") {
   const k::context ctx = testing::test_context();
   // Stride 1 (dx by the direct kernel) and stride 2 (dx by GEMM), on both paths.
   for (int64_t stride : {1, 2})
-    for (k::conv_path path : {k::conv_path::direct, k::conv_path::im2col}) {
-      INFO("stride " << stride << (path == k::conv_path::direct ? " direct" : " im2col"));
+    for (k::conv_path path : {k::conv_path::direct, k::conv_path::winograd, k::conv_path::im2col}) {
+      INFO("stride " << stride << " " << name(path));
       k::context c = ctx;
       c.conv = path;
       k::conv2d_geometry g{5, 19, 3, stride, 1};

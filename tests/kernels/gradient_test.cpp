@@ -42,8 +42,8 @@ TEST_CASE("conv2d backward matches numerical gradients", "[kernels][grad]") {
                     cfg{2, 2, 1, 1, 0, 3, 3}, cfg{2, 3, 5, 1, 2, 6, 5}, cfg{3, 2, 3, 2, 1, 6, 7},
                     cfg{2, 17, 3, 1, 1, 4, 5});
   k::context path = ctx;
-  path.conv = GENERATE(k::conv_path::direct, k::conv_path::im2col);
-  INFO("path " << (path.conv == k::conv_path::direct ? "direct" : "im2col") << ", c " << c.c << " oc " << c.oc
+  path.conv = GENERATE(k::conv_path::direct, k::conv_path::winograd, k::conv_path::im2col);
+  INFO("path " << int(path.conv) << " (1 direct, 2 winograd, 3 im2col), c " << c.c << " oc " << c.oc
                << " k " << c.k << " s " << c.s << " p " << c.p);
   k::conv2d_geometry g{c.c, c.oc, c.k, c.s, c.p};
   tensor x = random_tensor({2, c.c, c.h, c.w}, 11), w = random_tensor({c.oc, c.c, c.k, c.k}, 12),
@@ -63,7 +63,7 @@ TEST_CASE("conv2d forward matches a direct convolution", "[kernels]") {
   tensor x = random_tensor({2, 2, 6, 5}, 21), w = random_tensor({3, 2, 3, 3}, 22), b = random_tensor({3}, 23);
   tensor y, cols;
   k::context path = ctx;
-  path.conv = GENERATE(k::conv_path::direct, k::conv_path::im2col);
+  path.conv = GENERATE(k::conv_path::direct, k::conv_path::winograd, k::conv_path::im2col);
   k::conv2d_forward(path, x, w, b, g, y, cols);
   REQUIRE(y.shape() == shape{2, 3, 3, 3});
   for (int64_t n = 0; n < 2; ++n)

@@ -1,0 +1,373 @@
+// conv2d by Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray, "Fast
+// Algorithms for Convolutional Neural Networks", 2016): 3x3 kernels, stride 1.
+//
+// Each 2x2 block of outputs comes from a 4x4 tile d of the input:
+// Y = A^T [(G g G^T) . (B^T d B)] A, 16 multiplications per input channel
+// instead of 36. Over a whole image the 16 elementwise products become 16
+// GEMMs, one per tile element xi: M[xi] (tiles x oc) = V[xi] (tiles x c) *
+// U[xi] (c x oc), with V = B^T d B of every tile and U = G g G^T of every
+// kernel: 2.25x fewer multiply-adds than the direct convolution, paid for by
+// the transforms (additions only, on channel vectors).
+//
+// Backward data of a stride-1 convolution is the forward convolution of dy
+// (padded by 2 - p) with the kernels rotated by 180 degrees and their channels
+// swapped: the same code. Backward weights go through the same domain:
+// dU[xi] (c x oc) = V[xi]^T dM[xi] with dM = A dy A^T of each output tile,
+// summed over the tiles of every image, then dW = G^T dU G.
+//
+// Layouts, per image: the input position-major [h * w][cp] (load_positions
+// transposes it, channel vectors contiguous), V [16][tiles][cp], U [16][cp][ocp],
+// M [16][tiles][ocp], the output position-major [oh * ow][ocp] until
+// store_channels writes NCHW with the bias and ReLU. The rounding differs
+// from the direct kernels' (the transforms add and subtract before the
+// products): the tests compare against im2col within 1e-5 relative.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "kernels/cpu/check.hpp"
+#include "kernels/cpu/conv_internal.hpp"
+#include "kernels/cpu/simd.hpp"
+#include "kernels/kernels.hpp"
+
+namespace troupe::kernels::detail {
+
+namespace {
+
+constexpr int W = simd::width;
+constexpr int64_t elements = 16;  // of a 4x4 tile
+
+/// A plane of h x w positions cut into 2x2 output tiles, each reading a 4x4
+/// input tile whose corner is at (2 ty - p, 2 tx - p).
+struct tiling {
+  int64_t h, w, p;  // input plane and padding
+  int64_t oh, ow;   // output plane
+  int64_t th, tw;   // tiles down and across
+  int64_t tiles() const { return th * tw; }
+};
+
+tiling make_tiling(int64_t h, int64_t w, int64_t p) {
+  const int64_t oh = h + 2 * p - 2, ow = w + 2 * p - 2;
+  return {h, w, p, oh, ow, (oh + 1) / 2, (ow + 1) / 2};
+}
+
+// ---------------------------------------------------------------- transforms
+
+/// v[xi][t][cp] = B^T d B for every 4x4 tile d of xt [h * w][cp]
+/// (position-major); zero outside the plane.
+void input_transform(const float* xt, const tiling& g, int64_t cp, float* v) {
+  const int64_t step = g.tiles() * cp;  // between the 16 elements
+  for (int64_t ty = 0; ty < g.th; ++ty)
+    for (int64_t tx = 0; tx < g.tw; ++tx) {
+      const int64_t r0 = 2 * ty - g.p, c0 = 2 * tx - g.p;
+      const bool inside = r0 >= 0 && c0 >= 0 && r0 + 3 < g.h && c0 + 3 < g.w;
+      float* out = v + (ty * g.tw + tx) * cp;
+      for (int64_t cb = 0; cb < cp; cb += W) {
+        simd::vec e[4][4];
+        for (int j = 0; j < 4; ++j) {
+          const int64_t c = c0 + j;
+          simd::vec d[4];
+          for (int i = 0; i < 4; ++i) {
+            const int64_t r = r0 + i;
+            d[i] = inside || (r >= 0 && r < g.h && c >= 0 && c < g.w) ? simd::load(xt + (r * g.w + c) * cp + cb)
+                                                                      : simd::zero();
+          }
+          // B^T d, column j.
+          e[0][j] = simd::sub(d[0], d[2]);
+          e[1][j] = simd::add(d[1], d[2]);
+          e[2][j] = simd::sub(d[2], d[1]);
+          e[3][j] = simd::sub(d[1], d[3]);
+        }
+        for (int i = 0; i < 4; ++i) {  // (B^T d) B, row i
+          simd::store(out + (4 * i + 0) * step + cb, simd::sub(e[i][0], e[i][2]));
+          simd::store(out + (4 * i + 1) * step + cb, simd::add(e[i][1], e[i][2]));
+          simd::store(out + (4 * i + 2) * step + cb, simd::sub(e[i][2], e[i][1]));
+          simd::store(out + (4 * i + 3) * step + cb, simd::sub(e[i][1], e[i][3]));
+        }
+      }
+    }
+}
+
+/// out [oh * ow][ocp] (position-major) = A^T m A for every tile of
+/// m [xi][t][ocp]; positions beyond the plane are dropped.
+void output_transform(const float* m, const tiling& g, int64_t ocp, float* out) {
+  const int64_t step = g.tiles() * ocp;
+  for (int64_t ty = 0; ty < g.th; ++ty)
+    for (int64_t tx = 0; tx < g.tw; ++tx) {
+      const float* in = m + (ty * g.tw + tx) * ocp;
+      const int64_t y0 = 2 * ty, x0 = 2 * tx;
+      for (int64_t cb = 0; cb < ocp; cb += W) {
+        simd::vec f[2][4];
+        for (int j = 0; j < 4; ++j) {
+          const simd::vec m0 = simd::load(in + (0 + j) * step + cb), m1 = simd::load(in + (4 + j) * step + cb);
+          const simd::vec m2 = simd::load(in + (8 + j) * step + cb), m3 = simd::load(in + (12 + j) * step + cb);
+          f[0][j] = simd::add(simd::add(m0, m1), m2);  // A^T m, column j
+          f[1][j] = simd::sub(simd::sub(m1, m2), m3);
+        }
+        for (int a = 0; a < 2 && y0 + a < g.oh; ++a) {
+          float* row = out + ((y0 + a) * g.ow + x0) * ocp + cb;
+          simd::store(row, simd::add(simd::add(f[a][0], f[a][1]), f[a][2]));
+          if (x0 + 1 < g.ow) simd::store(row + ocp, simd::sub(simd::sub(f[a][1], f[a][2]), f[a][3]));
+        }
+      }
+    }
+}
+
+/// dm [xi][t][ocp] = A dy A^T for every 2x2 tile of dyt [oh * ow][ocp]
+/// (position-major); zero beyond the plane.
+void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* dm) {
+  const int64_t step = g.tiles() * ocp;
+  for (int64_t ty = 0; ty < g.th; ++ty)
+    for (int64_t tx = 0; tx < g.tw; ++tx) {
+      const int64_t y0 = 2 * ty, x0 = 2 * tx;
+      const bool down = y0 + 1 < g.oh, across = x0 + 1 < g.ow;
+      float* out = dm + (ty * g.tw + tx) * ocp;
+      for (int64_t cb = 0; cb < ocp; cb += W) {
+        const float* at = dyt + (y0 * g.ow + x0) * ocp + cb;
+        const simd::vec d00 = simd::load(at), d01 = across ? simd::load(at + ocp) : simd::zero();
+        const simd::vec d10 = down ? simd::load(at + g.ow * ocp) : simd::zero();
+        const simd::vec d11 = down && across ? simd::load(at + (g.ow + 1) * ocp) : simd::zero();
+        // A dy: rows d0, d0 + d1, d0 - d1, -d1 (for each column b).
+        const simd::vec r[4][2] = {{d00, d01},
+                                   {simd::add(d00, d10), simd::add(d01, d11)},
+                                   {simd::sub(d00, d10), simd::sub(d01, d11)},
+                                   {simd::sub(simd::zero(), d10), simd::sub(simd::zero(), d11)}};
+        for (int i = 0; i < 4; ++i) {  // (A dy) A^T, row i
+          simd::store(out + (4 * i + 0) * step + cb, r[i][0]);
+          simd::store(out + (4 * i + 1) * step + cb, simd::add(r[i][0], r[i][1]));
+          simd::store(out + (4 * i + 2) * step + cb, simd::sub(r[i][0], r[i][1]));
+          simd::store(out + (4 * i + 3) * step + cb, simd::sub(simd::zero(), r[i][1]));
+        }
+      }
+    }
+}
+
+/// u [xi][rp][qp] = G k G^T of the 3x3 kernel k(r, q) for r < rows, q < cols
+/// (zero elsewhere); `rotated` reads each kernel turned by 180 degrees.
+template <class Kernel>
+void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int64_t qp, bool rotated, float* u) {
+  std::fill_n(u, elements * rp * qp, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = 0; q < cols; ++q) {
+      const float* k = kernel(r, q);
+      float g[3][3];
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) g[i][j] = rotated ? k[(2 - i) * 3 + (2 - j)] : k[i * 3 + j];
+      float t[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        t[0][j] = g[0][j];
+        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+        t[3][j] = g[2][j];
+      }
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T
+        const float e[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
+                            t[i][2]};
+        for (int j = 0; j < 4; ++j) u[((4 * i + j) * rp + r) * qp + q] = e[j];
+      }
+    }
+}
+
+/// dw [oc][c][3][3] = G^T du G of du [xi][cp][ocp] (rows: input channels).
+void weight_gradient(const float* du, int64_t c, int64_t oc, int64_t cp, int64_t ocp, float* dw) {
+  for (int64_t o = 0; o < oc; ++o)
+    for (int64_t ci = 0; ci < c; ++ci) {
+      float d[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) d[i][j] = du[((4 * i + j) * cp + ci) * ocp + o];
+      float s[3][4];  // G^T d
+      for (int j = 0; j < 4; ++j) {
+        s[0][j] = d[0][j] + 0.5f * (d[1][j] + d[2][j]);
+        s[1][j] = 0.5f * (d[1][j] - d[2][j]);
+        s[2][j] = 0.5f * (d[1][j] + d[2][j]) + d[3][j];
+      }
+      float* out = dw + (o * c + ci) * 9;
+      for (int k = 0; k < 3; ++k) {  // (G^T d) G
+        out[k * 3 + 0] = s[k][0] + 0.5f * (s[k][1] + s[k][2]);
+        out[k * 3 + 1] = 0.5f * (s[k][1] - s[k][2]);
+        out[k * 3 + 2] = 0.5f * (s[k][1] + s[k][2]) + s[k][3];
+      }
+    }
+}
+
+// ---------------------------------------------------------------- the 16 GEMMs
+
+/// c[j][v] (MR rows x NV vectors, row stride ldc) (+)= sum over kk < depth of
+/// a[j * a_row + kk * a_depth] * b[kk * ldb + v * W]: a register tile, A read
+/// by broadcasts (either orientation), B by vectors.
+template <int NV, int MR>
+void gemm_tile(const float* a, int64_t a_row, int64_t a_depth, int64_t depth, const float* b, int64_t ldb,
+               float* c, int64_t ldc, bool accumulate) {
+  simd::vec acc[MR][NV];
+#pragma GCC unroll 32
+  for (int j = 0; j < MR; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = accumulate ? simd::load(c + j * ldc + v * W) : simd::zero();
+  for (int64_t kk = 0; kk < depth; ++kk, a += a_depth, b += ldb) {
+    simd::vec bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = simd::load(b + v * W);
+#pragma GCC unroll 32
+    for (int j = 0; j < MR; ++j) {
+      const simd::vec ab = simd::broadcast(a + j * a_row);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(ab, bv[v], acc[j][v]);
+    }
+  }
+#pragma GCC unroll 32
+  for (int j = 0; j < MR; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) simd::store(c + j * ldc + v * W, acc[j][v]);
+}
+
+using gemm_fn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
+
+constexpr int max_vectors = 4;
+/// The most rows a tile of NV vectors covers (the rest of the registers hold B and the broadcast).
+constexpr int max_rows(int nv) { return std::min(12, simd::accumulators / nv); }
+
+template <int NV, int... M>
+constexpr std::array<gemm_fn, sizeof...(M)> gemm_table(std::integer_sequence<int, M...>) {
+  return {&gemm_tile<NV, M + 1>...};
+}
+
+template <int NV>
+gemm_fn gemm_kernel(int rows) {
+  static constexpr auto table = gemm_table<NV>(std::make_integer_sequence<int, max_rows(NV)>());
+  return table[static_cast<std::size_t>(rows - 1)];
+}
+
+gemm_fn gemm_kernel(int nv, int rows) {
+  switch (nv) {
+    case 1: return gemm_kernel<1>(rows);
+    case 2: return gemm_kernel<2>(rows);
+    case 3: return gemm_kernel<3>(rows);
+    default: return gemm_kernel<4>(rows);
+  }
+}
+
+/// c [rows][ldc] (+)= A (rows x depth, strides a_row and a_depth) * b [depth][ldb],
+/// for the first `vectors` channel vectors of b and c.
+void gemm(int64_t rows, int64_t depth, const float* a, int64_t a_row, int64_t a_depth, const float* b, int64_t ldb,
+          int64_t vectors, float* c, int64_t ldc, bool accumulate) {
+  for (int64_t v0 = 0; v0 < vectors;) {
+    const int nv = static_cast<int>(std::min<int64_t>(max_vectors, vectors - v0));
+    const int64_t most = max_rows(nv), tiles = (rows + most - 1) / most;
+    for (int64_t t = 0, r = 0; t < tiles; ++t) {
+      const int64_t n = (rows - r) / (tiles - t);  // near-equal tiles
+      gemm_kernel(nv, static_cast<int>(n))(a + r * a_row, a_row, a_depth, depth, b + v0 * W, ldb,
+                                           c + r * ldc + v0 * W, ldc, accumulate);
+      r += n;
+    }
+    v0 += nv;
+  }
+}
+
+/// One image's convolution in the Winograd domain: xt [h * w][cp] (c real
+/// channels) into out [oh * ow][ocp] with u [xi][cp][ocp]. v and m are scratch.
+void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const float* u, int64_t ocp, float* v,
+              float* m, float* out) {
+  const int64_t tiles = g.tiles();
+  input_transform(xt, g, cp, v);
+  for (int64_t xi = 0; xi < elements; ++xi)
+    gemm(tiles, c, v + xi * tiles * cp, cp, 1, u + xi * cp * ocp, ocp, ocp / W, m + xi * tiles * ocp, ocp, false);
+  output_transform(m, g, ocp, out);
+}
+
+int image_threads(const context& ctx, int64_t n) {
+  return std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+}
+
+} // namespace
+
+bool conv2d_winograd_supported(const conv2d_geometry& g) {
+  return g.kernel == 3 && g.stride == 1 && g.padding >= 0 && g.padding <= 2;
+}
+
+void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                             const conv2d_geometry& g, bool relu, tensor& y) {
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
+  const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
+  const tiling tl = make_tiling(h, wd, g.padding);
+  float* u = scratch(0, static_cast<std::size_t>(elements * cp * ocp));
+  const float* wp = w.data();
+  weight_transform([&](int64_t ci, int64_t o) { return wp + (o * c + ci) * 9; }, c, oc, cp, ocp, false, u);
+  const float* xp = x.data();
+  const float* bp = bias.defined() ? bias.data() : nullptr;
+  float* yp = y.data();
+  const int threads = image_threads(ctx, n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
+    float* v = scratch(3, static_cast<std::size_t>(elements * tl.tiles() * cp));
+    float* m = scratch(4, static_cast<std::size_t>(elements * tl.tiles() * ocp));
+    float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
+    load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
+    convolve(xt, tl, c, cp, u, ocp, v, m, out);
+    store_channels(out, tl.oh * tl.ow, ocp, oc, bp, relu, yp + i * oc * tl.oh * tl.ow);
+  }
+}
+
+void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
+                              tensor* dbias) {
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
+  const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
+  const tiling fwd = make_tiling(h, wd, g.padding);          // x -> y
+  const tiling bwd = make_tiling(fwd.oh, fwd.ow, 2 - g.padding);  // dy -> dx
+  const int64_t positions = fwd.oh * fwd.ow;
+  const int threads = image_threads(ctx, n);
+
+  // Per-thread partial sums of dU [xi][cp][ocp] and dbias [ocp], in the calling thread's scratch.
+  const std::size_t part = static_cast<std::size_t>(elements * cp * ocp + ocp);
+  float* partial = scratch(0, part * threads);
+  std::fill_n(partial, part * threads, 0.0f);
+  float* urot = nullptr;  // the rotated kernels, output channels as rows
+  if (dx) {
+    urot = scratch(1, static_cast<std::size_t>(elements * ocp * cp));
+    const float* wp = w.data();
+    weight_transform([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true, urot);
+  }
+  const float* xp = x.data();
+  const float* dyp = dy.data();
+  const float* maskp = relu_output ? relu_output->data() : nullptr;
+  float* dxp = dx ? dx->data() : nullptr;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* du = partial + part * omp_get_thread_num();
+    float* db = dbias ? du + elements * cp * ocp : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
+      float* v = scratch(3, static_cast<std::size_t>(elements * fwd.tiles() * cp));
+      float* dyt = scratch(4, static_cast<std::size_t>(positions * ocp));
+      float* dm = scratch(5, static_cast<std::size_t>(elements * fwd.tiles() * ocp));
+      load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
+      input_transform(xt, fwd, cp, v);
+      load_positions(dyp + i * oc * positions, maskp ? maskp + i * oc * positions : nullptr, positions, oc, ocp,
+                     dyt, db);
+      gradient_transform(dyt, fwd, ocp, dm);
+      const int64_t tiles = fwd.tiles();
+      for (int64_t xi = 0; xi < elements; ++xi)  // dU[xi] += V[xi]^T dM[xi]
+        gemm(c, tiles, v + xi * tiles * cp, 1, cp, dm + xi * tiles * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp,
+             true);
+      if (dx) {
+        float* vd = scratch(6, static_cast<std::size_t>(elements * bwd.tiles() * ocp));
+        float* md = scratch(7, static_cast<std::size_t>(elements * bwd.tiles() * cp));
+        float* out = scratch(8, static_cast<std::size_t>(h * wd * cp));
+        convolve(dyt, bwd, oc, ocp, urot, cp, vd, md, out);
+        store_channels(out, h * wd, cp, c, nullptr, false, dxp + i * c * h * wd);
+      }
+    }
+  }
+  // Sum the threads' partials into the first, then back from the Winograd domain.
+  for (int t = 1; t < threads; ++t)
+    for (std::size_t j = 0; j < part; ++j) partial[j] += partial[part * t + j];
+  weight_gradient(partial, c, oc, cp, ocp, dw.data());
+  if (dbias) std::copy_n(partial + elements * cp * ocp, oc, dbias->data());
+}
+
+} // namespace troupe::kernels::detail

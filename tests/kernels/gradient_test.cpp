@@ -82,6 +82,32 @@ TEST_CASE("conv2d forward matches a direct convolution", "[kernels]") {
         }
 }
 
+TEST_CASE("2x2 max pooling gives the first maximum of each window, at any width", "[kernels]") {
+  // The 2x2 stride-2 window has a vector path (16 outputs at a time, masked
+  // tails): rows of 1 to 35 outputs, odd input widths, many ties (values 0-3).
+  for (int64_t w = 2; w <= 71; ++w)
+    for (int64_t h : {2, 5}) {
+      INFO("h " << h << " w " << w);
+      tensor x = tensor::empty({2, 3, h, w});
+      for (int64_t i = 0; i < x.numel(); ++i) x.at(i) = static_cast<float>((i * 7 + i / 5) % 4);
+      tensor y;
+      std::vector<int32_t> argmax;
+      k::max_pool2d_forward(ctx, x, {2, 2}, y, argmax);
+      const int64_t oh = h / 2, ow = w / 2;
+      REQUIRE(y.shape() == shape{2, 3, oh, ow});
+      for (int64_t pl = 0; pl < 6; ++pl)
+        for (int64_t r = 0; r < oh; ++r)
+          for (int64_t c = 0; c < ow; ++c) {
+            int64_t at = pl * h * w + 2 * r * w + 2 * c;
+            for (int64_t idx : {at + 1, at + w, at + w + 1})
+              if (x.at(idx) > x.at(at)) at = idx;
+            const int64_t o = (pl * oh + r) * ow + c;
+            REQUIRE(y.at(o) == x.at(at));
+            REQUIRE(argmax[static_cast<std::size_t>(o)] == at);
+          }
+    }
+}
+
 TEST_CASE("pooling backward matches numerical gradients", "[kernels][grad]") {
   k::pool2d_geometry g = GENERATE(k::pool2d_geometry{2, 2}, k::pool2d_geometry{3, 2}, k::pool2d_geometry{2, 1});
   // Distinct values keep max pooling differentiable under the perturbation.

@@ -27,8 +27,9 @@ namespace troupe::actors {
 /// message orders the fill before every lookup).
 class directory {
 public:
-  /// Sends a message to an address of another node.
-  using remote_sender = std::function<void(const net::address& to, const net::message& m)>;
+  /// Sends a message to an address of another node; a lower priority
+  /// overtakes what waits for the same link (net::transport::send).
+  using remote_sender = std::function<void(const net::address& to, const net::message& m, int priority)>;
 
   void add(const net::address& a, caf::actor h) { actors_[a] = std::move(h); }
   /// Every address of node `node` (not hosted here) goes through `send`.
@@ -39,16 +40,16 @@ public:
     auto it = actors_.find(a);
     return it == actors_.end() ? nullptr : &it->second;
   }
-  /// Sends `m` to `a`: to its local actor, or through the link to its node.
-  /// Throws troupe::error for an address nobody serves.
-  void send(const net::address& a, net::message m) const {
+  /// Sends `m` to `a`: to its local actor, or through the link to its node
+  /// with `priority`. Throws troupe::error for an address nobody serves.
+  void send(const net::address& a, net::message m, int priority = 0) const {
     if (const caf::actor* h = local(a)) {
       caf::anon_send(*h, std::move(m));
       return;
     }
     auto it = remote_.find(a.node);
     if (it == remote_.end()) throw error("directory: no actor serves " + net::to_string(a));
-    it->second(a, m);
+    it->second(a, m, priority);
   }
   /// The local actors.
   const std::unordered_map<net::address, caf::actor>& locals() const { return actors_; }
@@ -61,7 +62,9 @@ private:
 /// Sends `m` to `to`. The sender knows the destination: the envelope says the
 /// same, or names the first of several recipients of one shared message. Who
 /// sent it is in the envelope, not in CAF's sender.
-inline void send_to(const directory& d, const net::address& to, net::message m) { d.send(to, std::move(m)); }
+inline void send_to(const directory& d, const net::address& to, net::message m, int priority = 0) {
+  d.send(to, std::move(m), priority);
+}
 
 /// Sends `m` to the destination its envelope names.
 inline void deliver(const directory& d, net::message m) {

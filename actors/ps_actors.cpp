@@ -126,22 +126,33 @@ void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes, bool sent_
   }
 }
 
+/// Steps while the weights and batches allow: a new step, or the paused one
+/// once its next layer's weights are here (receiving per layer).
 void worker_try_step(worker_actor_t* self) {
   auto& st = self->state;
-  while (!st.busy && st.core->ready() && !st.batches.empty()) {
+  while (!st.busy) {
+    const bool resume = st.core->paused();
+    if (resume ? !st.core->can_resume() : !st.core->can_step() || st.batches.empty()) break;
     if (st.idle) {  // the trace's "wait": for parameters or a batch
       st.idle = false;
       st.core->trace_span("wait", st.idle_since, clock_type::now());
     }
-    net::message b = std::move(st.batches.front());
-    st.batches.pop_front();
-    const net::address& me = st.core->address();
-    send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, 1));
     const auto t0 = clock_type::now();
-    worker_core::step_out out = st.core->step(b);
+    worker_core::step_out out;
+    if (resume) {
+      out = st.core->resume();
+    } else {
+      net::message b = std::move(st.batches.front());
+      st.batches.pop_front();
+      const net::address& me = st.core->address();
+      send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, 1));
+      out = st.core->step(b);
+    }
+    if (out.paused) break;  // until the next layer's weights arrive
     const float speed = st.core->plan().speed;
     if (speed > 1.0f) {
-      // A device `speed` times slower: hold the result for (speed - 1) x the compute time.
+      // A device `speed` times slower: hold the result for (speed - 1) x the
+      // compute time (a slowed worker does not overlap, so its step never pauses).
       const double extra = (speed - 1.0f) * train::seconds_since(t0);
       st.busy = true;
       st.held = std::move(out.pushes);
@@ -256,7 +267,10 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self, std::shared_pt
             *log << net::to_string(st.core->address()) << " rejected a message: " << st.core->last_error() << std::endl;
           st.logged_rejects = st.core->rejects().total();
         }
-        for (auto& r : replies) send_to(*st.dir, r.to, std::move(r.msg));
+        // A shard's index is its place in the layout: the first layers' weights,
+        // which a worker's forward pass needs first, overtake the others on a link.
+        const int priority = static_cast<int>(st.core->address().index);
+        for (auto& r : replies) send_to(*st.dir, r.to, std::move(r.msg), priority);
       },
   };
 }

@@ -230,7 +230,8 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
     auto core = std::make_shared<worker_core>(w, replicas, make_source(r.j, r.p, w, layout, r.hogwild));
     // Pipelined execution; a slowed worker (--speeds) holds its pushes back, so it pushes after backward.
     if (s.algo.overlap && w.speed <= 1.0f)
-      core->overlap([dir = r.dir](outgoing&& o) { send_to(*dir, o.to, std::move(o.msg)); });
+      core->overlap([dir = r.dir](outgoing&& o) { send_to(*dir, o.to, std::move(o.msg), o.priority); },
+                    s.algo.overlap_receive);
     if (r.trace) core->trace(r.trace, net::to_string(w.address));
     // SSGD's rounds wait for every worker: a pull during one would not end it, so no retry.
     const auto retry = s.algo.kind == algorithm_kind::ssgd ? std::chrono::milliseconds(0) : r.reply_timeout;
@@ -433,7 +434,9 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     };
     net::transport link(to, h);
     for (uint32_t n = 0; n < c.nodes.size(); ++n)
-      if (n != self) dir->add_remote(n, [&link, n](const net::address& a, const net::message& m) { link.send(n, a, m); });
+      if (n != self) dir->add_remote(n, [&link, n](const net::address& a, const net::message& m, int priority) {
+          link.send(n, a, m, priority);
+        });
     const caf::actor last = spawn_node(sys, r);
     *node_actor = caf::actor_cast<caf::actor>(*dir->local({self, net::role::node, 0}));
     link.start();

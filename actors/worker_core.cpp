@@ -60,8 +60,11 @@ public:
     const float* values;  ///< the shard's range, valid while the message lives
     bool first;           ///< the first answer of the shard to the last push (or pull)
   };
-  /// Validates a Params; records its version and, when it answers a push, its staleness.
-  accepted accept(const net::message& m, staleness_tally& tally, bool& report_due) {
+  /// Validates a Params; records its version (unless the shard's weights
+  /// are `in_use` by a step, which keeps the version it computes on) and,
+  /// when it answers a push, its staleness.
+  accepted accept(const net::message& m, staleness_tally& tally, bool& report_due,
+                  const std::vector<bool>* in_use = nullptr) {
     net::envelope_reader r(m, limits_);
     if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
     auto p = r.root().getParams();
@@ -70,7 +73,7 @@ public:
     const net::flat_view v = net::view(p.getValues(), "params");
     const model::shard_range& range = c_.shards[s].range;
     net::require_range(v, range.first, range.begin, shapes_[s], "params of shard " + std::to_string(s));
-    version_[s] = p.getVersion();
+    if (!in_use || !(*in_use)[s]) version_[s] = p.getVersion();
     // A second answer (a re-pull's, and the late first one) only updates the weights.
     const bool first = !answered_[s];
     if (first) {
@@ -83,6 +86,8 @@ public:
   }
 
   bool ready() const { return waiting_ == 0; }
+  /// Shard s's Params for the last push (or the first pull) came.
+  bool answered(std::size_t s) const { return answered_[s]; }
   const std::vector<train::shard_plan>& shards() const { return c_.shards; }
   const model::param_layout& layout() const { return c_.layout; }
 
@@ -139,32 +144,66 @@ private:
 class shard_weights_source final : public weight_source {
 public:
   explicit shard_weights_source(const shard_source_config& c)
-      : x_(c), latest_(c.shards.size()), values_(c.shards.size(), nullptr) {}
+      : x_(c), latest_(c.shards.size()), values_(c.shards.size(), nullptr), bound_(c.shards.size(), false) {}
   std::vector<outgoing> start() override { return x_.pulls(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::message& m) override {
-    const auto a = x_.accept(m, tally_, report_due_);
+    const auto a = x_.accept(m, tally_, report_due_, &bound_);
+    if (bound_[a.shard]) return;  // a late duplicate: the step goes on with the weights it began with
     latest_[a.shard] = m;
     values_[a.shard] = a.values;
   }
   bool ready() const override { return x_.ready(); }
+  void attach(const model::model& net) override {
+    // The layer holding each shard's first tensor, and the shards holding each layer's tensors.
+    std::vector<std::size_t> layer_of_tensor;
+    const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
+    for (std::size_t l = 0; l < counts.size(); ++l) layer_of_tensor.insert(layer_of_tensor.end(), counts[l], l);
+    layer_shards_.assign(counts.size(), {});
+    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+      const model::shard_range& range = x_.shards()[s].range;
+      first_layer_.push_back(range.first < layer_of_tensor.size() ? layer_of_tensor[range.first] : 0);
+      for (uint32_t i = range.first; i < range.last && i < layer_of_tensor.size(); ++i) {
+        std::vector<std::size_t>& of = layer_shards_[layer_of_tensor[i]];
+        if (of.empty() || of.back() != s) of.push_back(s);
+      }
+    }
+  }
+  bool has_layer(std::size_t layer) const override {
+    if (layer >= layer_shards_.size()) return true;
+    for (std::size_t s : layer_shards_[layer])
+      if (!x_.answered(s)) return false;
+    return true;
+  }
   void bind(replica& r, bound_tensors& b) override {
-    layers_of(r.net);
     const std::vector<model::parameter*> params = r.net.parameters();
     for (std::size_t s = 0; s < x_.shards().size(); ++s) {
       const model::shard_range& range = x_.shards()[s].range;
       float* grads = x_.open_push(s);
       for (uint32_t i = range.first; i < range.last; ++i) {
         const model::layout_entry& e = x_.layout()[i];
-        b.bind_read_only(params[i]->value, e.dims, values_[s] + (e.offset - range.begin));
         b.bind(params[i]->grad, e.dims, grads + (e.offset - range.begin));
       }
+    }
+    bind_arrived(r, b);
+  }
+  void bind_arrived(replica& r, bound_tensors& b) override {
+    const std::vector<model::parameter*> params = r.net.parameters();
+    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+      if (bound_[s] || !values_[s]) continue;
+      const model::shard_range& range = x_.shards()[s].range;
+      for (uint32_t i = range.first; i < range.last; ++i) {
+        const model::layout_entry& e = x_.layout()[i];
+        b.bind_read_only(params[i]->value, e.dims, values_[s] + (e.offset - range.begin));
+      }
+      bound_[s] = true;
     }
   }
   void update(const kernels::context&, replica&, uint64_t step, std::vector<outgoing>& out) override {
     x_.push(step, out);
     for (auto& m : latest_) m = net::message();  // trained on: the shard may now update it in place
     std::fill(values_.begin(), values_.end(), nullptr);
+    std::fill(bound_.begin(), bound_.end(), false);
   }
   bool pushes_during_backward() const override { return true; }
   void after_layer(std::size_t layer, uint64_t step, std::vector<outgoing>& out) override {
@@ -177,21 +216,14 @@ public:
       values_[s] = nullptr;
     }
   }
-  /// The layer holding each shard's first tensor (from the replica's layers' tensor counts).
-  void layers_of(const model::model& net) {
-    if (!first_layer_.empty()) return;
-    std::vector<std::size_t> layer_of_tensor;
-    const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
-    for (std::size_t l = 0; l < counts.size(); ++l) layer_of_tensor.insert(layer_of_tensor.end(), counts[l], l);
-    for (const auto& sp : x_.shards())
-      first_layer_.push_back(sp.range.first < layer_of_tensor.size() ? layer_of_tensor[sp.range.first] : 0);
-  }
 
 private:
   shard_exchange x_;
   std::vector<net::message> latest_;
   std::vector<const float*> values_;
-  std::vector<std::size_t> first_layer_;  // per shard: the layer of its first tensor
+  std::vector<bool> bound_;                             // per shard: its weights bound for this step
+  std::vector<std::size_t> first_layer_;                // per shard: the layer of its first tensor
+  std::vector<std::vector<std::size_t>> layer_shards_;  // per layer: the shards holding its tensors
 };
 
 /// k local steps with the worker's own optimizer on its own copy of the
@@ -355,15 +387,36 @@ std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> st
 
 // --- worker ---
 
+/// A step between its batch and its pushes: paused while the weights of its
+/// next layer have not come (receiving per layer).
+struct worker_core::running {
+  explicit running(replica_pool& p) : replica(p) {}
+  borrowed replica;     // released after `bound` has given the replica its tensors back
+  bound_tensors bound;
+  net::message batch;   // its images are read in place
+  tensor x;
+  std::size_t next = 0;          // the next layer to run forward
+  const tensor* act = nullptr;   // the output of the layer before `next`
+};
+
 worker_core::worker_core(const train::worker_plan& p, std::shared_ptr<replica_pool> pool,
                          std::unique_ptr<weight_source> source)
     : p_(p), pool_(std::move(pool)), source_(std::move(source)), ctx_(kernels::context::with_threads(p.threads)) {
   borrowed r(*pool_);
   input_ = r->net.input_shape();
+  source_->attach(r->net);
 }
 
+worker_core::~worker_core() = default;
+
+bool worker_core::can_step() const { return !run_ && (receive_ ? source_->has_layer(0) : ready()); }
+
+bool worker_core::can_resume() const { return run_ && source_->has_layer(run_->next); }
+
 worker_core::step_out worker_core::step(const net::message& m) {
-  if (!ready()) throw error(net::to_string(p_.address) + ": step() before its parameters arrived");
+  if (!can_step())
+    throw error(net::to_string(p_.address) + (run_ ? ": step() while a step waits for its weights"
+                                                   : ": step() before its parameters arrived"));
   net::reader_limits limits = net::peer_limits();
   limits.threads = ctx_.threads;
   net::envelope_reader r(m, limits);
@@ -376,48 +429,89 @@ worker_core::step_out worker_core::step(const net::message& m) {
   if (per_sample != input_)
     reject(net::reject_reason::wrong_shape,
            "batch images " + img.dims.to_string() + " do not fit the model input " + input_.to_string());
-  // The images are read in place: the batch message lives through the step.
-  const tensor x = tensor::wrap_read_only(img.dims, img.data);
   auto labels = b.getLabels();
   labels_.resize(labels.size());
   for (unsigned i = 0; i < labels.size(); ++i) labels_[i] = labels[i];
 
-  borrowed replica(*pool_);
-  bound_tensors bound;
-  source_->bind(*replica, bound);
+  run_ = std::make_unique<running>(*pool_);
+  run_->batch = m;
+  run_->x = tensor::wrap_read_only(img.dims, img.data);
+  source_->bind(*run_->replica, run_->bound);
+  return advance();
+}
+
+worker_core::step_out worker_core::resume() {
+  if (!can_resume())
+    throw error(net::to_string(p_.address) + (run_ ? ": resume() before the weights of layer " +
+                                                         std::to_string(run_->next) + " arrived"
+                                                   : ": resume() without a paused step"));
+  source_->bind_arrived(*run_->replica, run_->bound);
+  return advance();
+}
+
+worker_core::step_out worker_core::advance() {
+  try {
+    return advance_step();
+  } catch (...) {
+    run_.reset();  // a failed step is over: its replica goes back, its weights are let go
+    throw;
+  }
+}
+
+worker_core::step_out worker_core::advance_step() {
+  running& s = *run_;
+  model::model& net = s.replica->net;
   step_out out;
   {
     train::trace_span span(trace_.get(), track_, "forward");
-    const tensor& logits = replica->net.forward(ctx_, x, true);
-    out.loss = kernels::softmax_cross_entropy(ctx_, logits, labels_, &dlogits_);
+    for (; s.next < net.size(); ++s.next) {
+      if (!source_->has_layer(s.next)) {
+        out.paused = true;
+        return out;
+      }
+      s.act = &net.forward_layer(ctx_, s.next == 0 ? s.x : *s.act, s.next, true);
+    }
+    out.loss = kernels::softmax_cross_entropy(ctx_, *s.act, labels_, &dlogits_);
   }
   ++steps_;
-  if (send_ && source_->pushes_during_backward()) {
-    std::vector<outgoing> early;
-    auto backward = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
-    replica->net.backward(ctx_, dlogits_, [&](std::size_t layer) {
-      source_->after_layer(layer, steps_, early);
-      if (early.empty()) return;
-      // The backward span is cut around each send: the trace shows where the pushes went out.
-      backward.reset();
-      {
-        train::trace_span push(trace_.get(), track_, "push");
-        for (outgoing& o : early) send_(std::move(o));
-      }
-      out.sent_during_backward += static_cast<int>(early.size());
-      early.clear();
-      backward = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
-    });
-  } else {
-    train::trace_span span(trace_.get(), track_, "backward");
-    replica->net.backward(ctx_, dlogits_);
-  }
+  backward(s, out);
   loss_sum_ += out.loss;
   ++loss_n_;
   samples_ += labels_.size();
-  train::trace_span span(trace_.get(), track_, source_->pushes_during_backward() ? "push" : "update");
-  source_->update(ctx_, *replica, steps_, out.pushes);
+  {
+    train::trace_span span(trace_.get(), track_, source_->pushes_during_backward() ? "push" : "update");
+    source_->update(ctx_, *s.replica, steps_, out.pushes);
+  }
+  run_.reset();
   return out;
+}
+
+void worker_core::backward(running& s, step_out& out) {
+  model::model& net = s.replica->net;
+  if (!send_ || !source_->pushes_during_backward()) {
+    train::trace_span span(trace_.get(), track_, "backward");
+    net.backward(ctx_, dlogits_);
+    return;
+  }
+  std::vector<outgoing> early;
+  auto span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
+  net.backward(ctx_, dlogits_, [&](std::size_t layer) {
+    source_->after_layer(layer, steps_, early);
+    if (early.empty()) return;
+    // The backward span is cut around each send: the trace shows where the pushes went out.
+    span.reset();
+    {
+      train::trace_span push(trace_.get(), track_, "push");
+      for (outgoing& o : early) {
+        // A shard's index is its place in the layout: the first layers' shards go first.
+        if (receive_) o.priority = static_cast<int>(o.to.index);
+        send_(std::move(o));
+      }
+    }
+    out.sent_during_backward += static_cast<int>(early.size());
+    early.clear();
+    span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
+  });
 }
 
 train::step_report worker_core::report() {

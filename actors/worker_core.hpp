@@ -24,10 +24,12 @@
 
 namespace troupe::actors {
 
-/// A message to send and its destination.
+/// A message to send and its destination. Across nodes, a lower `priority`
+/// overtakes what waits to be written to the same node (net::transport::send).
 struct outgoing {
   net::address to;
   net::message msg;
+  int priority = 0;
 };
 
 /// A model replica whose parameters live in one flat buffer of values and one
@@ -110,8 +112,16 @@ public:
   virtual void on_params(const net::message& m);
   /// True when a step may start: weights present, no push unanswered.
   virtual bool ready() const = 0;
+  /// Called once with a replica's model, before the first step.
+  virtual void attach(const model::model& net) {}
+  /// Whether the weights of layer `layer` are here (receiving per layer: the
+  /// step's forward pass runs each layer as soon as they are).
+  virtual bool has_layer(std::size_t layer) const { return ready(); }
+  /// During a step paused for weights: binds those that arrived since bind().
+  virtual void bind_arrived(replica& r, bound_tensors& b) {}
   /// Before forward: the replica's parameters hold, or view, this step's
-  /// weights; its gradients are where backward should write them.
+  /// weights (those that have come, receiving per layer); its gradients are
+  /// where backward should write them.
   virtual void bind(replica& r, bound_tensors& b) = 0;
   /// After backward: applies the update or appends the pushes for the shards to `out`
   /// (those after_layer has not sent).
@@ -152,27 +162,47 @@ std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> st
 class worker_core {
 public:
   worker_core(const train::worker_plan& p, std::shared_ptr<replica_pool> pool, std::unique_ptr<weight_source> source);
+  ~worker_core();
 
   std::vector<outgoing> start() { return source_->start(); }
   /// Pulls for the shards whose answer is missing (see weight_source::retry).
   std::vector<outgoing> retry() { return source_->retry(); }
   /// A shard's Params. Throws net::message_error for a message that does not fit.
   void on_params(const net::message& m) { source_->on_params(m); }
+  /// Every shard's weights are here and no push is unanswered.
   bool ready() const { return source_->ready(); }
+  /// A step may start: none is paused, and the weights are here (receiving
+  /// per layer: those of the first layer).
+  bool can_step() const;
+  /// A step waits for a shard's weights (receiving per layer).
+  bool paused() const { return run_ != nullptr; }
+  /// The paused step's next layer has its weights.
+  bool can_resume() const;
 
   struct step_out {
     double loss = 0;
     std::vector<outgoing> pushes;  ///< empty between pushes (and those sent during backward)
     int sent_during_backward = 0;  ///< pushes handed to the sender while backward went on
+    bool paused = false;           ///< the forward pass waits for weights: resume() once can_resume()
   };
-  /// Trains on one Batch message. Requires ready().
+  /// Trains on one Batch message. Requires can_step().
   step_out step(const net::message& batch);
+  /// Goes on with a paused step. Requires can_resume().
+  step_out resume();
   /// Pipelined execution: each parameter shard's push goes to `send` as soon
   /// as backward has produced its gradients, while backward goes on with the
   /// layers before (P3's overlap of communication with backward). Without a
   /// sender (the default), every push waits for the whole backward (linear
   /// execution). Only the push-every-step source overlaps.
-  void overlap(std::function<void(outgoing&&)> send) { send_ = std::move(send); }
+  /// `receive`: the receiving side too (P3's): the forward pass runs each
+  /// layer as soon as its shard's weights arrive, pausing (step_out::paused)
+  /// until they do, and each push carries its shard's index as its priority,
+  /// so that the first layers' gradients (and weights) overtake the others
+  /// waiting for the same link.
+  void overlap(std::function<void(outgoing&&)> send, bool receive = true) {
+    send_ = std::move(send);
+    receive_ = receive && source_->pushes_during_backward();
+  }
   /// The run's timeline: spans forward, backward and push on `track`.
   void trace(std::shared_ptr<train::tracer> t, std::string track) {
     trace_ = std::move(t);
@@ -192,6 +222,13 @@ public:
   const train::worker_plan& plan() const { return p_; }
 
 private:
+  struct running;  // a step between its batch and its pushes
+  /// Runs the step's forward pass on as far as the weights allow, then the rest of the step.
+  step_out advance();
+  step_out advance_step();
+  /// backward, with the pushes sent during it when overlapping.
+  void backward(running& s, step_out& out);
+
   train::worker_plan p_;
   std::shared_ptr<replica_pool> pool_;
   std::unique_ptr<weight_source> source_;
@@ -203,6 +240,8 @@ private:
   double loss_sum_ = 0;
   uint64_t samples_ = 0, loss_n_ = 0;
   std::function<void(outgoing&&)> send_;
+  bool receive_ = false;
+  std::unique_ptr<running> run_;
   std::shared_ptr<train::tracer> trace_;
   std::string track_;
 };

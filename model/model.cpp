@@ -59,16 +59,29 @@ void model::require_built(const char* what) const {
   if (!built_) throw error(std::string("model::") + what + ": call build(input_shape) first");
 }
 
-const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool training) {
-  require_built("forward");
+void model::check_input(const tensor& x) const {
   bool ok = x.rank() == input_.rank() + 1;
   for (std::size_t i = 0; ok && i < input_.rank(); ++i) ok = x.dim(i + 1) == input_[i];
   if (!ok)
     throw shape_error("model input has shape " + x.shape().to_string() + ", the model was built for [n, " +
                       input_.to_string().substr(1));
+}
+
+const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool training) {
+  require_built("forward");
+  check_input(x);
   const tensor* cur = &x;
   for (auto& l : layers_) cur = &l->forward(ctx, *cur, training);
   return *cur;
+}
+
+const tensor& model::forward_layer(const kernels::context& ctx, const tensor& x, std::size_t i, bool training) {
+  require_built("forward_layer");
+  if (i >= layers_.size())
+    throw error("forward_layer: layer " + std::to_string(i) + " of a model of " + std::to_string(layers_.size()) +
+                " layers");
+  if (i == 0) check_input(x);
+  return layers_[i]->forward(ctx, x, training);
 }
 
 const tensor& model::backward(const kernels::context& ctx, const tensor& dout) {

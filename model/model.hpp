@@ -31,6 +31,10 @@ public:
   /// Forward pass over a batch [n, input...], its kernels run in `ctx`. The
   /// result stays valid until the next forward call.
   const tensor& forward(const kernels::context& ctx, const tensor& x, bool training);
+  /// Layer i's forward pass alone, on layer i - 1's output (the batch for
+  /// i = 0): forward() one layer at a time, so that a data-parallel worker can
+  /// run each parameter shard's layers as soon as that shard's weights arrive.
+  const tensor& forward_layer(const kernels::context& ctx, const tensor& x, std::size_t i, bool training);
   /// Backward pass from d(loss)/d(output) in `ctx`; fills every parameter's
   /// grad. Returns d(loss)/d(input), valid until the next backward call, or an
   /// undefined tensor when no layer needs it (nothing before this model learns).
@@ -94,6 +98,7 @@ private:
   /// Kernel fusion between neighbours of this chain (layer::fuse_next), decided again after a slice.
   void fuse();
   void require_built(const char* what) const;
+  void check_input(const tensor& x) const;
 
   std::vector<std::unique_ptr<layer>> layers_;
   std::vector<shape> shapes_;  // output shape of each layer (per sample)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -30,6 +31,8 @@ constexpr uint32_t session_kinds =
     kind_bit(frame_kind::message) | kind_bit(frame_kind::heartbeat) | kind_bit(frame_kind::goodbye);
 constexpr std::size_t max_pending_links = 64;   // accepted links still in their handshake
 constexpr std::size_t max_batch_frames = 64;    // frames per gather write
+constexpr std::size_t max_batch_bytes = 256 << 10;  // bytes per gather write (a frame past it waits):
+                                                    // a frame sent later with a higher priority overtakes the rest
 constexpr uint64_t ack_every_frames = 64;       // a receiver acknowledges at least this often
 constexpr uint64_t ack_every_bytes = 8u << 20;  // ... or after this many bytes
 constexpr milliseconds first_backoff{20}, max_backoff{1000};
@@ -67,6 +70,8 @@ struct transport::impl {
   // A frame waiting to be written, with the faults decided for it.
   struct queued {
     out_frame f;
+    int priority = 0;       // lower first among the frames not yet numbered
+    bool numbered = false;  // its sequence number given: when it is first written
     bool decided = false, drop = false, delay = false, duplicate = false, disconnect = false, delayed = false;
   };
 
@@ -102,7 +107,7 @@ struct transport::impl {
     uint32_t node = 0;
 
     std::mutex m;  // guards the fields up to `current`, which send() touches
-    std::deque<queued> queue;    // not yet written, in sequence order
+    std::deque<queued> queue;    // not yet written: resent frames (numbered) first, then by priority
     std::deque<queued> unacked;  // written, not acknowledged, in sequence order
     uint64_t queued_bytes = 0;   // queue, in flight and unacknowledged
     uint64_t next_seq = 1;
@@ -648,7 +653,8 @@ struct transport::impl {
       l->control.pop_front();
     }
     if (p) {
-      while (!p->queue.empty() && l->in_flight.size() < max_batch_frames) {
+      std::size_t batch_bytes = 0;
+      while (!p->queue.empty() && l->in_flight.size() < max_batch_frames && batch_bytes < max_batch_bytes) {
         queued& q = p->queue.front();
         if (opt.faults.any() && !q.decided) decide_faults(q);
         if (q.delay && !q.delayed) {
@@ -667,6 +673,11 @@ struct transport::impl {
           });
           return;
         }
+        if (!q.numbered) {  // numbered in the order written, whatever overtook what
+          q.f.set_sequence(p->next_seq++);
+          q.numbered = true;
+        }
+        batch_bytes += q.f.bytes();
         l->in_flight.push_back(std::move(q));
         p->queue.pop_front();
       }
@@ -829,7 +840,7 @@ struct transport::impl {
 
   // ---- sending (any thread) ----
 
-  bool send(uint32_t node, const address& destination, const message& m) {
+  bool send(uint32_t node, const address& destination, const message& m, int priority) {
     if (node >= opt.nodes.size() || node == opt.self)
       throw error("transport::send: node " + std::to_string(node) +
                   (node == opt.self ? " is this node (deliver locally)" : " is not in the node list"));
@@ -838,7 +849,7 @@ struct transport::impl {
       ++c.send_refused;
       return false;
     }
-    queued q{make_message_frame(destination, m, 1)};
+    queued q{make_message_frame(destination, m, 1), priority};
     const uint64_t bytes = q.f.bytes();
     if (bytes > opt.max_frame_bytes)
       throw error("transport::send: a message of " + std::to_string(bytes) + " bytes exceeds max_frame_bytes (" +
@@ -852,13 +863,18 @@ struct transport::impl {
         ++c.send_refused;
         return false;
       }
-      q.f.set_sequence(p.next_seq++);
       p.queued_bytes += bytes;
       const bool idle = p.current && !p.current->writing && !p.kick_pending;
       if (idle && !io_thread && p.queue.empty() && !opt.faults.any() &&
-          steady::now() - steady::time_point(steady::duration(p.current->last_tx)) >= direct_write_idle)
+          steady::now() - steady::time_point(steady::duration(p.current->last_tx)) >= direct_write_idle) {
+        q.f.set_sequence(p.next_seq++);
+        q.numbered = true;
         return write_now(p, std::move(q));
-      p.queue.push_back(std::move(q));
+      }
+      // Behind the frames of lower or equal priority (and those to resend): ahead of the others.
+      auto at = p.queue.end();
+      while (at != p.queue.begin() && !std::prev(at)->numbered && std::prev(at)->priority > priority) --at;
+      p.queue.insert(at, std::move(q));
       if (idle) {
         p.kick_pending = true;
         kick = p.current;
@@ -958,8 +974,8 @@ transport::~transport() {
 }
 
 void transport::start() { impl_->start(); }
-bool transport::send(uint32_t node, const address& destination, const message& m) {
-  return impl_->send(node, destination, m);
+bool transport::send(uint32_t node, const address& destination, const message& m, int priority) {
+  return impl_->send(node, destination, m, priority);
 }
 void transport::stop() { impl_->stop(); }
 transport_stats transport::stats() const { return impl_->stats(); }

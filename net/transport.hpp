@@ -108,9 +108,13 @@ public:
   /// of smaller index and starts the io thread.
   void start();
   /// Queues `m` for `destination` on `node` and returns at once (thread-safe);
-  /// the segments are gather-written, never copied. False when refused (over
-  /// max_queue_bytes, or stopped). Throws error for `self` or an unknown node.
-  bool send(uint32_t node, const address& destination, const message& m);
+  /// the segments are gather-written, never copied. A frame goes ahead of the
+  /// queued frames of a higher `priority` value (not yet written; equal
+  /// priorities keep their order): a data-parallel worker's first layers'
+  /// gradients overtake the others. A frame being written is not interrupted
+  /// (messages are not sliced). False when refused (over max_queue_bytes, or
+  /// stopped). Throws error for `self` or an unknown node.
+  bool send(uint32_t node, const address& destination, const message& m, int priority = 0);
   /// Says goodbye to the peers, closes every link and joins the io thread. No
   /// callback runs after it returns. Idempotent.
   void stop();

@@ -83,6 +83,7 @@ struct algorithm_settings {
   std::vector<float> speeds;    ///< per-worker slowdown factors >= 1 (empty: all 1)
   int prefetch = 2;             ///< batches a loader keeps in flight per worker
   bool overlap = true;          ///< push each shard's gradients during backward (pipelined execution); false: linear
+  bool overlap_receive = true;  ///< with overlap: run each shard's layers forward as soon as its weights arrive (P3)
   float lambda = 0.04f;         ///< DC-ASGD-c: constant lambda
   float lambda0 = 2.0f;         ///< DC-ASGD-a, DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)
   float rho_ms = 0.95f;         ///< DC-ASGD-a, DDC-ASGD: decay of the mean square MS
@@ -109,6 +110,11 @@ public:
   /// soon as backward has produced them, while it goes on; false: after the
   /// whole backward (linear execution).
   algorithm& overlap(bool on) { s_.overlap = on; return *this; }
+  /// With overlap, the receiving side too (default): the next forward pass
+  /// runs each shard's layers as soon as that shard's weights arrive, and the
+  /// first layers' pushes and weights overtake the others on a link (P3's
+  /// priority); false: the forward pass waits for every shard.
+  algorithm& overlap_receive(bool on) { s_.overlap_receive = on; return *this; }
   algorithm& lambda(float v) { s_.lambda = v; return *this; }
   algorithm& lambda0(float v) { s_.lambda0 = v; return *this; }
   algorithm& rho_ms(float v) { s_.rho_ms = v; return *this; }

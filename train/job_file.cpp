@@ -327,6 +327,11 @@ std::vector<job_key> make_algorithm_keys() {
                   "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
                   "(pipelined execution), true or false (default true; false: linear execution)",
                   [](auto& s) -> auto& { return s.train.algo.overlap; }),
+      boolean_key("overlap-receive",
+                  "with --overlap true: the next forward pass runs each parameter shard's layers as soon as that "
+                  "shard's weights arrive, and the first layers' pushes and weights go first on a link (P3), true "
+                  "or false (default true; false: the forward pass waits for every shard)",
+                  [](auto& s) -> auto& { return s.train.algo.overlap_receive; }),
       number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
                  [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
       number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",

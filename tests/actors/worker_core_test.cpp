@@ -566,3 +566,78 @@ TEST_CASE("worker: pipelined execution sends a shard's push as soon as backward 
       CHECK(got[0][step][s] == got[1][step][s]);
     }
 }
+
+TEST_CASE("worker: receiving per layer, the forward pass runs a shard's layers as soon as its weights arrive",
+          "[actors][worker][overlap]") {
+  // Shard 0 holds the first dense layer's weight and bias (layer 0), shard 1 the second's (layer 2).
+  const auto make = [] {
+    model::model m = nn::sequential(nn::dense(3, 2), nn::relu(), nn::dense(2, 6));
+    m.build({3}, 7);
+    return m;
+  };
+  model::model ref = make();
+  const model::param_layout layout = ref.layout();
+  const auto ranges = model::plan_shards(layout, 2);
+  REQUIRE(ranges[0].last == 2);
+  shard_source_config c;
+  c.self = worker_addr(0);
+  c.layout = layout;
+  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
+  tensor x = tensor::empty({2, 3});
+  for (int64_t i = 0; i < 6; ++i) x.at(i) = 0.1f * static_cast<float>(i) - 0.2f;
+  const double ref_loss = reference_step(ref, x);
+  const std::vector<float> ref_grads = flat_grads(ref);
+
+  std::vector<std::unique_ptr<shard_core>> shards;
+  auto params = ref.parameters();
+  for (uint32_t s = 0; s < 2; ++s) {
+    std::vector<named_tensor> ts;
+    for (uint32_t i = ranges[s].first; i < ranges[s].last; ++i) ts.push_back({params[i]->name, params[i]->value.clone()});
+    shards.push_back(std::make_unique<shard_core>(c.shards[s], ts, small_rule(model::rule_kind::asgd, 1, 0.1f),
+                                                  model::lr_schedule::constant, 100, kernels::context{}));
+  }
+  worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(make), shard_weights(c));
+  std::vector<outgoing> sent;
+  w.overlap([&](outgoing&& o) { sent.push_back(std::move(o)); });
+  const std::vector<outgoing> pulls = w.start();
+  REQUIRE(pulls.size() == 2);
+  CHECK_FALSE(w.can_step());
+  // Only the first layer's shard has answered: the step starts, runs layers 0 and 1, and pauses at layer 2.
+  w.on_params(shards[0]->handle(pulls[0].msg).at(0).msg);
+  CHECK_FALSE(w.ready());
+  REQUIRE(w.can_step());
+  worker_core::step_out out = w.step(batch_message(x, tiny_labels));
+  CHECK(out.paused);
+  CHECK(w.paused());
+  CHECK_FALSE(w.can_resume());
+  CHECK_FALSE(w.can_step());
+  CHECK(sent.empty());
+  CHECK_THROWS_WITH(w.step(batch_message(x, tiny_labels)), Contains("while a step waits"));
+  CHECK_THROWS_WITH(w.resume(), Contains("layer 2"));
+  // A late duplicate for shard 0, other weights at another version: the paused step keeps the weights it began with.
+  w.on_params(params_message(0, worker_addr(0), 99, 0, 0,
+                             {{shape{2, 3}, std::vector<float>(6, 5.0f)}, {shape{2}, std::vector<float>(2, 5.0f)}}));
+  w.on_params(shards[1]->handle(pulls[1].msg).at(0).msg);
+  REQUIRE(w.can_resume());
+  out = w.resume();
+  CHECK_FALSE(out.paused);
+  CHECK_FALSE(w.paused());
+  CHECK(out.loss == Approx(ref_loss).epsilon(1e-6));
+  // Both pushes went out during backward, the second layer's shard first, each with its shard's index as priority.
+  REQUIRE(sent.size() == 2);
+  std::vector<float> grads;
+  for (int k : {1, 0}) {
+    const outgoing& o = sent[static_cast<std::size_t>(1 - k)];
+    CHECK(o.to == shard_addr(static_cast<uint32_t>(k)));
+    CHECK(o.priority == k);
+    net::envelope_reader r(o.msg);
+    CHECK(r.root().getPushGradient().getBaseVersion() == 0);
+  }
+  for (int k : {0, 1}) {
+    net::envelope_reader r(sent[static_cast<std::size_t>(1 - k)].msg);
+    const net::flat_view g = net::view(r.root().getPushGradient().getValues(), "test");
+    grads.insert(grads.end(), g.data, g.data + g.numel);
+  }
+  REQUIRE(grads.size() == ref_grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) CHECK(grads[i] == Approx(ref_grads[i]).epsilon(1e-6));
+}

@@ -286,6 +286,26 @@ TEST_CASE("transport: messages sent before a peer starts wait for it, in order",
   for (uint32_t k = 0; k < 10; ++k) CHECK(seed_of(log[0].messages[k].m) == k);
 }
 
+TEST_CASE("transport: a queued message of lower priority value goes first, equal ones keep their order",
+          "[net][transport]") {
+  auto nodes = loopback_nodes(2);
+  node_log log[2];
+  transport b(options(nodes, 1), log[1].handlers());
+  b.start();
+  // Queued while node 0 is not up (as a slow link queues a worker's pushes).
+  const int priority[] = {2, 2, 0, 1, 0, 2, 1};
+  for (uint32_t k = 0; k < 7; ++k)
+    CHECK(b.send(0, worker(0), tensor_message(worker(1), worker(0), 4096, k), priority[k]));
+  std::this_thread::sleep_for(150ms);
+  transport a(options(nodes, 0), log[0].handlers());
+  a.start();
+  REQUIRE(wait_until([&] { return log[0].count() == 7; }));
+  std::lock_guard<std::mutex> lock(log[0].mutex);
+  const uint32_t expected[] = {2, 4, 3, 6, 0, 1, 5};
+  for (uint32_t k = 0; k < 7; ++k) CHECK(seed_of(log[0].messages[k].m) == expected[k]);
+  CHECK(a.stats().lost == 0);
+}
+
 TEST_CASE("transport: a silent peer is declared dead within the timeout + 1 s and comes back", "[net][transport]") {
   auto nodes = loopback_nodes(2);
   node_log log[2];

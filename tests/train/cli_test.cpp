@@ -88,6 +88,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"speeds", "2", "speeds"},
       {"prefetch", "4", "prefetch"},
       {"overlap", "false", "overlap"},
+      {"overlap-receive", "false", "overlap_receive"},
       {"dc-lambda", "0.1", "lambda"},
       {"dc-lambda0", "1.5", "lambda0"},
       {"dc-rho-ms", "0.5", "rho_ms"},

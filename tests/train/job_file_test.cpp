@@ -226,7 +226,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
       "seed",       "threads",     "data-dir",   "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
-      "speeds",     "prefetch",    "overlap",    "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay",
+      "speeds",     "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay",
       "pipeline-stages", "micro-batches", "schedule", "pipeline-cuts", "stash",
       "placement", "device-speeds", "device-memory", "stage-devices", "link-cost", "trace"};
   std::vector<std::string> table;

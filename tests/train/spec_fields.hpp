@@ -72,6 +72,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"speeds", speeds + "]"},
       {"prefetch", std::to_string(a.prefetch)},
       {"overlap", a.overlap ? "true" : "false"},
+      {"overlap_receive", a.overlap_receive ? "true" : "false"},
       {"lambda", exact(a.lambda)},
       {"lambda0", exact(a.lambda0)},
       {"rho_ms", exact(a.rho_ms)},
@@ -151,6 +152,7 @@ inline train::job_spec everything_changed() {
   a.speeds = {1.0f, 1.5f, 2.0f, 4.0f};
   a.prefetch = 5;
   a.overlap = false;
+  a.overlap_receive = false;
   a.lambda = 0.07f;
   a.lambda0 = 3.3f;
   a.rho_ms = 0.9f;

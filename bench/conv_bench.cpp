@@ -3,7 +3,9 @@
 // Winograd, im2col), against OpenBLAS's sgemm 1024^3 in the same run. Candidates take
 // turns within each round; medians over the rounds. Prints one JSON line per
 // layer and one for the GEMM.
-//   troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all]
+//   troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all] [--only NAME]
+// Instruction counts (valgrind 3.19 has no AVX-512: an AVX2 build, see docs/benchmarks.md):
+//   valgrind --tool=callgrind troupe_conv_bench --threads 1 --reps 1 --batch 16 --only conv2
 
 #include <cblas.h>
 
@@ -73,6 +75,7 @@ struct options {
   int threads = 2, reps = 15;
   int64_t batch = 64;
   std::string layers = "cnn";
+  std::string only;  ///< the layers whose name contains it (empty: all)
 };
 
 options parse(int argc, char** argv) {
@@ -83,8 +86,10 @@ options parse(int argc, char** argv) {
     else if (a == "--reps") o.reps = std::atoi(argv[i + 1]);
     else if (a == "--batch") o.batch = std::atoll(argv[i + 1]);
     else if (a == "--layers") o.layers = argv[i + 1];
+    else if (a == "--only") o.only = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all]\n");
+      std::fprintf(stderr, "usage: troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all] "
+                           "[--only NAME]\n");
       std::exit(2);
     }
   }
@@ -133,6 +138,7 @@ int main(int argc, char** argv) {
   }};
   std::vector<setup> ss;
   for (const layer& l : layers_of(o.layers)) {
+    if (l.name.find(o.only) == std::string::npos) continue;
     setup s;
     s.l = l;
     s.g = k::conv2d_geometry{l.c, l.oc, l.kernel, l.stride, l.padding};

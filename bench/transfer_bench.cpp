@@ -11,8 +11,15 @@
 // per-repetition ratios troupe / raw.
 //
 //   build/bench/troupe_transfer_bench [--reps N] [--sizes 4K,1M,16M,100M|none] [--pings N] [--host 127.0.0.1]
+//       [--sender-host ADDR --receiver-netns NAME]
+// With --receiver-netns the receiver joins network namespace NAME
+// (/var/run/netns/NAME, root only) before it opens a socket, so that the bytes
+// cross a veth pair: --host is then its address there, --sender-host the
+// parent's (bench/fit_link.sh veth sets this up).
 #include <boost/asio.hpp>
 #include <capnp/message.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,7 +51,9 @@ struct config {
   int reps = 9;
   int pings = 2000;
   std::vector<std::size_t> sizes = {4 << 10, 1 << 20, 16 << 20, 100 << 20};
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // the receiver's address
+  std::string sender_host;          // the sender's (empty: host)
+  std::string receiver_netns;       // the receiver's network namespace (empty: this one)
 };
 
 std::size_t parse_size(const std::string& s) {
@@ -67,6 +76,17 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/// Moves this process into network namespace `name` (ip netns's /var/run/netns/NAME).
+void join_netns(const std::string& name) {
+  const std::string path = "/var/run/netns/" + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  const int rc = ::setns(fd, CLONE_NEWNET);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error("cannot join network namespace " + name + ": " + std::strerror(err));
 }
 
 std::vector<uint16_t> free_ports(std::size_t n, const std::string& host) {
@@ -122,7 +142,7 @@ std::pair<wire::Envelope::Which, bool> peek(const message& m) {
 transport_options options_for(const config& cfg, const std::vector<uint16_t>& ports, uint32_t self) {
   transport_options o;
   o.self = self;
-  o.nodes = {{"receiver", cfg.host, ports[0]}, {"sender", cfg.host, ports[1]}};
+  o.nodes = {{"receiver", cfg.host, ports[0]}, {"sender", cfg.sender_host, ports[1]}};
   o.secret = "transfer-bench-secret";
   o.job_hash = "transfer-bench";
   o.max_frame_bytes = uint64_t(1) << 30;
@@ -312,7 +332,8 @@ int run_parent(const config& cfg, const std::vector<uint16_t>& ports) {
   }
 
   parent p{cfg, t, r, raw, ch};
-  std::cout << "transfer: troupe transport vs raw Boost.Asio, " << cfg.host << ", " << cfg.reps
+  std::cout << "transfer: troupe transport vs raw Boost.Asio, " << cfg.sender_host << " -> " << cfg.host
+            << (cfg.receiver_netns.empty() ? "" : " (network namespace " + cfg.receiver_netns + ")") << ", " << cfg.reps
             << " interleaved repetitions, medians\n";
   if (!cfg.sizes.empty())
     std::cout << std::left << std::setw(9) << "size" << std::right << std::setw(10) << "messages" << std::setw(12)
@@ -409,13 +430,18 @@ int main(int argc, char** argv) {
       cfg.pings = std::stoi(value());
     } else if (a == "--host") {
       cfg.host = value();
+    } else if (a == "--sender-host") {
+      cfg.sender_host = value();
+    } else if (a == "--receiver-netns") {
+      cfg.receiver_netns = value();
     } else if (a == "--sizes") {
       cfg.sizes.clear();
       std::stringstream ss(value());
       for (std::string x; std::getline(ss, x, ',');)
         if (x != "none") cfg.sizes.push_back(parse_size(x));
     } else {
-      std::cerr << "usage: troupe_transfer_bench [--reps N] [--sizes 4K,1M,16M,100M|none] [--pings N] [--host ADDR]\n";
+      std::cerr << "usage: troupe_transfer_bench [--reps N] [--sizes 4K,1M,16M,100M|none] [--pings N] [--host ADDR] "
+                   "[--sender-host ADDR --receiver-netns NAME]\n";
       return 2;
     }
   }
@@ -423,7 +449,15 @@ int main(int argc, char** argv) {
     std::cerr << "transfer_bench: --reps and --pings must be >= 1\n";
     return 2;
   }
-  const auto ports = free_ports(3, cfg.host);
+  if (cfg.sender_host.empty()) cfg.sender_host = cfg.host;
+  std::vector<uint16_t> ports;
+  if (cfg.receiver_netns.empty()) {
+    ports = free_ports(3, cfg.host);
+  } else {
+    // The receiver's ports are in its own namespace, where nothing else listens.
+    const uint16_t base = static_cast<uint16_t>(30000 + ::getpid() % 20000);
+    ports = {base, free_ports(1, cfg.sender_host).at(0), static_cast<uint16_t>(base + 1)};
+  }
   std::cout.flush();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -433,6 +467,7 @@ int main(int argc, char** argv) {
   if (pid == 0) {
     int rc = 1;
     try {
+      if (!cfg.receiver_netns.empty()) join_netns(cfg.receiver_netns);
       rc = run_child(cfg, ports);
     } catch (const std::exception& e) {
       std::cerr << "transfer_bench receiver: " << e.what() << "\n";

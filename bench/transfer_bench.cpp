@@ -292,6 +292,82 @@ struct parent {
     }
     return std::chrono::duration<double>(clock_type::now() - t0).count() / n;
   }
+
+  // The throughput table: per size, raw and troupe interleaved.
+  void throughputs() {
+    if (!cfg.sizes.empty())
+      std::cout << std::left << std::setw(9) << "size" << std::right << std::setw(10) << "messages" << std::setw(12)
+              << "raw GiB/s" << std::setw(14) << "troupe GiB/s" << std::setw(14) << "troupe/raw" << std::setw(18)
+              << "ratio min..max" << "\n";
+    std::cout.flush();
+    constexpr double gib = double(1 << 30);
+    for (std::size_t size : cfg.sizes) {
+      const std::size_t count = count_for(size);
+      const message body = data_message(size, false), last = data_message(size, true);
+      const std::vector<char> payload(size, 0x3f);
+      // Warm up both paths once (page faults of fresh buffers, the receive pool).
+      raw_throughput(payload, size, std::min<std::size_t>(count, 4));
+      troupe_throughput(body, last, size, std::min<std::size_t>(count, 4));
+      std::vector<double> raw_v, troupe_v, ratio;
+      for (int rep = 0; rep < cfg.reps; ++rep) {
+        double a, b;
+        if (rep % 2 == 0) {
+          a = raw_throughput(payload, size, count);
+          b = troupe_throughput(body, last, size, count);
+        } else {
+          b = troupe_throughput(body, last, size, count);
+          a = raw_throughput(payload, size, count);
+        }
+        raw_v.push_back(a / gib);
+        troupe_v.push_back(b / gib);
+        ratio.push_back(b / a);
+      }
+      std::ostringstream range;
+      range << std::fixed << std::setprecision(2) << *std::min_element(ratio.begin(), ratio.end()) << ".."
+            << *std::max_element(ratio.begin(), ratio.end());
+      std::cout << std::left << std::setw(9) << size_name(size) << std::right << std::setw(10) << count << std::fixed
+                << std::setprecision(2) << std::setw(12) << median(raw_v) << std::setw(14) << median(troupe_v)
+                << std::setw(14) << median(ratio) << std::setw(18) << range.str() << "\n";
+      std::cout.flush();
+    }
+  }
+
+  // The round trips of a small frame: bare Asio, troupe from the io thread and from a caller thread.
+  void round_trips() {
+    const message& ping = ch.ping;
+    const std::size_t frame_bytes = make_message_frame({0, role::worker, 0}, ping, 1).bytes();
+    raw_round_trip(frame_bytes, 200);
+    troupe_round_trip(ping, 200);
+    troupe_round_trip_io(200);
+    // Three interleaved: bare Asio (blocking, one thread a side), troupe from the io
+    // thread (the transport alone), troupe from an application thread (with the hand-offs).
+    std::vector<double> raw_v, io_v, app_v, io_ratio, app_ratio;
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      double a = 0, b = 0, c = 0;
+      for (int k = 0; k < 3; ++k) switch ((rep + k) % 3) {
+          case 0: a = raw_round_trip(frame_bytes, cfg.pings); break;
+          case 1: b = troupe_round_trip_io(cfg.pings); break;
+          default: c = troupe_round_trip(ping, cfg.pings); break;
+        }
+      raw_v.push_back(a * 1e6);
+      io_v.push_back(b * 1e6);
+      app_v.push_back(c * 1e6);
+      io_ratio.push_back(b / a);
+      app_ratio.push_back(c / a);
+    }
+    auto range = [](const std::vector<double>& v) {
+      std::ostringstream o;
+      o << std::fixed << std::setprecision(2) << *std::min_element(v.begin(), v.end()) << ".."
+        << *std::max_element(v.begin(), v.end());
+      return o.str();
+    };
+    std::cout << std::fixed << "round trip of a " << frame_bytes << "-byte frame, " << cfg.pings << " per repetition:\n"
+              << std::setprecision(1) << "  bare Asio ping-pong            " << std::setw(7) << median(raw_v) << " us\n"
+              << "  troupe, io thread to io thread " << std::setw(7) << median(io_v) << " us  troupe/bare "
+              << std::setprecision(2) << median(io_ratio) << " (" << range(io_ratio) << ")\n"
+              << std::setprecision(1) << "  troupe, from a caller thread   " << std::setw(7) << median(app_v)
+              << " us  troupe/bare " << std::setprecision(2) << median(app_ratio) << " (" << range(app_ratio) << ")\n";
+  }
 };
 
 int run_parent(const config& cfg, const std::vector<uint16_t>& ports) {
@@ -335,75 +411,8 @@ int run_parent(const config& cfg, const std::vector<uint16_t>& ports) {
   std::cout << "transfer: troupe transport vs raw Boost.Asio, " << cfg.sender_host << " -> " << cfg.host
             << (cfg.receiver_netns.empty() ? "" : " (network namespace " + cfg.receiver_netns + ")") << ", " << cfg.reps
             << " interleaved repetitions, medians\n";
-  if (!cfg.sizes.empty())
-    std::cout << std::left << std::setw(9) << "size" << std::right << std::setw(10) << "messages" << std::setw(12)
-            << "raw GiB/s" << std::setw(14) << "troupe GiB/s" << std::setw(14) << "troupe/raw" << std::setw(18)
-            << "ratio min..max" << "\n";
-  std::cout.flush();
-  constexpr double gib = double(1 << 30);
-  for (std::size_t size : cfg.sizes) {
-    const std::size_t count = count_for(size);
-    const message body = data_message(size, false), last = data_message(size, true);
-    const std::vector<char> payload(size, 0x3f);
-    // Warm up both paths once (page faults of fresh buffers, the receive pool).
-    p.raw_throughput(payload, size, std::min<std::size_t>(count, 4));
-    p.troupe_throughput(body, last, size, std::min<std::size_t>(count, 4));
-    std::vector<double> raw_v, troupe_v, ratio;
-    for (int rep = 0; rep < cfg.reps; ++rep) {
-      double a, b;
-      if (rep % 2 == 0) {
-        a = p.raw_throughput(payload, size, count);
-        b = p.troupe_throughput(body, last, size, count);
-      } else {
-        b = p.troupe_throughput(body, last, size, count);
-        a = p.raw_throughput(payload, size, count);
-      }
-      raw_v.push_back(a / gib);
-      troupe_v.push_back(b / gib);
-      ratio.push_back(b / a);
-    }
-    std::ostringstream range;
-    range << std::fixed << std::setprecision(2) << *std::min_element(ratio.begin(), ratio.end()) << ".."
-          << *std::max_element(ratio.begin(), ratio.end());
-    std::cout << std::left << std::setw(9) << size_name(size) << std::right << std::setw(10) << count << std::fixed
-              << std::setprecision(2) << std::setw(12) << median(raw_v) << std::setw(14) << median(troupe_v)
-              << std::setw(14) << median(ratio) << std::setw(18) << range.str() << "\n";
-    std::cout.flush();
-  }
-
-  const message& ping = ch.ping;
-  const std::size_t frame_bytes = make_message_frame({0, role::worker, 0}, ping, 1).bytes();
-  p.raw_round_trip(frame_bytes, 200);
-  p.troupe_round_trip(ping, 200);
-  p.troupe_round_trip_io(200);
-  // Three interleaved: bare Asio (blocking, one thread a side), troupe from the io
-  // thread (the transport alone), troupe from an application thread (with the hand-offs).
-  std::vector<double> raw_v, io_v, app_v, io_ratio, app_ratio;
-  for (int rep = 0; rep < cfg.reps; ++rep) {
-    double a = 0, b = 0, c = 0;
-    for (int k = 0; k < 3; ++k) switch ((rep + k) % 3) {
-        case 0: a = p.raw_round_trip(frame_bytes, cfg.pings); break;
-        case 1: b = p.troupe_round_trip_io(cfg.pings); break;
-        default: c = p.troupe_round_trip(ping, cfg.pings); break;
-      }
-    raw_v.push_back(a * 1e6);
-    io_v.push_back(b * 1e6);
-    app_v.push_back(c * 1e6);
-    io_ratio.push_back(b / a);
-    app_ratio.push_back(c / a);
-  }
-  auto range = [](const std::vector<double>& v) {
-    std::ostringstream o;
-    o << std::fixed << std::setprecision(2) << *std::min_element(v.begin(), v.end()) << ".."
-      << *std::max_element(v.begin(), v.end());
-    return o.str();
-  };
-  std::cout << std::fixed << "round trip of a " << frame_bytes << "-byte frame, " << cfg.pings << " per repetition:\n"
-            << std::setprecision(1) << "  bare Asio ping-pong            " << std::setw(7) << median(raw_v) << " us\n"
-            << "  troupe, io thread to io thread " << std::setw(7) << median(io_v) << " us  troupe/bare "
-            << std::setprecision(2) << median(io_ratio) << " (" << range(io_ratio) << ")\n"
-            << std::setprecision(1) << "  troupe, from a caller thread   " << std::setw(7) << median(app_v)
-            << " us  troupe/bare " << std::setprecision(2) << median(app_ratio) << " (" << range(app_ratio) << ")\n";
+  p.throughputs();
+  p.round_trips();
   const auto s = t.stats();
   std::cout << "troupe sender: " << s.frames_sent << " frames, " << s.bytes_sent / double(1 << 20) << " MiB written, "
             << s.rejected() << " rejected, " << s.resent << " re-sent\n";

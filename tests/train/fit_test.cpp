@@ -304,11 +304,17 @@ TEST_CASE("one ASGD worker on actors reproduces the sequential loop's losses for
   fit(seq, log);
   REQUIRE(expected.size() == 100);
   // One shard; three shards with each shard's push sent during backward
-  // (pipelined execution) and after it (linear): the same steps.
-  for (auto [shards, overlap] : {std::pair{1, true}, std::pair{3, true}, std::pair{3, false}}) {
-    INFO(shards << " shard(s), overlap " << overlap);
+  // (pipelined execution: the next forward pass running each shard's layers
+  // as its weights arrive, or waiting for every shard) and after it
+  // (linear): the same steps.
+  struct mode {
+    int shards;
+    bool overlap, receive;
+  };
+  for (mode m : {mode{1, true, true}, mode{3, true, true}, mode{3, true, false}, mode{3, false, false}}) {
+    INFO(m.shards << " shard(s), overlap " << m.overlap << ", receiving per layer " << m.receive);
     job async = seq;
-    async.algorithm(asgd().shards(shards).overlap(overlap));
+    async.algorithm(asgd().shards(m.shards).overlap(m.overlap).overlap_receive(m.receive));
     got.clear();
     async.on_step([&](const step_event& e) { got.push_back(e.loss); });
     fit(async, log);

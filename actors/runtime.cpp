@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <iostream>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -15,6 +16,7 @@
 #include "model/cost_profile.hpp"
 #include "net/checkpoint.hpp"
 #include "net/transport.hpp"
+#include "train/profile_cache.hpp"
 #include "train/cluster.hpp"
 #include "train/job_file.hpp"
 #include "train/loop.hpp"
@@ -306,10 +308,20 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
                           std::to_string(updates);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it == cache.end())
-    it = cache.emplace(key, model::measure_costs(m, micro, s.pipeline.micro_batches,
-                                                 kernels::context::with_threads(threads), 5, updates)).first;
-  return it->second;
+  if (it != cache.end()) return it->second;
+  // Across processes: the file given by --profile-cache, when it holds this key.
+  const std::string& path = s.pipeline.profile_cache;
+  const std::string file_key = train::profile_key(key, "measured: 5 repetitions");
+  std::string why;
+  std::optional<std::vector<model::layer_cost>> costs =
+      path.empty() ? std::nullopt : train::read_profile(path, file_key, m.size(), &why);
+  if (!why.empty()) std::cerr << why << "; measuring again" << std::endl;
+  if (!costs) {
+    costs = model::measure_costs(m, micro, s.pipeline.micro_batches, kernels::context::with_threads(threads), 5,
+                                 updates);
+    if (!path.empty()) train::write_profile(path, file_key, *costs);
+  }
+  return cache.emplace(key, std::move(*costs)).first->second;
 }
 
 /// The plan of `j` on `topo`. `measure`: the layers' times for a placer are

@@ -157,6 +157,10 @@ struct pipeline_settings {
   /// The link between stages: {seconds per byte, seconds per message}, as
   /// bench/fit_link.sh fits them (empty: model::same_process_link()).
   std::vector<float> link_cost;
+  /// A file keeping the layers' measured costs across processes (empty:
+  /// measured again by each process): troupe_plan and the trainer given the
+  /// same file place on the same costs (train/profile_cache.hpp).
+  std::string profile_cache;
 };
 
 /// Every plain value of a job: what a job file holds besides the model and the data.

@@ -298,7 +298,12 @@ std::vector<job_key> make_pipeline_keys() {
       numbers_key("link-cost", "A,B",
                   "the link between stages for the placer: A seconds per byte, B per message (bench/fit_link.sh "
                   "fits them; default 2.5e-10,2e-5: one process)",
-                  [](auto& s) -> auto& { return s.train.pipeline.link_cost; }, at_least(0))
+                  [](auto& s) -> auto& { return s.train.pipeline.link_cost; }, at_least(0)),
+      text_key("profile-cache", "FILE",
+               "keep the layers' measured costs for the placer in FILE, read back by the next process that "
+               "places the same model on this machine (troupe_plan, then the trainer), so that both place on "
+               "the same costs (default: none, each process measures)",
+               [](auto& s) -> auto& { return s.train.pipeline.profile_cache; }),
   };
 }
 

@@ -106,6 +106,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"device-memory", "100,0", "device_memory_mb"},
       {"stage-devices", "1,0", "stage_devices"},
       {"link-cost", "1e-9,3e-5", "link_cost"},
+      {"profile-cache", "costs.txt", "profile_cache"},
       {"trace", "t.json", "trace"},
   };
   CHECK(cases.size() == job_keys().size());

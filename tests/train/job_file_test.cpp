@@ -228,7 +228,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
       "speeds",     "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay",
       "pipeline-stages", "micro-batches", "schedule", "pipeline-cuts", "stash",
-      "placement", "device-speeds", "device-memory", "stage-devices", "link-cost", "trace"};
+      "placement", "device-speeds", "device-memory", "stage-devices", "link-cost", "profile-cache", "trace"};
   std::vector<std::string> table;
   for (const job_key& k : job_keys()) {
     table.push_back(k.name);

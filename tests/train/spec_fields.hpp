@@ -90,6 +90,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"device_memory_mb", list(t.pipeline.device_memory_mb)},
       {"stage_devices", list(t.pipeline.stage_devices)},
       {"link_cost", list(t.pipeline.link_cost)},
+      {"profile_cache", t.pipeline.profile_cache},
       {"trace", t.trace},
       {"secret_file", c.secret_file},
       {"join_timeout_s", std::to_string(c.join_timeout_s)},
@@ -137,6 +138,7 @@ inline train::job_spec everything_changed() {
   t.pipeline.device_memory_mb = {100, 0, 2048};
   t.pipeline.stage_devices = {2, 0};
   t.pipeline.link_cost = {6.5e-10f, 1.5e-5f};
+  t.pipeline.profile_cache = "costs.txt";
   t.trace = "timeline.json";
   t.checkpoint_every_s = 2.5;
   t.validation_fraction = 0.125;

@@ -298,6 +298,18 @@ void stage_send(stage_actor_t* self, stage_core::result& r) {
   r = {};
 }
 
+/// How long an emulated slower device holds an action's output after `compute`
+/// seconds of it here: until the action has lasted as long as on that device
+/// (its time measured alone x slowdown; the cores' contention here is not
+/// multiplied), or, without measured costs, (slowdown - 1) x the compute.
+double emulated_hold(const train::stage_plan& plan, model::pipeline_action::kind what, double compute) {
+  if (plan.fwd_action_s <= 0) return (plan.slowdown - 1.0f) * compute;
+  const double target = what == model::pipeline_action::kind::forward    ? plan.fwd_action_s
+                        : what == model::pipeline_action::kind::backward ? plan.bwd_action_s
+                                                                         : 0.0;  // an update is in the backward's time
+  return std::max(0.0, target - compute);
+}
+
 void stage_step(stage_actor_t* self) {
   auto& st = self->state;
   const net::address& me = st.core->address();
@@ -311,10 +323,9 @@ void stage_step(stage_actor_t* self) {
     const auto t0 = clock_type::now();
     stage_core::result r = st.core->run(1);
     if (r.actions == 0) break;
-    const float slowdown = st.core->config().plan.slowdown;
-    if (slowdown > 1.0f) {
-      // A device `slowdown` times slower: busy, holding the output, for (slowdown - 1) x the compute time.
-      const double extra = (slowdown - 1.0f) * train::seconds_since(t0);
+    const train::stage_plan& plan = st.core->config().plan;
+    if (plan.slowdown > 1.0f) {
+      const double extra = emulated_hold(plan, r.last, train::seconds_since(t0));
       st.busy = true;
       st.held = std::move(r);
       self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(extra * 1e6)), release_atom::value);

@@ -143,6 +143,7 @@ stage_core::result stage_core::run(int max_actions) {
     ++out.actions;
     const model::pipeline_action a = program_.peek();
     program_.advance();
+    out.last = a.what;
     switch (a.what) {
       case model::pipeline_action::kind::forward: forward(a.micro_batch, out); break;
       case model::pipeline_action::kind::backward: backward(a.micro_batch, out); break;

@@ -79,6 +79,7 @@ public:
     std::vector<outgoing> messages;            ///< activations on, gradients back
     std::vector<train::step_report> reports;   ///< the last stage: one per finished mini-batch
     int actions = 0;                           ///< actions run
+    model::pipeline_action::kind last = model::pipeline_action::kind::forward;  ///< the last action's kind
   };
   /// Runs the schedule's actions while their inputs are here, at most
   /// `max_actions` of them (an actor runs one at a time and sends its output

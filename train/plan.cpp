@@ -242,6 +242,10 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
     st.first_layer = bounds[k];
     st.last_layer = bounds[k + 1];
     st.slowdown = ds.emulated ? static_cast<float>(fastest / p.devices[st.device].speed) : 1.0f;
+    if (measured && ds.emulated) {
+      st.fwd_action_s = p.estimate.stages[k].fwd_s / ps.micro_batches;
+      st.bwd_action_s = p.estimate.stages[k].bwd_s / ps.micro_batches;
+    }
     const uint32_t first = tensor;
     for (std::size_t l = st.first_layer; l < st.last_layer; ++l) tensor += static_cast<uint32_t>(profile.tensors[l]);
     st.params = {first, tensor, first < layout.size() ? layout[first].offset : layout.numel(),

@@ -64,6 +64,13 @@ struct stage_plan {
   int threads = 1;            ///< kernel threads of its forward and backward passes
   int device = 0;             ///< its device, an index into plan::devices
   float slowdown = 1;         ///< its device's emulated slowness: fastest speed / its speed (>= 1)
+  /// With measured costs on emulated devices: how long a forward and a
+  /// backward (with its update) of one micro-batch last on its device, its
+  /// layers' time measured alone on this machine x slowdown. An emulated
+  /// slower device holds each action's output until then (its compute here
+  /// counts towards it, contention of the shared cores included). 0: not
+  /// known (estimated costs), the hold is then (slowdown - 1) x the compute.
+  double fwd_action_s = 0, bwd_action_s = 0;
   int replica = 0;            ///< a hybrid's pipeline replica (0 without data parallelism)
   int shard = -1;             ///< a hybrid's shard of its parameters (an index into plan::shards); -1: updates them itself
 };

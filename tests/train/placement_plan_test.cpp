@@ -63,6 +63,12 @@ TEST_CASE("plan: a placer puts the stages on distinct devices and slows each as 
       used.insert(st.device);
       CHECK(st.slowdown == Approx(4.0 / p.devices[st.device].speed));
     }
+    // An emulated device's action lasts its stage's estimated time per micro-batch (M = 2).
+    for (std::size_t k = 0; k < p.stages.size(); ++k) {
+      CHECK(p.stages[k].fwd_action_s == Approx(p.estimate.stages[k].fwd_s / 2));
+      CHECK(p.stages[k].bwd_action_s == Approx(p.estimate.stages[k].bwd_s / 2));
+      CHECK(p.stages[k].fwd_action_s > 0);
+    }
     CHECK(next == 4);
     CHECK(used.size() == 3);
     // The estimate is the cost model's for this placement, with costs at speed 1 = measured x the fastest speed.
@@ -113,6 +119,7 @@ TEST_CASE("plan: a cluster's declared devices place the stages on their nodes", 
   t.nodes.push_back({"c", 2, false, true, {{"cpu0", 8.0, 0}}});  // may not host stages: its device is not used
   const plan p = make_plan(pipeline(2, placement_kind::optimal, {}), t, four_tensors(), 100, &profile);
   REQUIRE(p.devices.size() == 3);
+  for (const auto& st : p.stages) CHECK(st.fwd_action_s == 0);  // declared devices are real: nothing emulated
   CHECK(p.devices[0].name == "cpu0@a");
   CHECK(p.devices[1].name == "cpu0@b");
   CHECK(p.device_nodes == std::vector<uint32_t>{0, 1, 1});

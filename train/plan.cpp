@@ -1,6 +1,7 @@
 #include "train/plan.hpp"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -193,6 +194,18 @@ void add_replicas(plan& p, const settings& s, const topology& t, std::vector<sta
     st.threads = std::max(1, t.nodes[st.address.node].threads / p.nodes[st.address.node].stages);
 }
 
+/// How many emulated devices share each thread of a node, at the most over
+/// the nodes (at least 1): a node of C threads hosting min(its devices, K)
+/// stages gives each at most C / stages of its cores.
+double emulation_share(const topology& t, const device_set& ds, int stages) {
+  std::map<uint32_t, int> on_node;
+  for (uint32_t n : ds.nodes) ++on_node[n];
+  double share = 1;
+  for (const auto& [n, devices] : on_node)
+    share = std::max(share, static_cast<double>(std::min(devices, stages)) / std::max(1, t.nodes[n].threads));
+  return share;
+}
+
 /// Cuts the model's layers into the pipeline's stages and places each on a
 /// device (and so on the device's node); one loader feeds the first stage.
 /// With an asynchronous algorithm, a hybrid: D = --workers replicas of the
@@ -217,15 +230,20 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
                 std::to_string(ds.devices.size()) + " devices (give one per stage, or --device-speeds)");
   p.devices = ds.devices;
   p.device_nodes = ds.nodes;
-  double fastest = 1;
+  double here = 1;  // the speed, in the devices' units, of one stage's share of this machine computing alone
   if (ds.emulated) {
+    double fastest = 1;
     for (const auto& d : p.devices) fastest = std::max(fastest, d.speed);
-    // This machine plays the fastest device (emulation slows the others), so
-    // a cost measured here is a device of speed `fastest`'s: at speed 1 it
-    // takes `fastest` times as long.
+    // Emulation slows every stage to its device's speed, so this machine must
+    // be at least as fast as the fastest device for every stage at once: when
+    // a node's stages outnumber its threads (4 stages on 2 cores), they
+    // share the cores, and the fastest device is emulated that many times
+    // slower than a stage running alone here. A cost measured here is then a
+    // device of speed `here`'s: at speed 1 it takes `here` times as long.
+    here = fastest * emulation_share(t, ds, ps.stages);
     for (auto& c : costs) {
-      c.fwd_s *= fastest;
-      c.bwd_s *= fastest;
+      c.fwd_s *= here;
+      c.bwd_s *= here;
     }
   }
   const model::placement placed = place_stages(s, profile, costs, p.devices);
@@ -241,7 +259,7 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
     st.address = {p.device_nodes[st.device], net::role::stage, static_cast<uint32_t>(k)};
     st.first_layer = bounds[k];
     st.last_layer = bounds[k + 1];
-    st.slowdown = ds.emulated ? static_cast<float>(fastest / p.devices[st.device].speed) : 1.0f;
+    st.slowdown = ds.emulated ? static_cast<float>(here / p.devices[st.device].speed) : 1.0f;
     if (measured && ds.emulated) {
       st.fwd_action_s = p.estimate.stages[k].fwd_s / ps.micro_batches;
       st.bwd_action_s = p.estimate.stages[k].bwd_s / ps.micro_batches;

@@ -61,7 +61,8 @@ TEST_CASE("plan: a placer puts the stages on distinct devices and slows each as 
       CHECK(st.last_layer > st.first_layer);
       next = st.last_layer;
       used.insert(st.device);
-      CHECK(st.slowdown == Approx(4.0 / p.devices[st.device].speed));
+      // 3 stages on a node of 2 threads: the fastest device (4) is emulated 1.5x slower than a stage alone here.
+      CHECK(st.slowdown == Approx(6.0 / p.devices[st.device].speed));
     }
     // An emulated device's action lasts its stage's estimated time per micro-batch (M = 2).
     for (std::size_t k = 0; k < p.stages.size(); ++k) {
@@ -71,11 +72,12 @@ TEST_CASE("plan: a placer puts the stages on distinct devices and slows each as 
     }
     CHECK(next == 4);
     CHECK(used.size() == 3);
-    // The estimate is the cost model's for this placement, with costs at speed 1 = measured x the fastest speed.
+    // The estimate is the cost model's for this placement, with costs at speed 1 = measured x the fastest
+    // speed x the stages sharing a thread (1.5).
     std::vector<model::layer_cost> at_speed_1 = costs;
     for (auto& c : at_speed_1) {
-      c.fwd_s *= 4;
-      c.bwd_s *= 4;
+      c.fwd_s *= 6;
+      c.bwd_s *= 6;
     }
     model::placement pl;
     for (std::size_t k = 1; k < p.stages.size(); ++k) pl.cuts.push_back(static_cast<int>(p.stages[k].first_layer));
@@ -85,6 +87,10 @@ TEST_CASE("plan: a placer puts the stages on distinct devices and slows each as 
     CHECK_THAT(describe_placement(p, s, true), Contains("\"predicted_step_s\":"));
     CHECK_THAT(describe_placement(p, s, false), Contains("(bottleneck)"));
   }
+  // With a thread per stage, the fastest device is this machine's speed: no sharing.
+  const plan roomy = make_plan(pipeline(3, placement_kind::greedy, {1, 2, 4, 1}), topology::local(4), four_tensors(),
+                               100, &profile, &costs);
+  for (const auto& st : roomy.stages) CHECK(st.slowdown == Approx(4.0 / roomy.devices[st.device].speed));
   // The optimum is never worse than greedy, nor greedy than this random draw's placement by more than rounding.
   const plan opt = make_plan(pipeline(3, placement_kind::optimal, {1, 2, 4, 1}), topology::local(2), four_tensors(), 100,
                              &profile, &costs);

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Placement measured, not predicted: the CNN as a 4-stage 1F1B pipeline on
-# emulated devices of speeds 1, 1, 2 and 4 (--device-speeds: a stage on a
-# device of speed v holds each output for (4 / v - 1) x its compute time),
-# placed by the greedy and optimal placers and by random placements (seeds
-# 1..R), interleaved per repetition. Each run's own plan (the trainer measures
-# the layers' times and prints the cost model's table) gives the predicted
-# step time; the run's samples/s gives the measured one.
+# emulated devices of speeds 1, 1, 2 and 4 (--device-speeds: 4 stages share
+# 2 cores, so a stage alone here plays a device of speed 8, and a stage on a
+# device of speed v holds each action's output until it has lasted 8 / v x
+# its layers' time measured alone), placed by the greedy and optimal placers
+# and by random placements (seeds 1..R), interleaved per repetition. The
+# layers are measured once (--profile-cache) and every run places on those
+# costs; each run's plan (the cost model's table in its log) gives the
+# predicted step time, the run's samples/s the measured one.
 #   bench/placement_cnn.sh [STEPS] [REPS] [RANDOM_SEEDS]     (defaults 150 3 5)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +15,7 @@ steps=${1:-150} reps=${2:-3} seeds=${3:-5}
 trainer=${TROUPE_TRAINER:-$here/../build/troupe_trainer}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 job=(--model cnn --pipeline-stages 4 --micro-batches 4 --schedule 1f1b --device-speeds 1,1,2,4 --epochs 1
-     --max-steps "$steps" --evaluate false --progress none --threads 2)
+     --max-steps "$steps" --evaluate false --progress none --threads 2 --profile-cache "$tmp/profile.txt")
 run() {  # name, options... -> "predicted_ms measured_ms placement"
   local name=$1; shift
   "$trainer" "${job[@]}" "$@" --metrics-out "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log" >&2; exit 1; }

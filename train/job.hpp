@@ -149,11 +149,12 @@ struct pipeline_settings {
   int stash = 0;                  ///< 1F1B: weight versions a stage keeps (0: as many as it has in flight)
   placement_kind placement = placement_kind::even;
   /// Relative speeds of the devices stages run on (higher: faster; empty: K
-  /// devices of speed 1). Emulated (this machine plays the fastest device): a
-  /// stage on a device of speed v holds each action's output, busy meanwhile,
-  /// until the action has lasted fastest / v x its layers' time measured
-  /// alone here; without measured costs (a cluster's nodes), for
-  /// (fastest / v - 1) x its compute time.
+  /// devices of speed 1). Emulated: a stage alone on this machine plays a
+  /// device of speed h x fastest, h = the stages per thread of the node (at
+  /// least 1: 4 stages on 2 cores, h = 2), and a stage on a device of speed v
+  /// holds each action's output, busy meanwhile, until the action has lasted
+  /// h x fastest / v x its layers' time measured alone here; without measured
+  /// costs (a cluster's nodes), for (h x fastest / v - 1) x its compute time.
   std::vector<float> device_speeds;
   std::vector<float> device_memory_mb;  ///< per device, 0: no limit (empty: none)
   std::vector<int> stage_devices;       ///< manual placement: the device of each stage (empty: 0, 1, ...)

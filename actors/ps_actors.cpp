@@ -288,6 +288,8 @@ struct stage_state {
   std::string track;
   bool busy = false;                     // an emulated slower device: holding `held` until release_atom
   stage_core::result held;
+  std::unique_ptr<device_pace> pace;
+  clock_type::time_point hold_until;     // when the current hold is due to end
 };
 using stage_actor_t = caf::stateful_actor<stage_state>;
 
@@ -296,18 +298,6 @@ void stage_send(stage_actor_t* self, stage_core::result& r) {
   for (auto& m : r.messages) send_to(*st.dir, m.to, std::move(m.msg));
   for (auto& rep : r.reports) send_to(*st.dir, st.coordinator, make_metrics(st.core->address(), st.coordinator, rep));
   r = {};
-}
-
-/// How long an emulated slower device holds an action's output after `compute`
-/// seconds of it here: until the action has lasted as long as on that device
-/// (its time measured alone x slowdown; the cores' contention here is not
-/// multiplied), or, without measured costs, (slowdown - 1) x the compute.
-double emulated_hold(const train::stage_plan& plan, model::pipeline_action::kind what, double compute) {
-  if (plan.fwd_action_s <= 0) return (plan.slowdown - 1.0f) * compute;
-  const double target = what == model::pipeline_action::kind::forward    ? plan.fwd_action_s
-                        : what == model::pipeline_action::kind::backward ? plan.bwd_action_s
-                                                                         : 0.0;  // an update is in the backward's time
-  return std::max(0.0, target - compute);
 }
 
 void stage_step(stage_actor_t* self) {
@@ -323,9 +313,10 @@ void stage_step(stage_actor_t* self) {
     const auto t0 = clock_type::now();
     stage_core::result r = st.core->run(1);
     if (r.actions == 0) break;
-    const train::stage_plan& plan = st.core->config().plan;
-    if (plan.slowdown > 1.0f) {
-      const double extra = emulated_hold(plan, r.last, train::seconds_since(t0));
+    if (!st.pace) st.pace = std::make_unique<device_pace>(st.core->config().plan);
+    if (st.pace->holds()) {
+      const double extra = st.pace->hold(r.last, train::seconds_since(t0));
+      st.hold_until = clock_type::now() + std::chrono::microseconds(static_cast<int64_t>(extra * 1e6));
       st.busy = true;
       st.held = std::move(r);
       self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(extra * 1e6)), release_atom::value);
@@ -359,6 +350,7 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
       [self](release_atom) {
         auto& st = self->state;
         st.busy = false;
+        if (st.pace) st.pace->ended_late(train::seconds_since(st.hold_until));
         try {
           stage_send(self, st.held);
           stage_step(self);

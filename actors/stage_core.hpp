@@ -155,4 +155,27 @@ private:
   staleness_tally tally_;                                    // of its pushes, since the last report
 };
 
+/// The pace of an emulated slower device (--device-speeds): how long a stage
+/// holds each action's output after computing it here. With measured costs,
+/// until the action has lasted its device's time (stage_plan::fwd_action_s,
+/// bwd_action_s; an update is part of the backward's time), on average: the
+/// time the device fell behind (a timer that fired late, an update computed
+/// here) is taken off the next holds. Without them, (slowdown - 1) x the
+/// compute. A device at full speed never holds.
+class device_pace {
+public:
+  explicit device_pace(const train::stage_plan& p) : p_(p) {}
+  bool holds() const { return p_.slowdown > 1.0f; }
+  /// The hold after an action of kind `what` that took `compute` seconds here.
+  double hold(model::pipeline_action::kind what, double compute);
+  /// The last hold ended `overshoot` seconds after it was due.
+  void ended_late(double overshoot);
+  /// Seconds the device is behind its pace.
+  double behind() const { return behind_; }
+
+private:
+  train::stage_plan p_;
+  double behind_ = 0;
+};
+
 } // namespace troupe::actors

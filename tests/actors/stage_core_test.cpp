@@ -325,3 +325,35 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
   CHECK(params_of(*st[0]) != before);
   CHECK(shards[0]->version() == 7);
 }
+
+TEST_CASE("an emulated slower device keeps its pace: holds to its time, late timers and updates made up",
+          "[actors][stage]") {
+  using kind = model::pipeline_action::kind;
+  train::stage_plan full;
+  CHECK_FALSE(device_pace(full).holds());
+  CHECK(device_pace(full).hold(kind::forward, 0.01) == 0);
+  // Estimated costs only: (slowdown - 1) x the compute.
+  train::stage_plan estimated;
+  estimated.slowdown = 4;
+  device_pace e(estimated);
+  CHECK(e.hold(kind::forward, 0.01) == Approx(0.03));
+  e.ended_late(0.5);  // not made up without measured times
+  CHECK(e.hold(kind::backward, 0.01) == Approx(0.03));
+  // Measured: a forward lasts 10 ms, a backward with its update 20 ms.
+  train::stage_plan measured;
+  measured.slowdown = 2;
+  measured.fwd_action_s = 0.010;
+  measured.bwd_action_s = 0.020;
+  device_pace p(measured);
+  CHECK(p.hold(kind::forward, 0.004) == Approx(0.006));
+  CHECK(p.hold(kind::update, 0.003) == 0);             // counted in the backward's time:
+  CHECK(p.hold(kind::backward, 0.012) == Approx(0.005));  // 20 - 12 - 3 ms
+  p.ended_late(0.002);                                  // a timer that fired 2 ms late
+  CHECK(p.hold(kind::forward, 0.004) == Approx(0.004));
+  CHECK(p.hold(kind::forward, 0.015) == 0);              // slower here than the device: 5 ms behind
+  CHECK(p.behind() == Approx(0.005));
+  CHECK(p.hold(kind::backward, 0.010) == Approx(0.005));
+  p.ended_late(10.0);  // a long stall is made up by at most a mini-batch's worth (4 x 30 ms)
+  CHECK(p.hold(kind::forward, 0.0) == 0);
+  CHECK(p.behind() == Approx(0.12));
+}

@@ -8,7 +8,16 @@
 //     message (limits, NaN scan) and reading it in place; and a CAF round trip
 //     of a ref-counted message between two actors (nothing copied).
 //
+//  3. With --link-points FILE, only the link between two pipeline stages of
+//     one process, for the placer's cost model: an Activation of 152 B to
+//     100 MiB built as a stage builds it (the payload copied in), carried by
+//     CAF to another actor that opens it as a stage does (limits, NaN scan),
+//     and echoed back. One way = the round trip less half the round trip of
+//     the smallest message (whose two hops it is). Writes "bytes seconds"
+//     lines for troupe_placement_study --fit-link.
+//
 //   build/bench/troupe_actor_bench [--model mlp|cnn|both] [--steps N] [--reps R] [--threads T]
+//   build/bench/troupe_actor_bench --link-points FILE [--reps R]
 #include <caf/all.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -200,24 +210,71 @@ void caf_round_trip(int reps) {
   self->send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
+/// The same-process link (3. above): writes the points to `path`.
+void same_process_link(int reps, const std::string& path) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", size_t(2));
+  caf::actor_system sys{cfg};
+  auto next_stage = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](const net::message& m) {
+      net::envelope_reader r(m, net::peer_limits());  // as stage_core::take opens an Activation
+      return m;
+    }};
+  });
+  caf::scoped_actor self{sys};
+  const net::address from{0, net::role::stage, 0}, to{0, net::role::stage, 1};
+  std::ofstream out(path);
+  if (!out) throw error("cannot write " + path);
+  double small_rt = 0;
+  for (const int64_t floats : {int64_t(38), int64_t(1) << 18, int64_t(1) << 22, int64_t(25) << 20}) {
+    const tensor t = tensor::full({floats}, 0.5f);
+    const int per_rep = floats > (1 << 20) ? 8 : floats > 1000 ? 200 : 5000;
+    std::vector<double> rt;
+    for (int r = 0; r <= reps; ++r) {  // the first repetition warms up
+      const auto t0 = clock_type::now();
+      for (int i = 0; i < per_rep; ++i) {
+        auto b = net::make_builder(static_cast<std::size_t>(floats) * sizeof(float));
+        net::encode(t, net::init_envelope(*b, from, to).initActivation().initTensor());
+        self->request(next_stage, caf::infinite, net::message::from_builder(std::move(b)))
+            .receive([](const net::message&) {}, [](caf::error&) {});
+      }
+      if (r > 0) rt.push_back(seconds_since(t0) / per_rep);
+    }
+    const double round_trip = median(rt);
+    if (small_rt == 0) small_rt = round_trip;
+    const double one_way = round_trip - small_rt / 2;
+    const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+    out << bytes << " " << std::setprecision(9) << one_way << "\n";
+    std::cout << std::fixed << std::setprecision(1) << "same process, " << bytes << " B: one way " << one_way * 1e6
+              << " us (round trip " << round_trip * 1e6 << " us, median of " << reps << ")\n";
+  }
+  self->send_exit(next_stage, caf::exit_reason::user_shutdown);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   std::string model = "both";
   int64_t steps = 400;
   int reps = 3, threads = 2;
+  std::string link_points;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
     else if (a == "--steps") steps = std::stoll(v);
     else if (a == "--reps") reps = std::stoi(v);
     else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--link-points") link_points = v;
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
     }
   }
   try {
+    if (!link_points.empty()) {
+      same_process_link(reps, link_points);
+      return 0;
+    }
     for (std::string mm : {"mlp", "cnn"}) {
       if (model != "both" && model != mm) continue;
       // In a child too: OpenMP threads started here would not survive the later forks.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <ostream>
 
 #include "actors/messages.hpp"
@@ -288,7 +289,7 @@ struct stage_state {
   std::string track;
   bool busy = false;                     // an emulated slower device: holding `held` until release_atom
   stage_core::result held;
-  std::unique_ptr<device_pace> pace;
+  std::optional<device_pace> pace;       // of its device, when an emulated slower one
   clock_type::time_point hold_until;     // when the current hold is due to end
 };
 using stage_actor_t = caf::stateful_actor<stage_state>;
@@ -313,8 +314,7 @@ void stage_step(stage_actor_t* self) {
     const auto t0 = clock_type::now();
     stage_core::result r = st.core->run(1);
     if (r.actions == 0) break;
-    if (!st.pace) st.pace = std::make_unique<device_pace>(st.core->config().plan);
-    if (st.pace->holds()) {
+    if (st.pace) {
       const double extra = st.pace->hold(r.last, train::seconds_since(t0));
       st.hold_until = clock_type::now() + std::chrono::microseconds(static_cast<int64_t>(extra * 1e6));
       st.busy = true;
@@ -346,6 +346,7 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
   st.coordinator = coordinator;
   st.prefetch = prefetch;
   st.track = net::to_string(st.core->address());
+  if (device_pace pace(st.core->config().plan); pace.holds()) st.pace = pace;
   return {
       [self](release_atom) {
         auto& st = self->state;

@@ -3,8 +3,8 @@
 #include <caf/all.hpp>
 
 #include <cstdlib>
-#include <map>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <ostream>

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/context.hpp"
@@ -44,6 +45,11 @@ inline int threads(const context& ctx) {
     throw error("kernels: context.threads is " + std::to_string(ctx.threads) +
                 "; it must be >= 1 (context::with_threads(0) gives every core)");
   return ctx.threads;
+}
+
+/// Threads of a loop over n images (one image per thread at a time): ctx's, at most n, at least 1.
+inline int image_threads(const context& ctx, int64_t n) {
+  return std::max(1, std::min<int>(threads(ctx), static_cast<int>(n)));
 }
 
 /// True when a loop over n elements is worth splitting over ctx's threads.

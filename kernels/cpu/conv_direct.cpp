@@ -401,7 +401,7 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
-  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+  const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = xp + i * c * h * wd;
@@ -427,7 +427,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0.
   const bool direct_dx = dx && s == 1 && p <= k - 1;
   const int64_t pd = k - 1 - p, ohp = oh + 2 * pd, owp = ow + 2 * pd;
-  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+  const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dW^T [taps, ocp] and dbias [ocp], in the calling thread's scratch.
   const std::size_t part = static_cast<std::size_t>(taps * ocp + ocp);

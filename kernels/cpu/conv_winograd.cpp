@@ -277,10 +277,6 @@ void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const flo
   output_transform(m, g, ocp, out);
 }
 
-int image_threads(const context& ctx, int64_t n) {
-  return std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
-}
-
 } // namespace
 
 bool conv2d_winograd_supported(const conv2d_geometry& g) {
@@ -298,7 +294,7 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
-  const int threads = image_threads(ctx, n);
+  const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
@@ -319,7 +315,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
   const tiling fwd = make_tiling(h, wd, g.padding);          // x -> y
   const tiling bwd = make_tiling(fwd.oh, fwd.ow, 2 - g.padding);  // dy -> dx
   const int64_t positions = fwd.oh * fwd.ow;
-  const int threads = image_threads(ctx, n);
+  const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dU [xi][cp][ocp] and dbias [ocp], in the calling thread's scratch.
   const std::size_t part = static_cast<std::size_t>(elements * cp * ocp + ocp);

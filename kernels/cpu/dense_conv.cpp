@@ -177,7 +177,7 @@ void conv2d_backward_im2col(const context& ctx, const tensor& w, const tensor& c
   const int64_t ckk = c * g.kernel * g.kernel;
   detail::require_shape(cols, {n, ckk, ohw}, "conv2d_backward", "cols (from conv2d_forward on the im2col path)");
 
-  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+  const int threads = detail::image_threads(ctx, n);
   // Per-thread partial sums of dw and dbias, reduced afterwards.
   std::vector<float> partial(static_cast<std::size_t>(threads) * (oc * ckk + oc), 0.0f);
   std::vector<float> dcols(dx ? static_cast<std::size_t>(threads) * ckk * ohw : 0);
@@ -269,7 +269,7 @@ void detail::conv2d_backward_data_gemm(const context& ctx, const tensor& w, cons
   const int64_t n = dx.dim(0), c = dx.dim(1), h = dx.dim(2), wd = dx.dim(3);
   const int64_t oc = g.out_channels, oh = dy.dim(2), ow = dy.dim(3), ohw = oh * ow;
   const int64_t ckk = c * g.kernel * g.kernel;
-  const int threads = std::max(1, std::min<int>(detail::threads(ctx), static_cast<int>(n)));
+  const int threads = detail::image_threads(ctx, n);
   std::vector<float> dcols(static_cast<std::size_t>(threads) * ckk * ohw);
   const float* wp = w.data();
   const float* dyp = dy.data();

@@ -492,52 +492,72 @@ TEST_CASE("worker: Hogwild! workers step on one shared buffer, staleness counts 
   }
 }
 
-TEST_CASE("worker: pipelined execution sends a shard's push as soon as backward has produced it",
-          "[actors][worker][overlap]") {
-  // Two layers with parameters; shard 1 holds the second layer's, shard 0 the first's.
-  const auto make = [] {
+namespace {
+
+/// dense(3, 2), relu, dense(2, 6) on two shards: shard 0 holds the first
+/// dense layer's weight and bias (layer 0), shard 1 the second's (layer 2);
+/// a batch of 2 samples.
+struct two_layer_shards {
+  static model::model make() {
     model::model m = nn::sequential(nn::dense(3, 2), nn::relu(), nn::dense(2, 6));
     m.build({3}, 7);
     return m;
-  };
+  }
   model::model ref = make();
-  const model::param_layout layout = ref.layout();
-  const auto ranges = model::plan_shards(layout, 2);
-  REQUIRE(ranges[0].first == 0);
-  REQUIRE(ranges[1].first == 2);  // the second dense layer's weight: layer 2
-  shard_source_config c;
-  c.self = worker_addr(0);
-  c.layout = layout;
-  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
+  model::param_layout layout = ref.layout();
+  std::vector<model::shard_range> ranges = model::plan_shards(layout, 2);
+  shard_source_config config;
   tensor x = tensor::empty({2, 3});
-  for (int64_t i = 0; i < 6; ++i) x.at(i) = 0.1f * static_cast<float>(i) - 0.2f;
 
-  const auto gradient = [](const net::message& m) {
-    net::envelope_reader r(m);
-    const net::flat_view g = net::view(r.root().getPushGradient().getValues(), "test");
-    return std::vector<float>(g.data, g.data + g.numel);
-  };
-  // The same two steps linear (pushes after backward) and pipelined (a sender given).
-  std::map<uint32_t, std::vector<float>> got[2][2];  // [pipelined][step] shard -> gradient
-  for (int pipelined = 0; pipelined < 2; ++pipelined) {
-    INFO((pipelined ? "pipelined" : "linear"));
-    std::vector<std::unique_ptr<shard_core>> shards;
+  two_layer_shards() {
+    config.self = worker_addr(0);
+    config.layout = layout;
+    for (uint32_t s = 0; s < 2; ++s) config.shards.push_back({shard_addr(s), ranges[s]});
+    for (int64_t i = 0; i < 6; ++i) x.at(i) = 0.1f * static_cast<float>(i) - 0.2f;
+  }
+  /// Two ASGD shards holding ref's parameters (as built: a reference step changes only its gradients).
+  std::vector<std::unique_ptr<shard_core>> shards() {
+    std::vector<std::unique_ptr<shard_core>> out;
     auto params = ref.parameters();
     for (uint32_t s = 0; s < 2; ++s) {
       std::vector<named_tensor> ts;
       for (uint32_t i = ranges[s].first; i < ranges[s].last; ++i)
         ts.push_back({params[i]->name, params[i]->value.clone()});
-      shards.push_back(std::make_unique<shard_core>(c.shards[s], ts, small_rule(model::rule_kind::asgd, 1, 0.1f),
-                                                    model::lr_schedule::constant, 100, kernels::context{}));
+      out.push_back(std::make_unique<shard_core>(config.shards[s], ts, small_rule(model::rule_kind::asgd, 1, 0.1f),
+                                                 model::lr_schedule::constant, 100, kernels::context{}));
     }
-    worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(make), shard_weights(c));
+    return out;
+  }
+};
+
+/// The gradient values a PushGradient carries.
+std::vector<float> pushed_gradient(const net::message& m) {
+  net::envelope_reader r(m);
+  const net::flat_view g = net::view(r.root().getPushGradient().getValues(), "test");
+  return std::vector<float>(g.data, g.data + g.numel);
+}
+
+} // namespace
+
+TEST_CASE("worker: pipelined execution sends a shard's push as soon as backward has produced it",
+          "[actors][worker][overlap]") {
+  two_layer_shards t;
+  const auto& ranges = t.ranges;
+  REQUIRE(ranges[0].first == 0);
+  REQUIRE(ranges[1].first == 2);  // the second dense layer's weight: layer 2
+  // The same two steps linear (pushes after backward) and pipelined (a sender given).
+  std::map<uint32_t, std::vector<float>> got[2][2];  // [pipelined][step] shard -> gradient
+  for (int pipelined = 0; pipelined < 2; ++pipelined) {
+    INFO((pipelined ? "pipelined" : "linear"));
+    auto shards = t.shards();
+    worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(two_layer_shards::make), shard_weights(t.config));
     std::vector<outgoing> sent;
     if (pipelined) w.overlap([&](outgoing&& o) { sent.push_back(std::move(o)); });
     for (auto& pull : w.start()) w.on_params(shards[pull.to.index]->handle(pull.msg).at(0).msg);
     REQUIRE(w.ready());
     for (int step = 0; step < 2; ++step) {
       sent.clear();
-      worker_core::step_out out = w.step(batch_message(x, tiny_labels));
+      worker_core::step_out out = w.step(batch_message(t.x, tiny_labels));
       if (pipelined) {
         // Both pushes went out during backward, the last layer's shard first.
         CHECK(out.pushes.empty());
@@ -552,7 +572,7 @@ TEST_CASE("worker: pipelined execution sends a shard's push as soon as backward 
       }
       CHECK_FALSE(w.ready());
       for (auto& o : sent) {
-        got[pipelined][step][o.to.index] = gradient(o.msg);
+        got[pipelined][step][o.to.index] = pushed_gradient(o.msg);
         w.on_params(shards[o.to.index]->handle(o.msg).at(0).msg);
       }
       REQUIRE(w.ready());
@@ -569,34 +589,12 @@ TEST_CASE("worker: pipelined execution sends a shard's push as soon as backward 
 
 TEST_CASE("worker: receiving per layer, the forward pass runs a shard's layers as soon as its weights arrive",
           "[actors][worker][overlap]") {
-  // Shard 0 holds the first dense layer's weight and bias (layer 0), shard 1 the second's (layer 2).
-  const auto make = [] {
-    model::model m = nn::sequential(nn::dense(3, 2), nn::relu(), nn::dense(2, 6));
-    m.build({3}, 7);
-    return m;
-  };
-  model::model ref = make();
-  const model::param_layout layout = ref.layout();
-  const auto ranges = model::plan_shards(layout, 2);
-  REQUIRE(ranges[0].last == 2);
-  shard_source_config c;
-  c.self = worker_addr(0);
-  c.layout = layout;
-  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
-  tensor x = tensor::empty({2, 3});
-  for (int64_t i = 0; i < 6; ++i) x.at(i) = 0.1f * static_cast<float>(i) - 0.2f;
-  const double ref_loss = reference_step(ref, x);
-  const std::vector<float> ref_grads = flat_grads(ref);
-
-  std::vector<std::unique_ptr<shard_core>> shards;
-  auto params = ref.parameters();
-  for (uint32_t s = 0; s < 2; ++s) {
-    std::vector<named_tensor> ts;
-    for (uint32_t i = ranges[s].first; i < ranges[s].last; ++i) ts.push_back({params[i]->name, params[i]->value.clone()});
-    shards.push_back(std::make_unique<shard_core>(c.shards[s], ts, small_rule(model::rule_kind::asgd, 1, 0.1f),
-                                                  model::lr_schedule::constant, 100, kernels::context{}));
-  }
-  worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(make), shard_weights(c));
+  two_layer_shards t;
+  REQUIRE(t.ranges[0].last == 2);
+  const double ref_loss = reference_step(t.ref, t.x);
+  const std::vector<float> ref_grads = flat_grads(t.ref);
+  auto shards = t.shards();
+  worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(two_layer_shards::make), shard_weights(t.config));
   std::vector<outgoing> sent;
   w.overlap([&](outgoing&& o) { sent.push_back(std::move(o)); });
   const std::vector<outgoing> pulls = w.start();
@@ -606,13 +604,13 @@ TEST_CASE("worker: receiving per layer, the forward pass runs a shard's layers a
   w.on_params(shards[0]->handle(pulls[0].msg).at(0).msg);
   CHECK_FALSE(w.ready());
   REQUIRE(w.can_step());
-  worker_core::step_out out = w.step(batch_message(x, tiny_labels));
+  worker_core::step_out out = w.step(batch_message(t.x, tiny_labels));
   CHECK(out.paused);
   CHECK(w.paused());
   CHECK_FALSE(w.can_resume());
   CHECK_FALSE(w.can_step());
   CHECK(sent.empty());
-  CHECK_THROWS_WITH(w.step(batch_message(x, tiny_labels)), Contains("while a step waits"));
+  CHECK_THROWS_WITH(w.step(batch_message(t.x, tiny_labels)), Contains("while a step waits"));
   CHECK_THROWS_WITH(w.resume(), Contains("layer 2"));
   // A late duplicate for shard 0, other weights at another version: the paused step keeps the weights it began with.
   w.on_params(params_message(0, worker_addr(0), 99, 0, 0,
@@ -634,9 +632,8 @@ TEST_CASE("worker: receiving per layer, the forward pass runs a shard's layers a
     CHECK(r.root().getPushGradient().getBaseVersion() == 0);
   }
   for (int k : {0, 1}) {
-    net::envelope_reader r(sent[static_cast<std::size_t>(1 - k)].msg);
-    const net::flat_view g = net::view(r.root().getPushGradient().getValues(), "test");
-    grads.insert(grads.end(), g.data, g.data + g.numel);
+    const std::vector<float> g = pushed_gradient(sent[static_cast<std::size_t>(1 - k)].msg);
+    grads.insert(grads.end(), g.begin(), g.end());
   }
   REQUIRE(grads.size() == ref_grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) CHECK(grads[i] == Approx(ref_grads[i]).epsilon(1e-6));

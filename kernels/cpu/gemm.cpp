@@ -1,6 +1,8 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+
 #include <Eigen/Core>
 
 #include "kernels/cpu/check.hpp"
@@ -34,22 +36,71 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
   else if (!ta && tb) run(A * B.transpose());
   else run(A.transpose() * B.transpose());
 }
+void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+/// Below this many multiply-adds a product runs on one thread: a fork and join costs more.
+constexpr int64_t min_split_macs = int64_t{1} << 17;
+
+/// Start of block t of `parts` over [0, len), in multiples of 16 (the kernels' register tiles).
+int64_t block_start(int64_t len, int t, int parts) {
+  return t == parts ? len : len * t / parts / 16 * 16;
+}
+
+/// OpenBLAS on ctx's threads: C cut into one block per thread, each a
+/// single-threaded sgemm (OpenBLAS runs single-threaded inside a parallel
+/// region), on a training step's small products (an MLP's 64 x 256 x 784)
+/// faster than OpenBLAS's own threading, which synchronizes inside
+/// (docs/benchmarks.md). C is cut by rows when op(A) is the larger operand, or
+/// when C is the largest matrix (k the smallest dimension, as in a weight
+/// gradient): each thread then writes one contiguous block. Otherwise by
+/// columns, so that each thread packs half of op(B), not all of it.
+void openblas_gemm(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const bool by_rows = m >= n || (k <= m && k <= n);
+  const int64_t len = by_rows ? m : n;
+  const int parts = static_cast<int>(std::min<int64_t>(threads, len / 16));
+  if (omp_in_parallel()) {
+    blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (parts < 2 || m * n * k < min_split_macs) {
+    // One OpenBLAS thread: it reads its count from this thread's OpenMP ICV, put back after.
+    const int icv = omp_get_max_threads();
+    if (icv != 1) omp_set_num_threads(1);
+    blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (icv != 1) omp_set_num_threads(icv);
+    return;
+  }
+#pragma omp parallel num_threads(parts)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = block_start(len, t, nt), hi = block_start(len, t + 1, nt);
+    if (hi > lo && by_rows)  // rows lo..hi of op(A) and C
+      blas(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
+    else if (hi > lo)  // columns lo..hi of op(B) and C
+      blas(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
+  }
+}
+
 } // namespace
 
 void gemm(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  // OpenBLAS (OpenMP build) and Eigen read their thread count from this thread's OpenMP ICV.
   const int threads = detail::threads(ctx);
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   if (ctx.gemm == gemm_backend::eigen) {
+    // Eigen reads its thread count from this thread's OpenMP ICV.
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  openblas_gemm(threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void matmul(const context& ctx, const tensor& a, const tensor& b, tensor& out) {

@@ -46,6 +46,42 @@ TEST_CASE("gemm matches a naive product for every transpose and both backends", 
     }
 }
 
+TEST_CASE("gemm split over threads writes every block of C, by rows and by columns, inside strided matrices",
+          "[kernels][gemm]") {
+  // Shapes above the split threshold whose blocks are uneven (not multiples of 16 x threads): wide C (cut by
+  // columns), tall C (by rows), C the largest matrix (k smallest: by rows), and one inside a parallel region's
+  // caller (threads 1). Leading dimensions exceed the matrices' widths: a block that strayed past its columns
+  // would show in the padding.
+  const int threads = GENERATE(1, 2, 3);
+  k::context c2 = k::context::with_threads(threads);
+  struct dims { int64_t m, n, kk; };
+  for (dims d : {dims{37, 301, 97}, dims{301, 37, 97}, dims{150, 133, 20}, dims{64, 256, 784}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const int64_t pad = 3, lda = (ta ? d.m : d.kk) + pad, ldb = (tb ? d.kk : d.n) + pad, ldc = d.n + pad;
+        tensor a = testing::random_tensor({ta ? d.kk : d.m, lda}, 1);
+        tensor b = testing::random_tensor({tb ? d.n : d.kk, ldb}, 2);
+        tensor c = testing::random_tensor({d.m, ldc}, 3), c0 = c.clone();
+        k::gemm(c2, ta, tb, d.m, d.n, d.kk, 1.5f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), ldc);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < d.m; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const double was = c0.at(i * ldc + j);
+            double want = was;  // the padding stays
+            if (j < d.n) {
+              double s = 0;
+              for (int64_t p = 0; p < d.kk; ++p)
+                s += double(ta ? a.at(p * lda + i) : a.at(i * lda + p)) * (tb ? b.at(j * ldb + p) : b.at(p * ldb + j));
+              want = 1.5 * s + 0.5 * was;
+            }
+            wrong += std::abs(c.at(i * ldc + j) - want) > 1e-4 * (1.0 + std::abs(want));
+          }
+        INFO(d.m << "x" << d.n << "x" << d.kk << " ta " << ta << " tb " << tb << ", " << threads << " threads");
+        CHECK(wrong == 0);
+      }
+  }
+}
+
 TEST_CASE("axpy and the large-tensor optimizer steps split over threads compute every element", "[kernels][optim]") {
   // Sizes below and above the threading grain, and one not divisible by the thread count.
   const k::context c = k::context::with_threads(GENERATE(1, 2, 3));

@@ -266,8 +266,14 @@ normalization compute_normalization(const image_dataset& ds) {
 namespace {
 
 /// Float samples: copied, then normalized with one mean and standard deviation.
+/// Worth splitting a batch's conversion over threads from this many values on (an MLP batch of
+/// 64 Fashion-MNIST images has 50 176).
+constexpr int64_t batch_split_values = int64_t{1} << 15;
+
+int batch_threads(int threads, int64_t values) { return values >= batch_split_values ? threads : 1; }
+
 void make_float_batch(const image_dataset& ds, const int64_t* indices, int64_t n, const normalization& norm,
-                      batch& out) {
+                      batch& out, int threads) {
   const shape sample = ds.sample_shape();
   std::vector<int64_t> dims{n};
   dims.insert(dims.end(), sample.dims().begin(), sample.dims().end());
@@ -277,11 +283,12 @@ void make_float_batch(const image_dataset& ds, const int64_t* indices, int64_t n
   const int64_t per = sample.numel();
   const float mean = norm.mean.empty() ? 0.0f : norm.mean[0];
   const float scale = norm.stddev.empty() ? 1.0f : 1.0f / norm.stddev[0];
-  float* dst = out.images.data();
+  float* images = out.images.data();
+#pragma omp parallel for schedule(static) num_threads(batch_threads(threads, n * per))
   for (int64_t i = 0; i < n; ++i) {
     const float* src = ds.values.data() + indices[i] * per;
+    float* dst = images + i * per;
     for (int64_t k = 0; k < per; ++k) dst[k] = (src[k] - mean) * scale;
-    dst += per;
     out.labels[i] = ds.labels[indices[i]];
   }
 }
@@ -289,9 +296,9 @@ void make_float_batch(const image_dataset& ds, const int64_t* indices, int64_t n
 } // namespace
 
 void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
-                const normalization& norm, batch& out) {
+                const normalization& norm, batch& out, int threads) {
   if (ds.floats()) {
-    make_float_batch(ds, indices, n, norm, out);
+    make_float_batch(ds, indices, n, norm, out, threads);
     return;
   }
   if (static_cast<int64_t>(norm.mean.size()) != ds.channels ||
@@ -301,10 +308,12 @@ void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
   shape s{n, ds.channels, ds.height, ds.width};
   if (!out.images.defined() || out.images.shape() != s) out.images = tensor::empty(s);
   out.labels.resize(n);
-  int64_t plane = ds.height * ds.width;
-  float* dst = out.images.data();
+  const int64_t plane = ds.height * ds.width;
+  float* images = out.images.data();
+#pragma omp parallel for schedule(static) num_threads(batch_threads(threads, n * ds.channels * plane))
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* src = ds.image(indices[i]);
+    float* dst = images + i * ds.channels * plane;
     for (int64_t c = 0; c < ds.channels; ++c) {
       float scale = 1.0f / (255.0f * norm.stddev[c]);
       float shift = -norm.mean[c] / norm.stddev[c];
@@ -347,7 +356,7 @@ int64_t batcher::next_size() const {
 bool batcher::next(batch& out) {
   const int64_t n = next_size();
   if (n == 0) return false;
-  make_batch(*ds_, order_.data() + pos_, n, norm_, out);
+  make_batch(*ds_, order_.data() + pos_, n, norm_, out, threads_);
   pos_ += n;
   return true;
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -86,9 +87,11 @@ struct batch {
 };
 
 /// Converts images `indices` of `ds` into `out` (reusing its buffers when
-/// their size fits).
+/// their size fits), the images split over `threads` threads when the batch
+/// is large enough to be worth a fork (a sequential step's other thread
+/// would otherwise wait).
 void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
-                const normalization& norm, batch& out);
+                const normalization& norm, batch& out, int threads = 1);
 
 /// Iterates over a dataset (or a shard of it) in batches, reshuffling each epoch
 /// from (seed, epoch) so that runs are reproducible.
@@ -108,6 +111,8 @@ public:
   int64_t next_size() const;
   int64_t batches_per_epoch() const;
   int64_t size() const { return static_cast<int64_t>(order_.size()); }
+  /// Threads that next() converts a batch on (make_batch); 1 by default.
+  void set_threads(int threads) { threads_ = std::max(1, threads); }
 
 private:
   const image_dataset* ds_;
@@ -117,6 +122,7 @@ private:
   bool shuffle_;
   std::vector<int64_t> order_;
   int64_t pos_ = 0;
+  int threads_ = 1;
 };
 
 } // namespace troupe::data

@@ -145,6 +145,7 @@ history run_sequential(const job& j, std::ostream& log) {
   if (first_epoch >= s.epochs) return {};
 
   data::batcher train_batches(ds.train, s.batch_size, d.norm, s.seed);
+  train_batches.set_threads(ctx.threads);
   const int64_t per_epoch = train_batches.batches_per_epoch();
   const int64_t total_steps = per_epoch * s.epochs;
   epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1},

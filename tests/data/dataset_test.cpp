@@ -455,6 +455,39 @@ TEST_CASE("make_batch converts bytes with the normalization", "[data]") {
   }
 }
 
+TEST_CASE("make_batch on several threads gives the batch one thread gives, bytes and floats", "[data]") {
+  // 70 images of 3 x 16 x 16 = 53 760 values: above the size a batch is split from.
+  const int64_t count = 70, c = 3, side = 16, per = c * side * side;
+  data::image_dataset bytes;
+  bytes.count = count;
+  bytes.channels = c;
+  bytes.height = bytes.width = side;
+  bytes.pixels.resize(static_cast<std::size_t>(count * per));
+  for (std::size_t i = 0; i < bytes.pixels.size(); ++i) bytes.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < count; ++i) labels.push_back(static_cast<int32_t>(i % 10));
+  bytes.labels.assign(labels.begin(), labels.end());
+  tensor x = tensor::empty({count, c, side, side});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 13) % 97) / 7.0f;
+  const data::image_dataset floats = data::from_tensors(x, labels, 10);
+  std::vector<int64_t> idx(count);
+  for (int64_t i = 0; i < count; ++i) idx[static_cast<std::size_t>(i)] = (i * 29) % count;  // a permutation
+  data::normalization n;
+  n.mean = {0.2f, 0.4f, 0.6f};
+  n.stddev = {0.5f, 0.25f, 2.0f};
+  for (const data::image_dataset* ds : std::vector<const data::image_dataset*>{&bytes, &floats}) {
+    const data::normalization& norm = ds->floats() ? data::normalization{{0.3f}, {1.5f}} : n;
+    data::batch one, many;
+    data::make_batch(*ds, idx.data(), count, norm, one, 1);
+    for (int threads : {2, 3}) {
+      data::make_batch(*ds, idx.data(), count, norm, many, threads);
+      INFO((ds->floats() ? "floats" : "bytes") << ", " << threads << " threads");
+      CHECK(many.labels == one.labels);
+      CHECK(many.images.to_vector() == one.images.to_vector());
+    }
+  }
+}
+
 TEST_CASE("batcher covers each index once per epoch, reproducibly", "[data]") {
   data::image_dataset ds = index_dataset(103);
   data::batcher bt(ds, 10, data::normalization{}, 42);

@@ -45,6 +45,7 @@ test_score score(model::model& net, const kernels::context& ctx, const data::ima
   // The training batch size: evaluation reuses the layers' buffers instead
   // of growing them (with batches of 1000 the CNN peaked at 726 MB RSS).
   data::batcher batches(test, batch_size, norm, 0, false);
+  batches.set_threads(ctx.threads);
   data::batch b;
   int64_t correct = 0;
   double loss_sum = 0;

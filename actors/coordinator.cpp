@@ -160,7 +160,11 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
   auto& st = self->state;
   if (st.finishing) return;  // steps finished after the stop do not count
   train::step_report rep = read_metrics(r);
-  rep.worker = st.s.plan.replica_of(net::read_address(r.root().getSource()));  // a pipeline replica's last stage
+  rep.worker = st.s.plan.replica_of(net::read_address(r.root().getSource()));  // a pipeline replica's stage
+  if (rep.staleness_only) {  // a hybrid's stage before the last: no step
+    st.acc->add_staleness(rep);
+    return;
+  }
   const settings& s = st.s.job->config();
   st.last_progress = clock_type::now();
   if (const auto& f = st.s.job->step_callback()) {

@@ -38,6 +38,7 @@ net::message make_metrics(const net::address& from, const net::address& to, cons
   m.setMeanStaleness(static_cast<float>(r.mean_staleness));
   m.setMaxStaleness(r.max_staleness);
   m.setRejected(r.rejected);
+  m.setStalenessOnly(r.staleness_only);
   return net::message::from_builder(std::move(b));
 }
 
@@ -54,6 +55,7 @@ train::step_report read_metrics(const net::envelope_reader& r) {
   out.mean_staleness = m.getMeanStaleness();
   out.max_staleness = m.getMaxStaleness();
   out.rejected = m.getRejected();
+  out.staleness_only = m.getStalenessOnly();
   if (!std::isfinite(out.loss) || !std::isfinite(out.mean_staleness))
     reject(net::reject_reason::non_finite, "metrics: non-finite loss or staleness");
   return out;

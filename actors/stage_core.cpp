@@ -303,6 +303,16 @@ void stage_core::backward(int64_t mb, result& out) {
 }
 
 void stage_core::push(result& out) {
+  // A stage before the last reports its pushes' staleness itself; the last one's goes with its step reports.
+  if (!last() && tally_.count) {
+    train::step_report rep;
+    rep.staleness_only = true;
+    rep.mean_staleness = static_cast<double>(tally_.sum) / static_cast<double>(tally_.count);
+    rep.max_staleness = static_cast<uint32_t>(tally_.max);
+    rep.rejected = static_cast<uint32_t>(tally_.rejected);
+    tally_ = {};
+    out.reports.push_back(rep);
+  }
   auto b = net::make_builder(grads_.size() * sizeof(float) + 64 * (c_.plan.params.last - c_.plan.params.first));
   auto p = net::init_envelope(*b, c_.plan.address, c_.shard).initPushGradient();
   p.setShard(c_.shard.index);

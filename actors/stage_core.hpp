@@ -77,7 +77,9 @@ public:
 
   struct result {
     std::vector<outgoing> messages;            ///< activations on, gradients back
-    std::vector<train::step_report> reports;   ///< the last stage: one per finished mini-batch
+    /// The last stage: one per finished mini-batch. A hybrid's other stages:
+    /// the staleness of their pushes answered since the last (staleness_only).
+    std::vector<train::step_report> reports;
     int actions = 0;                           ///< actions run
     model::pipeline_action::kind last = model::pipeline_action::kind::forward;  ///< the last action's kind
   };

@@ -138,6 +138,7 @@ struct Metrics {
   meanStaleness @3 :Float32;
   maxStaleness @4 :UInt32;
   rejected @5 :UInt32;               # pushes of this report the shards rejected
+  stalenessOnly @6 :Bool;            # a hybrid's stage before the last: its pushes' staleness, no step
 }
 
 # Coordinator -> evaluator: take a snapshot of the parameters now (pull every

@@ -15,12 +15,27 @@ epoch_accumulator::verdict epoch_accumulator::add(const step_report& r) {
   ++reports_;
   samples_ += r.samples;
   loss_ += r.loss;
+  if (r.worker < worker_samples_.size()) worker_samples_[r.worker] += r.samples;
+  tally_staleness(r);
+  const bool last_step = l_.max_steps > 0 && steps_ >= l_.max_steps;
+  const bool epoch_full = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
+  if (stop_ || last_step || (epoch_full && epoch_ + 1 >= l_.epochs)) {
+    done_ = true;
+    return verdict::end_run;
+  }
+  return epoch_full ? verdict::end_epoch : verdict::train_on;
+}
+
+void epoch_accumulator::add_staleness(const step_report& r) {
+  if (!done_) tally_staleness(r);
+}
+
+void epoch_accumulator::tally_staleness(const step_report& r) {
   tau_sum_ += r.mean_staleness;
   ++tau_n_;
   tau_max_ = std::max<int64_t>(tau_max_, r.max_staleness);
   rejected_ += r.rejected;
-  if (r.worker < worker_samples_.size()) {
-    worker_samples_[r.worker] += r.samples;
+  if (r.worker < worker_tau_.size()) {
     worker_tally& w = worker_tau_[r.worker];
     ++w.updates;
     w.tau_sum += r.mean_staleness;
@@ -29,13 +44,6 @@ epoch_accumulator::verdict epoch_accumulator::add(const step_report& r) {
     if (bin >= w.histogram.size()) w.histogram.resize(bin + 1, 0);
     ++w.histogram[bin];
   }
-  const bool last_step = l_.max_steps > 0 && steps_ >= l_.max_steps;
-  const bool epoch_full = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
-  if (stop_ || last_step || (epoch_full && epoch_ + 1 >= l_.epochs)) {
-    done_ = true;
-    return verdict::end_run;
-  }
-  return epoch_full ? verdict::end_epoch : verdict::train_on;
 }
 
 epoch_metrics epoch_accumulator::close_epoch(double lr, time_point now) {

@@ -21,6 +21,9 @@ struct step_report {
   double mean_staleness = 0;  ///< over the shards that answered its push
   uint32_t max_staleness = 0;
   uint32_t rejected = 0;      ///< pushes of this report the shards rejected
+  /// The staleness of pushes alone, no step (a hybrid's stages before the
+  /// last push to their own shards): epoch_accumulator::add_staleness.
+  bool staleness_only = false;
 };
 
 class epoch_accumulator {
@@ -43,6 +46,9 @@ public:
   /// Adds a report; says whether the epoch in progress (or the run) is over.
   /// Reports after end_run are ignored (the steps finished after a stop).
   verdict add(const step_report& r);
+  /// Adds a staleness_only report: its staleness and rejections count in the
+  /// epoch's and its worker's (a hybrid's replica's) figures; no step, no samples.
+  void add_staleness(const step_report& r);
   /// Workers lost so far (their node died); recorded in the epochs closed from now on.
   void set_lost_workers(int n) { lost_workers_ = n; }
   /// Ends the run at the next report (a callback asked to stop).
@@ -85,6 +91,9 @@ private:
     std::vector<uint64_t> histogram;  ///< updates per rounded staleness
   };
   std::vector<worker_tally> worker_tau_;
+
+  /// What add() and add_staleness() both count.
+  void tally_staleness(const step_report& r);
 };
 
 /// When a checkpoint between epochs is due: every `steps` steps and/or every

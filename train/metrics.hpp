@@ -34,7 +34,8 @@ struct epoch_metrics {
 using history = std::vector<epoch_metrics>;
 
 /// What one data-parallel worker did over a run: its updates and their
-/// staleness (each update's mean over the shards that answered it).
+/// staleness (each update's mean over the shards that answered it). A
+/// hybrid's worker is a pipeline replica: each of its stages' pushes is an update.
 struct worker_summary {
   int worker = 0;
   uint64_t samples = 0;

@@ -308,14 +308,29 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
   const net::message late = answers_to_stage0.back();
   st[0]->take(batch_of(x, y, 1));
   std::vector<outgoing> pushes;  // stage 0's, held back
+  std::vector<train::step_report> stage0_reports, stage1_reports;
   for (int round = 0; round < 20; ++round) {
-    for (auto& o : st[0]->run().messages) {
+    stage_core::result r0 = st[0]->run();
+    stage0_reports.insert(stage0_reports.end(), r0.reports.begin(), r0.reports.end());
+    for (auto& o : r0.messages) {
       if (o.to.role == net::role::shard) pushes.push_back(std::move(o));
       else st[1]->take(o.msg);
     }
-    deliver(st[1]->run().messages);
+    stage_core::result r1 = st[1]->run();
+    stage1_reports.insert(stage1_reports.end(), r1.reports.begin(), r1.reports.end());
+    deliver(std::move(r1.messages));
   }
   REQUIRE(pushes.size() == 1);
+  // Stage 0, before the last, reports the staleness of its first push's answer itself, with its second push;
+  // the last stage's report is the mini-batch's step, with its own push's staleness.
+  REQUIRE(stage0_reports.size() == 1);
+  CHECK(stage0_reports[0].staleness_only);
+  CHECK(stage0_reports[0].samples == 0);
+  CHECK(stage0_reports[0].max_staleness == 0);
+  CHECK(stage0_reports[0].rejected == 0);
+  REQUIRE(stage1_reports.size() == 1);
+  CHECK_FALSE(stage1_reports[0].staleness_only);
+  CHECK(stage1_reports[0].samples == 4);
   const std::vector<float> before = params_of(*st[0]);
   st[0]->take(late);
   st[0]->take(batch_of(x, y, 2));
@@ -324,6 +339,28 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
   CHECK(st[0]->run().actions > 0);
   CHECK(params_of(*st[0]) != before);
   CHECK(shards[0]->version() == 7);
+}
+
+TEST_CASE("a stage's metrics carry whether they are a step or its pushes' staleness alone", "[actors][pipeline]") {
+  const net::address stage{0, net::role::stage, 3}, coordinator{0, net::role::coordinator, 0};
+  for (bool only : {false, true}) {
+    train::step_report r;
+    r.step = only ? 0 : 7;
+    r.samples = only ? 0 : 64;
+    r.loss = only ? 0.0 : 0.5;
+    r.mean_staleness = 2.5;
+    r.max_staleness = 4;
+    r.rejected = 1;
+    r.staleness_only = only;
+    const net::message m = make_metrics(stage, coordinator, r);
+    const train::step_report back = read_metrics(net::envelope_reader(m));
+    CHECK(back.staleness_only == only);
+    CHECK(back.step == r.step);
+    CHECK(back.samples == r.samples);
+    CHECK(back.mean_staleness == Approx(2.5));
+    CHECK(back.max_staleness == 4);
+    CHECK(back.rejected == 1);
+  }
 }
 
 TEST_CASE("an emulated slower device keeps its pace: holds to its time, late timers and updates made up",

@@ -144,6 +144,32 @@ TEST_CASE("epoch accumulator: a resumed run counts on from its first epoch and s
   CHECK(one.batches_done(4) == 1);
 }
 
+TEST_CASE("epoch accumulator: a hybrid stage's staleness-only report counts its staleness, not a step",
+          "[train][epochs]") {
+  epoch_accumulator acc(limits_of(8, 1, 1), t0);
+  CHECK(acc.add(report(0, 4, 1.0, 1.0, 1)) == verdict::train_on);  // the last stage's step, its push at 1
+  step_report earlier = report(0, 0, 0.0, 3.0, 4, 1);              // a stage before it: pushes at 3 and 4
+  earlier.staleness_only = true;
+  acc.add_staleness(earlier);
+  CHECK(acc.steps() == 1);
+  CHECK(acc.batches_done(4) == 1);
+  CHECK(acc.mean_loss() == Approx(1.0));
+  const std::vector<worker_summary> w = acc.worker_summaries();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].updates == 2);
+  CHECK(w[0].samples == 4);
+  CHECK(w[0].mean_staleness == Approx(2.0));
+  CHECK(w[0].max_staleness == 4);
+  CHECK(acc.add(report(0, 4, 3.0)) == verdict::end_run);
+  acc.add_staleness(earlier);  // after the run's end: ignored
+  const epoch_metrics m = acc.close_epoch(0.1, t0 + seconds(2));
+  CHECK(m.steps == 2);
+  CHECK(m.train_loss == Approx(2.0));
+  CHECK(m.mean_staleness == Approx(4.0 / 3.0));  // (1 + 3 + 0) / 3 reports with staleness
+  CHECK(m.max_staleness == 4);
+  CHECK(m.rejected == 1);
+}
+
 TEST_CASE("epoch accumulator: each worker's updates and staleness over the run", "[train][epochs]") {
   epoch_accumulator acc(limits_of(1000, 1, 3), t0);
   // Worker 0: staleness 1, 2, 2, 3, 10 (max over shards 12 once); worker 1: 0.4 and 0.6 round to 0 and 1;

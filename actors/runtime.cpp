@@ -289,9 +289,10 @@ bool places_stages(const settings& s) {
 /// A placer's input in one process: every layer's forward and backward time,
 /// measured on a model of its own (not the one that trains: a measurement
 /// would move batch norm's running statistics) with a stage's threads. None
-/// where the stages are not placed: the plan then cuts by multiply-adds.
+/// where the stages are not placed: the plan then cuts by multiply-adds. A
+/// --profile-cache file that cannot be used is measured again, said on `log`.
 std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j, const starting_point& start,
-                                                                   const train::topology& topo) {
+                                                                   const train::topology& topo, std::ostream& log) {
   const settings& s = j.config();
   if (!places_stages(s)) return std::nullopt;
   model::model m = j.build_model(start.data->sets.train.sample_shape());
@@ -315,7 +316,7 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
   std::string why;
   std::optional<std::vector<model::layer_cost>> costs =
       path.empty() ? std::nullopt : train::read_profile(path, file_key, m.size(), &why);
-  if (!why.empty()) std::cerr << why << "; measuring again" << std::endl;
+  if (!why.empty()) log << "warning: " << why << "; measuring again" << std::endl;
   if (!costs) {
     costs = model::measure_costs(m, micro, s.pipeline.micro_batches, kernels::context::with_threads(threads), 5,
                                  updates);
@@ -326,11 +327,11 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
 
 /// The plan of `j` on `topo`. `measure`: the layers' times for a placer are
 /// measured here (one process); a cluster's nodes leave it false and place by
-/// estimated costs, the same on every node.
+/// estimated costs, the same on every node. Warnings go to `log`.
 train::plan plan_of(const job& j, starting_point& start, const train::topology& topo,
-                    const model::param_layout& layout, bool measure) {
+                    const model::param_layout& layout, bool measure, std::ostream& log) {
   const model::model::layer_profile profile = start.net.profile();
-  const auto costs = measure ? measure_for_placement(j, start, topo) : std::nullopt;
+  const auto costs = measure ? measure_for_placement(j, start, topo, log) : std::nullopt;
   return train::make_plan(j.config(), topo, layout, start.data->sets.train.count, &profile, costs ? &*costs : nullptr);
 }
 
@@ -364,7 +365,7 @@ history run_on_actors(const job& j, std::ostream& log) {
   starting_point start = load(j, log);
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
-  const train::plan p = plan_of(j, start, topo, layout, true);
+  const train::plan p = plan_of(j, start, topo, layout, true, log);
   auto hw = s.algo.kind == algorithm_kind::hogwild ? make_hogwild(start.net) : nullptr;
   log_plan(j, p, layout, log);
   auto result = std::make_shared<outcome>();
@@ -403,7 +404,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
   const train::topology topo = train::topology_of(c, self, s.threads);
-  const train::plan p = plan_of(j, start, topo, layout, false);
+  const train::plan p = plan_of(j, start, topo, layout, false, log);
   if (self == p.coordinator.node) log_plan(j, p, layout, log);
   std::vector<std::string> names;
   net::transport_options to;
@@ -470,7 +471,8 @@ std::string describe_plan(const job& j, bool json) {
   std::ostringstream log;
   starting_point start = load(j, log);
   const model::param_layout layout = start.net.layout();
-  const train::plan p = plan_of(j, start, train::topology_of(c, 0, s.threads), layout, c.single_process());
+  // The data's loading lines are not the plan's; a warning goes to stderr.
+  const train::plan p = plan_of(j, start, train::topology_of(c, 0, s.threads), layout, c.single_process(), std::cerr);
   if (p.stages.empty()) {
     if (json) throw error("--json: the plan of a pipeline only (give --pipeline-stages K > 1)");
     return p.describe();

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -257,6 +259,40 @@ TEST_CASE("a user's model and in-memory data train with DDC-ASGD on 4 workers", 
   CHECK(h.back().steps == 64);  // 4 loaders of 128 samples, batches of 16, 2 epochs
   CHECK_THAT(log.str(), Contains("512 train / 128 test samples from in-memory data"));
   CHECK_THAT(log.str(), Contains("model blobs"));
+}
+
+TEST_CASE("a --profile-cache file that cannot be read is measured again, with a warning in the run's log",
+          "[actors][fit][pipeline]") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  tensor x = tensor::empty({64, 8});
+  std::vector<int32_t> y(64);
+  for (int i = 0; i < 64; ++i) {
+    y[i] = i % 2;
+    for (int k = 0; k < 8; ++k) x.at(i * 8 + k) = noise(rng) + (y[i] ? 1.0f : -1.0f);
+  }
+  testing::temp_dir dir;
+  const std::string cache = dir.file("costs.txt");
+  std::ofstream(cache) << "not a profile\n";
+  // A model of its own: the process keeps measured costs per architecture, and no other test measures this one.
+  job j = job()
+              .model([] { return nn::sequential(nn::dense(8, 13), nn::relu(), nn::dense(13, 2)); }, "cached")
+              .data(data::in_memory(x, y, x, y, 2))
+              .pipeline(2, 2, pipeline_schedule::gpipe)
+              .placement(placement_kind::greedy, {1, 2})
+              .batch_size(16)
+              .max_steps(2)
+              .evaluate(false)
+              .progress(progress_mode::none);
+  settings s = j.config();
+  s.pipeline.profile_cache = cache;
+  j.configure(s);
+  std::ostringstream log;
+  fit(j, log);
+  CHECK_THAT(log.str(), Contains("warning: ") && Contains("measuring again"));
+  std::ifstream in(cache);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(written, !Contains("not a profile"));  // replaced by the costs measured
 }
 
 TEST_CASE("callbacks see every step and epoch and can stop the run", "[train][fit]") {

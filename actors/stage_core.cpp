@@ -393,15 +393,15 @@ void stage_core::update(int64_t, result& out) {
 double device_pace::hold(model::pipeline_action::kind what, double compute) {
   using kind = model::pipeline_action::kind;
   if (!holds()) return 0;
-  if (p_.fwd_action_s <= 0) return (p_.slowdown - 1.0f) * compute;
+  if (fwd_action_s_ <= 0) return (slowdown_ - 1.0f) * compute;
   if (what == kind::update) {
     behind_ += compute;  // the backward's time included it
   } else {
-    const double target = what == kind::forward ? p_.fwd_action_s : p_.bwd_action_s;
+    const double target = what == kind::forward ? fwd_action_s_ : bwd_action_s_;
     behind_ += compute - target;  // negative: time left to hold
   }
   // At most a mini-batch's worth behind: a long stall is not made up in a burst.
-  behind_ = std::min(behind_, 4.0 * (p_.fwd_action_s + p_.bwd_action_s));
+  behind_ = std::min(behind_, 4.0 * (fwd_action_s_ + bwd_action_s_));
   if (behind_ >= 0) return 0;
   const double h = -behind_;
   behind_ = 0;
@@ -409,7 +409,7 @@ double device_pace::hold(model::pipeline_action::kind what, double compute) {
 }
 
 void device_pace::ended_late(double overshoot) {
-  if (p_.fwd_action_s > 0 && overshoot > 0) behind_ += overshoot;
+  if (fwd_action_s_ > 0 && overshoot > 0) behind_ += overshoot;
 }
 
 } // namespace troupe::actors

@@ -166,8 +166,9 @@ private:
 /// compute. A device at full speed never holds.
 class device_pace {
 public:
-  explicit device_pace(const train::stage_plan& p) : p_(p) {}
-  bool holds() const { return p_.slowdown > 1.0f; }
+  explicit device_pace(const train::stage_plan& p)
+      : slowdown_(p.slowdown), fwd_action_s_(p.fwd_action_s), bwd_action_s_(p.bwd_action_s) {}
+  bool holds() const { return slowdown_ > 1.0f; }
   /// The hold after an action of kind `what` that took `compute` seconds here.
   double hold(model::pipeline_action::kind what, double compute);
   /// The last hold ended `overshoot` seconds after it was due.
@@ -176,7 +177,8 @@ public:
   double behind() const { return behind_; }
 
 private:
-  train::stage_plan p_;
+  float slowdown_;                     ///< the stage's device: this many times slower than here
+  double fwd_action_s_, bwd_action_s_;  ///< its actions' device times; 0: not measured
   double behind_ = 0;
 };
 

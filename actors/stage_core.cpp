@@ -313,15 +313,22 @@ void stage_core::push(result& out) {
     tally_ = {};
     out.reports.push_back(rep);
   }
-  auto b = net::make_builder(grads_.size() * sizeof(float) + 64 * (c_.plan.params.last - c_.plan.params.first));
-  auto p = net::init_envelope(*b, c_.plan.address, c_.shard).initPushGradient();
-  p.setShard(c_.shard.index);
+  // One PushGradient, rewritten in place once the transport has let go of the last one (as a worker's).
+  capnp::MallocMessageBuilder* b = push_msg_.exclusive_builder();
+  if (!b) {
+    const model::shard_range& range = c_.plan.params;
+    auto nb = net::make_builder(grads_.size() * sizeof(float) + 64 * (range.last - range.first));
+    auto p = net::init_envelope(*nb, c_.plan.address, c_.shard).initPushGradient();
+    p.setShard(c_.shard.index);
+    net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
+    push_msg_ = net::message::from_builder(std::move(nb));
+    b = push_msg_.exclusive_builder();
+  }
+  auto p = b->getRoot<wire::Envelope>().getPushGradient();
   p.setBaseVersion(shard_version_);
   p.setStep(static_cast<uint64_t>(last_backward_ / c_.micro_batches + 1));
-  const model::shard_range& range = c_.plan.params;
-  float* dst = net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
-  std::memcpy(dst, grads_.data(), grads_.size() * sizeof(float));
-  out.messages.push_back({c_.shard, net::message::from_builder(std::move(b))});
+  std::memcpy(net::payload(p.getValues()), grads_.data(), grads_.size() * sizeof(float));
+  out.messages.push_back({c_.shard, push_msg_});
   awaiting_params_ = pushed_ = true;
 }
 

@@ -155,6 +155,7 @@ private:
   bool pushed_ = false, started_ = false;                    // a hybrid: the answer awaited is a push's; start() ran
   uint64_t shard_version_ = 0;                               // the version of the shard's weights it holds
   staleness_tally tally_;                                    // of its pushes, since the last report
+  net::message push_msg_;                                    // a hybrid stage's PushGradient, reused
 };
 
 /// The pace of an emulated slower device (--device-speeds): how long a stage

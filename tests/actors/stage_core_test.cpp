@@ -270,9 +270,12 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
     st.push_back(std::make_shared<stage_core>(c, pool, initial));
   }
   std::vector<net::message> answers_to_stage0;  // every Params stage 0 got, to send one again later
+  std::vector<const void*> pushed_by_stage0;      // where each of its pushes' bytes lay
   const auto deliver = [&](std::vector<outgoing> out) {
     for (auto& o : out) {
       if (o.to.role == net::role::shard) {
+        if (o.to.index == 0 && net::envelope_reader(o.msg).root().which() == wire::Envelope::PUSH_GRADIENT)
+          pushed_by_stage0.push_back(o.msg.segments()[0].begin());
         for (auto& r : shards.at(o.to.index)->handle(o.msg)) {
           if (r.to == st[0]->address()) answers_to_stage0.push_back(r.msg);
           st.at(r.to.index)->take(r.msg);
@@ -321,6 +324,9 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
     deliver(std::move(r1.messages));
   }
   REQUIRE(pushes.size() == 1);
+  // The push is the first one's message, rewritten in place: the shard and the transport had let go of it.
+  REQUIRE(pushed_by_stage0.size() == 1);
+  CHECK(static_cast<const void*>(pushes[0].msg.segments()[0].begin()) == pushed_by_stage0[0]);
   // Stage 0, before the last, reports the staleness of its first push's answer itself, with its second push;
   // the last stage's report is the mini-batch's step, with its own push's staleness.
   REQUIRE(stage0_reports.size() == 1);

@@ -358,7 +358,22 @@ bool batcher::next(batch& out) {
   if (n == 0) return false;
   make_batch(*ds_, order_.data() + pos_, n, norm_, out, threads_);
   pos_ += n;
+  prefetch_next();
   return true;
+}
+
+void batcher::prefetch_next() const {
+  // The samples of a shuffled batch lie anywhere in a data set larger than the
+  // cache (Fashion-MNIST: 47 MB): converting them waited on memory for most of
+  // its time. Asked for now, they arrive while the step computes.
+  const int64_t n = next_size();
+  const int64_t bytes = ds_->floats() ? ds_->sample_shape().numel() * 4 : ds_->image_bytes();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t index = order_[static_cast<std::size_t>(pos_ + i)];
+    const char* p = ds_->floats() ? reinterpret_cast<const char*>(ds_->values.data()) + index * bytes
+                                  : reinterpret_cast<const char*>(ds_->image(index));
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 1);
+  }
 }
 
 int64_t batcher::batches_per_epoch() const {

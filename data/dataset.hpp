@@ -115,6 +115,9 @@ public:
   void set_threads(int threads) { threads_ = std::max(1, threads); }
 
 private:
+  /// Asks the memory system for the samples of the batch next() makes next.
+  void prefetch_next() const;
+
   const image_dataset* ds_;
   int64_t batch_size_;
   normalization norm_;

@@ -36,6 +36,8 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
   else if (!ta && tb) run(A * B.transpose());
   else run(A.transpose() * B.transpose());
 }
+
+/// One cblas_sgemm call, row-major.
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),

@@ -237,54 +237,74 @@ TEST_CASE("pipeline: a stage answers a snapshot's pull once it has applied the m
   }
 }
 
-TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's gradient and go on with the answer",
-          "[actors][pipeline]") {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> n(0, 1);
+namespace {
+
+/// Two stages of mlp5, each pushing to the shard of its parameters (ASGD, one
+/// replica, lr 0.5, the shards resumed at version 5), and a batch of 4 rows;
+/// deliver() carries messages between them and records what stage 0 sent and got.
+struct two_stage_hybrid {
   tensor x = tensor::empty({4, 6});
-  for (int64_t i = 0; i < x.numel(); ++i) x.at(i) = n(rng);
   const std::vector<int32_t> y{0, 1, 2, 0};
-  // Two stages of mlp5, each pushing to the shard of its parameters (ASGD, one replica, lr 0.5).
   std::vector<std::shared_ptr<stage_core>> st;
   std::vector<std::unique_ptr<shard_core>> shards;
-  model::model whole = mlp5();
-  const auto params = whole.parameters();
-  for (int k = 0; k < 2; ++k) {
-    auto s = make_stage(mlp5, k, 2, k == 0 ? 0 : 2, k == 0 ? 2 : 5, model::pipeline_schedule::gpipe, 2, 6, 0.5f);
-    stage_config c = s->config();
-    c.plan.shard = k;
-    c.shard = shard_addr(static_cast<uint32_t>(k));
-    auto flat = whole.flatten();
-    std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);
-    auto pool = std::make_shared<replica_pool>(
-        [first = c.plan.first_layer, last = c.plan.last_layer] { return mlp5().slice(first, last); });
-    train::shard_plan sp = shard_plan_of(static_cast<uint32_t>(k), c.plan.params.first, c.plan.params.last,
-                                         c.plan.params.begin, c.plan.params.end);
-    sp.pipeline_stages = 2;
-    sp.stage = k;
-    std::vector<named_tensor> mine;
-    for (uint32_t i = sp.range.first; i < sp.range.last; ++i) mine.push_back({params[i]->name, params[i]->value.clone()});
-    shards.push_back(std::make_unique<shard_core>(sp, mine, small_rule(model::rule_kind::asgd, 1),
-                                                  model::lr_schedule::constant, 100, kernels::context{}));
-    shards.back()->restore(5, {});  // a resumed run's shard: 5 updates applied before
-    st.push_back(std::make_shared<stage_core>(c, pool, initial));
-  }
   std::vector<net::message> answers_to_stage0;  // every Params stage 0 got, to send one again later
   std::vector<const void*> pushed_by_stage0;      // where each of its pushes' bytes lay
-  const auto deliver = [&](std::vector<outgoing> out) {
+
+  two_stage_hybrid() {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> n(0, 1);
+    for (int64_t i = 0; i < x.numel(); ++i) x.at(i) = n(rng);
+    model::model whole = mlp5();
+    const auto params = whole.parameters();
+    for (int k = 0; k < 2; ++k) {
+      auto s = make_stage(mlp5, k, 2, k == 0 ? 0 : 2, k == 0 ? 2 : 5, model::pipeline_schedule::gpipe, 2, 6, 0.5f);
+      stage_config c = s->config();
+      c.plan.shard = k;
+      c.shard = shard_addr(static_cast<uint32_t>(k));
+      auto flat = whole.flatten();
+      std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);
+      auto pool = std::make_shared<replica_pool>(
+          [first = c.plan.first_layer, last = c.plan.last_layer] { return mlp5().slice(first, last); });
+      train::shard_plan sp = shard_plan_of(static_cast<uint32_t>(k), c.plan.params.first, c.plan.params.last,
+                                           c.plan.params.begin, c.plan.params.end);
+      sp.pipeline_stages = 2;
+      sp.stage = k;
+      std::vector<named_tensor> mine;
+      for (uint32_t i = sp.range.first; i < sp.range.last; ++i)
+        mine.push_back({params[i]->name, params[i]->value.clone()});
+      shards.push_back(std::make_unique<shard_core>(sp, mine, small_rule(model::rule_kind::asgd, 1),
+                                                    model::lr_schedule::constant, 100, kernels::context{}));
+      shards.back()->restore(5, {});  // a resumed run's shard: 5 updates applied before
+      st.push_back(std::make_shared<stage_core>(c, pool, initial));
+    }
+  }
+
+  void deliver(std::vector<outgoing> out) {
     for (auto& o : out) {
-      if (o.to.role == net::role::shard) {
-        if (o.to.index == 0 && net::envelope_reader(o.msg).root().which() == wire::Envelope::PUSH_GRADIENT)
-          pushed_by_stage0.push_back(o.msg.segments()[0].begin());
-        for (auto& r : shards.at(o.to.index)->handle(o.msg)) {
-          if (r.to == st[0]->address()) answers_to_stage0.push_back(r.msg);
-          st.at(r.to.index)->take(r.msg);
-        }
-      } else {
+      if (o.to.role != net::role::shard) {
         st.at(o.to.index)->take(o.msg);
+        continue;
+      }
+      if (o.to.index == 0 && net::envelope_reader(o.msg).root().which() == wire::Envelope::PUSH_GRADIENT)
+        pushed_by_stage0.push_back(o.msg.segments()[0].begin());
+      for (auto& r : shards.at(o.to.index)->handle(o.msg)) {
+        if (r.to == st[0]->address()) answers_to_stage0.push_back(r.msg);
+        st.at(r.to.index)->take(r.msg);
       }
     }
-  };
+  }
+};
+
+} // namespace
+
+TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's gradient and go on with the answer",
+          "[actors][pipeline]") {
+  two_stage_hybrid h;
+  auto& st = h.st;
+  auto& shards = h.shards;
+  const tensor& x = h.x;
+  const std::vector<int32_t>& y = h.y;
+  const auto deliver = [&h](std::vector<outgoing> out) { h.deliver(std::move(out)); };
   // The start: each stage pulls its shard; a forward waits for the answer.
   std::vector<outgoing> pulls;
   for (auto& s : st)
@@ -308,7 +328,7 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
   }
   // The second mini-batch: stage 0 pushes again; a late copy of the previous answer (version 6, not past the
   // base it pushed from) is not taken for this push's answer.
-  const net::message late = answers_to_stage0.back();
+  const net::message late = h.answers_to_stage0.back();
   st[0]->take(batch_of(x, y, 1));
   std::vector<outgoing> pushes;  // stage 0's, held back
   std::vector<train::step_report> stage0_reports, stage1_reports;
@@ -325,8 +345,8 @@ TEST_CASE("pipeline: a hybrid's stages pull their shards, push each mini-batch's
   }
   REQUIRE(pushes.size() == 1);
   // The push is the first one's message, rewritten in place: the shard and the transport had let go of it.
-  REQUIRE(pushed_by_stage0.size() == 1);
-  CHECK(static_cast<const void*>(pushes[0].msg.segments()[0].begin()) == pushed_by_stage0[0]);
+  REQUIRE(h.pushed_by_stage0.size() == 1);
+  CHECK(static_cast<const void*>(pushes[0].msg.segments()[0].begin()) == h.pushed_by_stage0[0]);
   // Stage 0, before the last, reports the staleness of its first push's answer itself, with its second push;
   // the last stage's report is the mini-batch's step, with its own push's staleness.
   REQUIRE(stage0_reports.size() == 1);

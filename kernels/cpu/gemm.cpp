@@ -47,17 +47,33 @@ void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 
 /// Below this many multiply-adds a product runs on one thread: a fork and join costs more.
 constexpr int64_t min_split_macs = int64_t{1} << 17;
+/// From this many on, OpenBLAS's own threading: it shares packed panels
+/// between threads, where one block per thread packs all of one operand in
+/// every thread (a cost that grows with the thread count). The products of a
+/// training step's dense layers are below it (the MLP's largest 2^23.6, the
+/// CNN's 2^24.6); 1024^3 is above.
+constexpr int64_t max_block_macs = int64_t{1} << 25;
+
+/// One call with OpenBLAS's threads at `threads`: it reads their count from
+/// this thread's OpenMP setting, put back after.
+void blas_on(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int icv = omp_get_max_threads();
+  if (icv != threads) omp_set_num_threads(threads);
+  blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (icv != threads) omp_set_num_threads(icv);
+}
 
 /// Start of block t of `parts` over [0, len), in multiples of 16 (the kernels' register tiles).
 int64_t block_start(int64_t len, int t, int parts) {
   return t == parts ? len : len * t / parts / 16 * 16;
 }
 
-/// OpenBLAS on ctx's threads: C cut into one block per thread, each a
-/// single-threaded sgemm (OpenBLAS runs single-threaded inside a parallel
-/// region), on a training step's small products (an MLP's 64 x 256 x 784)
-/// faster than OpenBLAS's own threading, which synchronizes inside
-/// (docs/benchmarks.md). C is cut by rows when op(A) is the larger operand, or
+/// OpenBLAS on ctx's threads. A product of a training step's size (from
+/// min_split_macs to max_block_macs) has C cut into one block per thread, each
+/// a single-threaded sgemm (OpenBLAS runs single-threaded inside a parallel
+/// region): on an MLP's 64 x 256 x 784 faster than OpenBLAS's own threading,
+/// which synchronizes inside (docs/benchmarks.md). C is cut by rows when op(A) is the larger operand, or
 /// when C is the largest matrix (k the smallest dimension, as in a weight
 /// gradient): each thread then writes one contiguous block. Otherwise by
 /// columns, so that each thread packs half of op(B), not all of it.
@@ -70,12 +86,9 @@ void openblas_gemm(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t 
     blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  if (parts < 2 || m * n * k < min_split_macs) {
-    // One OpenBLAS thread: it reads its count from this thread's OpenMP ICV, put back after.
-    const int icv = omp_get_max_threads();
-    if (icv != 1) omp_set_num_threads(1);
-    blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (icv != 1) omp_set_num_threads(icv);
+  const int64_t macs = m * n * k;
+  if (parts < 2 || macs < min_split_macs || macs >= max_block_macs) {
+    blas_on(macs >= max_block_macs ? threads : 1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
 #pragma omp parallel num_threads(parts)

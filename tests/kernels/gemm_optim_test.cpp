@@ -49,13 +49,14 @@ TEST_CASE("gemm matches a naive product for every transpose and both backends", 
 TEST_CASE("gemm split over threads writes every block of C, by rows and by columns, inside strided matrices",
           "[kernels][gemm]") {
   // Shapes above the split threshold whose blocks are uneven (not multiples of 16 x threads): wide C (cut by
-  // columns), tall C (by rows), C the largest matrix (k smallest: by rows), and one inside a parallel region's
-  // caller (threads 1). Leading dimensions exceed the matrices' widths: a block that strayed past its columns
-  // would show in the padding.
+  // columns), tall C (by rows), C the largest matrix (k smallest: by rows), the MLP's largest, and one on
+  // OpenBLAS's own threads; each on 1 to 3 threads. Leading dimensions exceed the matrices' widths: a block
+  // that strayed past its columns would show in the padding.
   const int threads = GENERATE(1, 2, 3);
   k::context c2 = k::context::with_threads(threads);
   struct dims { int64_t m, n, kk; };
-  for (dims d : {dims{37, 301, 97}, dims{301, 37, 97}, dims{150, 133, 20}, dims{64, 256, 784}}) {
+  // The last is above the size where OpenBLAS's own threading takes over.
+  for (dims d : {dims{37, 301, 97}, dims{301, 37, 97}, dims{150, 133, 20}, dims{64, 256, 784}, dims{257, 257, 512}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         const int64_t pad = 3, lda = (ta ? d.m : d.kk) + pad, ldb = (tb ? d.kk : d.n) + pad, ldc = d.n + pad;

@@ -29,6 +29,20 @@ net::message make_control(const net::address& from, const net::address& to, wire
   return net::message::from_builder(std::move(b));
 }
 
+float* open_push(net::message& push, const net::address& from, const net::address& shard,
+                 const model::shard_range& range, const std::vector<shape>& shapes) {
+  capnp::MallocMessageBuilder* b = push.exclusive_builder();
+  if (!b) {
+    auto nb = net::make_builder(range.numel() * sizeof(float) + 64 * shapes.size());
+    auto p = net::init_envelope(*nb, from, shard).initPushGradient();
+    p.setShard(shard.index);
+    net::init_flat(p.initValues(), range.first, range.begin, shapes);
+    push = net::message::from_builder(std::move(nb));
+    b = push.exclusive_builder();
+  }
+  return net::payload(b->getRoot<wire::Envelope>().getPushGradient().getValues());
+}
+
 net::message make_metrics(const net::address& from, const net::address& to, const train::step_report& r) {
   auto b = net::make_builder();
   auto m = net::init_envelope(*b, from, to).initMetrics();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/layout.hpp"
 #include "net/message.hpp"
 #include "train/epoch_accumulator.hpp"
 
@@ -19,6 +20,12 @@ net::message make_pull(const net::address& from, const net::address& shard, bool
                        uint64_t steps = 0);
 net::message make_control(const net::address& from, const net::address& to, wire::Control::Kind kind,
                           uint32_t amount = 0, const std::string& detail = {});
+/// The payload of a PushGradient of `range` (tensors of `shapes`) from `from`
+/// to `shard`, to be written in place: `push` itself when nobody else holds
+/// it any more (its header stays; set the base version and step), else a new
+/// message put in `push`.
+float* open_push(net::message& push, const net::address& from, const net::address& shard,
+                 const model::shard_range& range, const std::vector<shape>& shapes);
 /// A worker's report to the coordinator.
 net::message make_metrics(const net::address& from, const net::address& to, const train::step_report& r);
 /// Throws net::message_error for a report with non-finite numbers or from a non-worker.

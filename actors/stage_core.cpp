@@ -21,7 +21,8 @@ std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * 
 stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial)
     : c_(std::move(c)), replicas_(std::move(replicas)), ctx_(kernels::context::with_threads(c_.plan.threads)),
       program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches),
-      track_(net::to_string(c_.plan.address)) {
+      track_(net::to_string(c_.plan.address)),
+      shapes_(c_.layout.shapes(c_.plan.params.first, c_.plan.params.last)) {
   if (static_cast<int64_t>(initial.size()) != c_.plan.params.numel())
     throw error(track_ + ": " + std::to_string(initial.size()) + " parameters for a range of " +
                 std::to_string(c_.plan.params.numel()));
@@ -99,7 +100,7 @@ outgoing stage_core::answer_pull(const net::message& m) const {
   auto p = net::init_envelope(*b, c_.plan.address, to).initParams();
   p.setShard(c_.plan.address.index);
   p.setVersion(version_id_);
-  float* dst = net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
+  float* dst = net::init_flat(p.initValues(), range.first, range.begin, shapes_);
   if (!current_->empty()) std::memcpy(dst, current_->data(), current_->size() * sizeof(float));
   // A checkpoint's: the stage's own optimizer state (a hybrid's is its shard's).
   if (r.root().getPullParams().getWithState() && c_.plan.shard < 0 && c_.momentum != 0.0f && !velocity_.empty()) {
@@ -290,9 +291,7 @@ void stage_core::backward(int64_t mb, result& out) {
       rep.samples = static_cast<uint64_t>(samples);
       // A hybrid: the staleness of this stage's pushes answered since the last report.
       if (tally_.count) {
-        rep.mean_staleness = static_cast<double>(tally_.sum) / static_cast<double>(tally_.count);
-        rep.max_staleness = static_cast<uint32_t>(tally_.max);
-        rep.rejected = static_cast<uint32_t>(tally_.rejected);
+        tally_.fill(rep);
         tally_ = {};
       }
       out.reports.push_back(rep);
@@ -307,27 +306,17 @@ void stage_core::push(result& out) {
   if (!last() && tally_.count) {
     train::step_report rep;
     rep.staleness_only = true;
-    rep.mean_staleness = static_cast<double>(tally_.sum) / static_cast<double>(tally_.count);
-    rep.max_staleness = static_cast<uint32_t>(tally_.max);
-    rep.rejected = static_cast<uint32_t>(tally_.rejected);
+    tally_.fill(rep);
     tally_ = {};
     out.reports.push_back(rep);
   }
   // One PushGradient, rewritten in place once the transport has let go of the last one (as a worker's).
-  capnp::MallocMessageBuilder* b = push_msg_.exclusive_builder();
-  if (!b) {
-    const model::shard_range& range = c_.plan.params;
-    auto nb = net::make_builder(grads_.size() * sizeof(float) + 64 * (range.last - range.first));
-    auto p = net::init_envelope(*nb, c_.plan.address, c_.shard).initPushGradient();
-    p.setShard(c_.shard.index);
-    net::init_flat(p.initValues(), range.first, range.begin, c_.layout.shapes(range.first, range.last));
-    push_msg_ = net::message::from_builder(std::move(nb));
-    b = push_msg_.exclusive_builder();
-  }
-  auto p = b->getRoot<wire::Envelope>().getPushGradient();
+  const model::shard_range& range = c_.plan.params;
+  float* dst = open_push(push_msg_, c_.plan.address, c_.shard, range, shapes_);
+  std::memcpy(dst, grads_.data(), grads_.size() * sizeof(float));
+  auto p = push_msg_.exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
   p.setBaseVersion(shard_version_);
   p.setStep(static_cast<uint64_t>(last_backward_ / c_.micro_batches + 1));
-  std::memcpy(net::payload(p.getValues()), grads_.data(), grads_.size() * sizeof(float));
   out.messages.push_back({c_.shard, push_msg_});
   awaiting_params_ = pushed_ = true;
 }
@@ -339,7 +328,7 @@ void stage_core::take_params(const net::envelope_reader& r) {
   auto p = r.root().getParams();
   const model::shard_range& range = c_.plan.params;
   const net::flat_view v = net::view(p.getValues(), "params");
-  net::require_range(v, range.first, range.begin, c_.layout.shapes(range.first, range.last),
+  net::require_range(v, range.first, range.begin, shapes_,
                      track_ + ": params of its shard");
   if (!awaiting_params_) return;  // a late second answer: the weights it has are as new
   // The answer to a push is past the version it pushed from (the shard applied

@@ -156,6 +156,7 @@ private:
   uint64_t shard_version_ = 0;                               // the version of the shard's weights it holds
   staleness_tally tally_;                                    // of its pushes, since the last report
   net::message push_msg_;                                    // a hybrid stage's PushGradient, reused
+  std::vector<shape> shapes_;                                // of its parameters (c_.plan.params), in order
 };
 
 /// The pace of an emulated slower device (--device-speeds): how long a stage

@@ -93,17 +93,7 @@ public:
 
   /// The payload of shard s's next PushGradient, to be written in place.
   float* open_push(std::size_t s) {
-    capnp::MallocMessageBuilder* b = push_[s].exclusive_builder();
-    if (!b) {
-      const train::shard_plan& sp = c_.shards[s];
-      auto nb = net::make_builder(sp.range.numel() * sizeof(float) + 64 * shapes_[s].size());
-      auto p = net::init_envelope(*nb, c_.self, sp.address).initPushGradient();
-      p.setShard(sp.address.index);
-      net::init_flat(p.initValues(), sp.range.first, sp.range.begin, shapes_[s]);
-      push_[s] = net::message::from_builder(std::move(nb));
-      b = push_[s].exclusive_builder();
-    }
-    return net::payload(b->getRoot<wire::Envelope>().getPushGradient().getValues());
+    return actors::open_push(push_[s], c_.self, c_.shards[s].address, c_.shards[s].range, shapes_[s]);
   }
 
   /// Sends shard s's push opened for this step (its header set now) and waits for its answer.
@@ -342,6 +332,12 @@ void staleness_tally::add(uint64_t tau, bool was_rejected) {
   if (was_rejected) ++rejected;
 }
 
+void staleness_tally::fill(train::step_report& r) const {
+  r.mean_staleness = count ? static_cast<double>(sum) / static_cast<double>(count) : 0.0;
+  r.max_staleness = static_cast<uint32_t>(std::min<uint64_t>(max, UINT32_MAX));
+  r.rejected = static_cast<uint32_t>(std::min<uint64_t>(rejected, UINT32_MAX));
+}
+
 bound_tensors::~bound_tensors() {
   for (std::size_t i = 0; i < slots_.size(); ++i) *slots_[i] = std::move(own_[i]);
 }
@@ -521,9 +517,7 @@ train::step_report worker_core::report() {
   r.step = steps_;
   r.loss = loss_n_ ? loss_sum_ / loss_n_ : 0.0;
   r.samples = samples_;
-  r.mean_staleness = t.count ? static_cast<double>(t.sum) / t.count : 0.0;
-  r.max_staleness = static_cast<uint32_t>(std::min<uint64_t>(t.max, UINT32_MAX));
-  r.rejected = static_cast<uint32_t>(t.rejected);
+  t.fill(r);
   loss_sum_ = 0;
   loss_n_ = samples_ = 0;
   return r;

@@ -81,6 +81,8 @@ private:
 struct staleness_tally {
   uint64_t sum = 0, count = 0, max = 0, rejected = 0;
   void add(uint64_t tau, bool was_rejected);
+  /// Writes the mean, max (capped to 32 bits) and rejections into `r` (0 for no updates).
+  void fill(train::step_report& r) const;
 };
 
 /// Points a replica's tensors at memory it does not own for one step, and

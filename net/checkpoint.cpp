@@ -6,11 +6,15 @@
 #include <capnp/serialize.h>
 #include <fcntl.h>
 #include <kj/exception.h>
+#include <kj/io.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "net/checkpoint.capnp.h"
 #include "net/tensor_codec.hpp"
@@ -18,9 +22,110 @@
 namespace troupe::net {
 
 namespace {
-constexpr uint32_t format_version = 1;
+/// 2: the Checkpoint message is followed by a CheckpointSeal (its SHA-256).
+constexpr uint32_t format_version = 2;
+/// Written before the seal: read without a checksum.
+constexpr uint32_t unsealed_version = 1;
+
+using digest = std::array<unsigned char, 32>;
 
 std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::string hex(const unsigned char* p, std::size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[p[i] >> 4];
+    out += digits[p[i] & 15];
+  }
+  return out;
+}
+
+/// A running SHA-256 (OpenSSL's EVP interface).
+class sha256 {
+public:
+  sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw error("checkpoint: SHA-256 is not available (OpenSSL)");
+  }
+  void update(const void* p, std::size_t n) {
+    if (n && EVP_DigestUpdate(ctx_.get(), p, n) != 1) throw error("checkpoint: SHA-256 failed (OpenSSL)");
+  }
+  digest finish() {
+    digest d{};
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx_.get(), d.data(), &len) != 1 || len != d.size())
+      throw error("checkpoint: SHA-256 failed (OpenSSL)");
+    return d;
+  }
+
+private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+};
+
+/// Writes to a file descriptor and hashes what it writes.
+class hashing_output final : public kj::OutputStream {
+public:
+  explicit hashing_output(int fd) : out_(fd) {}
+  void write(const void* buffer, size_t size) override {
+    hash.update(buffer, size);
+    bytes += size;
+    out_.write(buffer, size);
+  }
+  void write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    for (const auto& p : pieces) {
+      hash.update(p.begin(), p.size());
+      bytes += p.size();
+    }
+    out_.write(pieces);
+  }
+  sha256 hash;
+  uint64_t bytes = 0;
+
+private:
+  kj::FdOutputStream out_;
+};
+
+/// Writes the Checkpoint message `msg` and its seal to `fd`.
+void write_sealed(int fd, capnp::MessageBuilder& msg) {
+  hashing_output out(fd);
+  capnp::writeMessage(out, msg);
+  const digest d = out.hash.finish();
+  capnp::MallocMessageBuilder seal_msg;
+  auto seal = seal_msg.initRoot<wire::CheckpointSeal>();
+  seal.setSha256(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.data()), d.size()));
+  seal.setBytes(out.bytes);
+  capnp::writeMessageToFd(fd, seal_msg);
+}
+
+/// Checks the seal that follows the Checkpoint message [words, end) in the
+/// file [words, file_end); throws troupe::error naming `path` when it is
+/// missing or does not match. A format 1 file has no seal.
+void verify_seal(const std::string& path, const capnp::word* words, const capnp::word* end,
+                 const capnp::word* file_end, uint32_t version) {
+  const auto corrupt = [&path](const std::string& why) {
+    return error("checkpoint " + path + " is corrupt: " + why +
+                 ". It was damaged after it was written: resume from another copy, or delete it to start over");
+  };
+  if (end == file_end) {
+    if (version == unsealed_version) return;
+    throw corrupt("no checksum after its contents (the file is cut short)");
+  }
+  capnp::FlatArrayMessageReader reader(kj::arrayPtr(end, file_end));
+  if (reader.getEnd() != file_end) throw corrupt("bytes after its checksum");
+  auto seal = reader.getRoot<wire::CheckpointSeal>();
+  const uint64_t bytes = static_cast<uint64_t>(end - words) * sizeof(capnp::word);
+  auto stored = seal.getSha256();
+  if (seal.getBytes() != bytes || stored.size() != digest().size())
+    throw corrupt("checksum mismatch (the seal covers " + std::to_string(seal.getBytes()) + " bytes, the contents are " +
+                  std::to_string(bytes) + ")");
+  sha256 h;
+  h.update(words, bytes);
+  const digest d = h.finish();
+  if (std::memcmp(d.data(), stored.begin(), d.size()) != 0)
+    throw corrupt("checksum mismatch (SHA-256 of its " + std::to_string(bytes) + " bytes of contents is " +
+                  hex(d.data(), d.size()) + ", the file says " + hex(stored.begin(), stored.size()) + ")");
+}
 } // namespace
 
 void save_checkpoint(const std::string& path, const checkpoint& c) {
@@ -31,6 +136,7 @@ void save_checkpoint(const std::string& path, const checkpoint& c) {
     root.setArchitecture(c.architecture);
     root.setEpoch(c.epoch);
     root.setStep(c.step);
+    root.setEpochSamples(c.epoch_samples);
     root.setOptimizerKind(c.optimizer_kind);
     encode(c.params, root.initParams(static_cast<unsigned>(c.params.size())));
     encode(c.optimizer, root.initOptimizer(static_cast<unsigned>(c.optimizer.size())));
@@ -44,7 +150,7 @@ void save_checkpoint(const std::string& path, const checkpoint& c) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw error(sys_error("cannot write checkpoint " + tmp));
   try {
-    capnp::writeMessageToFd(fd, msg);
+    write_sealed(fd, msg);
   } catch (const kj::Exception& e) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -104,13 +210,17 @@ checkpoint load_checkpoint(const std::string& path) {
     opts.traversalLimitInWords = bytes / 8 + 1024;  // the file itself bounds what can be read
     capnp::FlatArrayMessageReader reader(words.asPtr(), opts);
     auto root = reader.getRoot<wire::Checkpoint>();
-    if (root.getFormatVersion() != format_version)
-      throw error("checkpoint " + path + " has format version " + std::to_string(root.getFormatVersion()) +
-                  ", this troupe reads version " + std::to_string(format_version));
+    const uint32_t version = root.getFormatVersion();
+    verify_seal(path, words.begin(), reader.getEnd(), words.end(), version);
+    if (version != format_version && version != unsealed_version)
+      throw error("checkpoint " + path + " has format version " + std::to_string(version) +
+                  ", this troupe reads versions " + std::to_string(unsealed_version) + " and " +
+                  std::to_string(format_version) + " (a newer troupe wrote it?)");
     checkpoint c;
     c.architecture = root.getArchitecture();
     c.epoch = root.getEpoch();
     c.step = root.getStep();
+    c.epoch_samples = root.getEpochSamples();
     c.optimizer_kind = root.getOptimizerKind();
     c.params = decode(root.getParams(), "checkpoint " + path + " params");
     c.optimizer = decode(root.getOptimizer(), "checkpoint " + path + " optimizer");

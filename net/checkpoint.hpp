@@ -17,6 +17,10 @@ struct checkpoint {
   std::vector<named_tensor> optimizer;  ///< optimizer::state()
   std::string optimizer_kind;
   std::vector<uint64_t> shard_versions;  ///< asynchronous runs: updates each parameter shard applied
+  /// Samples of the epoch in progress (epoch + 1) already trained, for a
+  /// checkpoint taken inside an epoch; 0 at an epoch's end. A resumed run
+  /// trains the rest of that epoch only.
+  uint64_t epoch_samples = 0;
 };
 
 /// Writes `c` to `path` atomically: a temporary file in the same directory,

@@ -1,5 +1,9 @@
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +19,7 @@
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/zoo.hpp"
+#include "net/checkpoint.capnp.h"
 #include "net/checkpoint.hpp"
 #include "tensor/error.hpp"
 #include "tests/test_util.hpp"
@@ -72,6 +77,7 @@ net::checkpoint sample_checkpoint() {
                  {"velocity/0.dense.bias", filled({10}, 9.0f)}};
   c.optimizer_kind = "sgd(lr 0.100000, momentum 0.900000)";
   c.shard_versions = {7, 1ull << 40};
+  c.epoch_samples = 4096;
   return c;
 }
 
@@ -113,6 +119,7 @@ TEST_CASE("checkpoint round trip keeps every field", "[net]") {
   CHECK(r.step == c.step);
   CHECK(r.optimizer_kind == c.optimizer_kind);
   CHECK(r.shard_versions == c.shard_versions);
+  CHECK(r.epoch_samples == 4096);
   check_same(c.params, r.params);
   check_same(c.optimizer, r.optimizer);
   // The loaded tensors are copies, not views of a buffer that went away.
@@ -237,22 +244,123 @@ TEST_CASE("load_checkpoint: a truncated checkpoint", "[net]") {
   CHECK(net::load_checkpoint(good).epoch == 7);
 }
 
-TEST_CASE("load_checkpoint: a payload that disagrees with its shape", "[net]") {
+namespace {
+
+/// Flips bit `bit` of the byte at `offset` of the file `path`.
+void flip_bit(const std::string& path, std::size_t offset, int bit) {
+  bytes b = read_all(path);
+  REQUIRE(offset < b.size());
+  b[offset] = static_cast<char>(b[offset] ^ (1 << bit));
+  write_all(path, b);
+}
+
+/// Where the bytes of `t` are in `file` (its float payload is stored as is).
+std::size_t offset_of(const bytes& file, const tensor& t) {
+  const char* p = reinterpret_cast<const char*>(t.data());
+  auto it = std::search(file.begin(), file.end(), p, p + t.numel() * static_cast<int64_t>(sizeof(float)));
+  REQUIRE(it != file.end());
+  return static_cast<std::size_t>(it - file.begin());
+}
+
+/// A checkpoint as troupe wrote them before the checksum (format 1): the
+/// Checkpoint message alone. Its one parameter "w" has shape `dims` and
+/// `values` as its payload.
+void write_format1(const std::string& path, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<wire::Checkpoint>();
+  root.setFormatVersion(1);
+  root.setArchitecture("old");
+  root.setEpoch(3);
+  root.setStep(42);
+  auto entry = root.initParams(1)[0];
+  entry.setName("w");
+  auto t = entry.initTensor();
+  auto shape = t.initShape(static_cast<unsigned>(dims.size()));
+  for (unsigned i = 0; i < dims.size(); ++i) shape.set(i, dims[i]);
+  t.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(values.data()), values.size() * sizeof(float)));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  capnp::writeMessageToFd(fd, msg);
+  ::close(fd);
+}
+
+} // namespace
+
+// Bug (issue 21, item 17): a checkpoint carried no checksum, so one flipped
+// bit in a weight loaded silently and the resumed run died as "diverged".
+TEST_CASE("load_checkpoint: one flipped bit in a weight is a checksum mismatch naming the file", "[net][checkpoint]") {
   temp_dir dir;
-  std::string path = dir.file("c.ckpt");
+  const std::string path = dir.file("flip.ckpt");
+  const net::checkpoint c = sample_checkpoint();
+  net::save_checkpoint(path, c);
+  // The intact file loads.
+  check_same(c.params, net::load_checkpoint(path).params);
+
+  const std::size_t at = offset_of(read_all(path), c.params[0].value) + 4 * 123 + 2;  // inside weight 123
+  for (int bit : {0, 7}) {
+    INFO("bit " << bit);
+    flip_bit(path, at, bit);
+    CHECK_THROWS_MATCHES(net::load_checkpoint(path), troupe::error,
+                         message(Contains("checkpoint " + path + " is corrupt: checksum mismatch")));
+    flip_bit(path, at, bit);  // back as it was: loads again
+    CHECK(net::load_checkpoint(path).epoch == 7);
+  }
+  // The optimizer's state and the header are covered too.
+  flip_bit(path, offset_of(read_all(path), c.optimizer[1].value), 3);
+  CHECK_THROWS_MATCHES(net::load_checkpoint(path), troupe::error, message(Contains(path) && Contains("checksum")));
+}
+
+TEST_CASE("load_checkpoint: a flipped bit in every byte of a small checkpoint is caught", "[net][checkpoint]") {
+  temp_dir dir;
+  const std::string good = dir.file("good.ckpt"), path = dir.file("bad.ckpt");
   net::checkpoint c;
-  c.params = {{"w", filled({777}, 1.0f)}};
+  c.architecture = "dense";
+  c.epoch = 1;
+  c.step = 9;
+  c.params = {{"w", filled({5}, 1.0f)}};
+  net::save_checkpoint(good, c);
+  const bytes whole = read_all(good);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    bytes b = whole;
+    b[i] = static_cast<char>(b[i] ^ (1 << (i % 8)));
+    write_all(path, b);
+    INFO("byte " << i << " of " << whole.size());
+    CHECK_THROWS_MATCHES(net::load_checkpoint(path), troupe::error, message(Contains(path)));
+  }
+}
+
+TEST_CASE("load_checkpoint: a checkpoint without its checksum is cut short", "[net][checkpoint]") {
+  temp_dir dir;
+  const std::string path = dir.file("c.ckpt");
+  net::checkpoint c;
+  c.params = {{"w", filled({16}, 1.0f)}};
   net::save_checkpoint(path, c);
   bytes b = read_all(path);
-  // Find the shape list ([777], one Int64) and make it [778] so that the
-  // payload of 777 floats no longer fits it.
-  int64_t dim = 777;
-  auto it = std::search(b.begin(), b.end(), reinterpret_cast<char*>(&dim),
-                        reinterpret_cast<char*>(&dim) + sizeof dim);
-  REQUIRE(it != b.end());
-  int64_t bigger = 778;
-  std::memcpy(&*it, &bigger, sizeof bigger);
-  write_all(path, b);
+  // The seal is the file's last message: one segment holding a 2-word struct and 32 bytes of SHA-256.
+  const std::size_t seal = 8 + 8 * (1 + 2 + 4);
+  REQUIRE(b.size() > seal);
+  write_all(path, bytes(b.begin(), b.end() - static_cast<std::ptrdiff_t>(seal)));
+  CHECK_THROWS_MATCHES(net::load_checkpoint(path), troupe::error,
+                       message(Contains("checkpoint " + path + " is corrupt: no checksum")));
+}
+
+TEST_CASE("load_checkpoint: a checkpoint written before the checksum (format 1) still loads", "[net][checkpoint]") {
+  temp_dir dir;
+  const std::string path = dir.file("old.ckpt");
+  write_format1(path, {3}, {1.0f, 2.0f, 3.0f});
+  const net::checkpoint r = net::load_checkpoint(path);
+  CHECK(r.architecture == "old");
+  CHECK(r.epoch == 3);
+  CHECK(r.step == 42);
+  REQUIRE(r.params.size() == 1);
+  CHECK(same_bits(r.params[0].value, tensor::from({3}, {1.0f, 2.0f, 3.0f})));
+}
+
+TEST_CASE("load_checkpoint: a payload that disagrees with its shape", "[net]") {
+  // The shape is checked apart from the checksum: a format 1 file has none.
+  temp_dir dir;
+  std::string path = dir.file("c.ckpt");
+  write_format1(path, {778}, std::vector<float>(777, 1.0f));
   CHECK_THROWS_MATCHES(net::load_checkpoint(path), troupe::error,
                        message(Contains(path) && Contains("entry w") && Contains("does not match shape")));
 }

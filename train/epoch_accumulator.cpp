@@ -7,6 +7,7 @@ namespace troupe::train {
 
 epoch_accumulator::epoch_accumulator(const limits& l, time_point start)
     : l_(l), epoch_start_(start), epoch_(l.first_epoch), steps_(l.first_steps),
+      samples_(static_cast<uint64_t>(std::max<int64_t>(0, l.first_epoch_samples))), resumed_samples_(samples_),
       worker_samples_(static_cast<std::size_t>(std::max(1, l.workers)), 0), worker_tau_(worker_samples_.size()) {}
 
 epoch_accumulator::verdict epoch_accumulator::add(const step_report& r) {
@@ -51,7 +52,7 @@ epoch_metrics epoch_accumulator::close_epoch(double lr, time_point now) {
   m.epoch = epoch_ + 1;
   m.train_s = std::chrono::duration<double>(now - epoch_start_).count();
   m.train_loss = reports_ ? loss_ / reports_ : 0;
-  m.samples_per_s = m.train_s > 0 ? samples_ / m.train_s : 0;
+  m.samples_per_s = m.train_s > 0 ? (samples_ - resumed_samples_) / m.train_s : 0;
   m.steps = steps_;
   m.lr = lr;
   m.mean_staleness = tau_n_ ? tau_sum_ / tau_n_ : 0;
@@ -61,7 +62,7 @@ epoch_metrics epoch_accumulator::close_epoch(double lr, time_point now) {
   last_complete_ = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
   ++epoch_;
   epoch_start_ = now;
-  samples_ = reports_ = 0;
+  samples_ = reports_ = resumed_samples_ = 0;
   loss_ = tau_sum_ = 0;
   tau_n_ = tau_max_ = rejected_ = 0;
   return m;
@@ -95,7 +96,7 @@ std::vector<worker_summary> epoch_accumulator::worker_summaries() const {
 
 double epoch_accumulator::samples_per_s(time_point now) const {
   const double s = std::chrono::duration<double>(now - epoch_start_).count();
-  return s > 0 ? samples_ / s : 0;
+  return s > 0 ? (samples_ - resumed_samples_) / s : 0;
 }
 
 } // namespace troupe::train

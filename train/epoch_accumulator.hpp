@@ -37,6 +37,9 @@ public:
     int64_t first_steps = 0;        ///< steps a resumed run had taken
     int64_t max_steps = 0;          ///< 0: no limit
     int workers = 1;
+    /// Samples of epoch first_epoch a resumed run had trained (a checkpoint
+    /// inside an epoch): that epoch ends after the rest of its samples.
+    int64_t first_epoch_samples = 0;
   };
   /// What the caller does after a report.
   enum class verdict { train_on, end_epoch, end_run };
@@ -64,6 +67,8 @@ public:
 
   int epoch() const { return epoch_; }  ///< 0-based epoch in progress
   int64_t steps() const { return steps_; }
+  /// Samples of the epoch in progress trained so far (before a resume too).
+  int64_t epoch_samples() const { return static_cast<int64_t>(samples_); }
   /// Progress of the epoch in progress.
   int64_t batches_done(int64_t batch_size) const { return samples_ / batch_size; }
   double mean_loss() const { return reports_ ? loss_ / reports_ : 0; }
@@ -79,6 +84,7 @@ private:
   int epoch_;
   int64_t steps_;
   uint64_t samples_ = 0, reports_ = 0;
+  uint64_t resumed_samples_ = 0;  // of samples_, those trained before a resume: not in the rate
   double loss_ = 0, tau_sum_ = 0;
   int64_t tau_n_ = 0, tau_max_ = 0, rejected_ = 0;
   int lost_workers_ = 0;

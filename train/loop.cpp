@@ -10,6 +10,7 @@
 #include "model/optimizer.hpp"
 #include "net/checkpoint.hpp"
 #include "train/epoch_accumulator.hpp"
+#include "train/plan.hpp"
 #include "train/progress.hpp"
 
 namespace troupe::train {
@@ -97,27 +98,53 @@ bool epoch_callback(const job& j, const epoch_metrics& m) {
 
 namespace {
 
+/// `epoch_samples`: samples of the epoch after `epochs_done` trained so far.
 void save(const std::string& path, model::model& net, const model::optimizer& opt, uint32_t epochs_done,
-          int64_t steps) {
+          int64_t steps, int64_t epoch_samples) {
   net::checkpoint c;
   c.architecture = net.architecture();
   c.epoch = epochs_done;
   c.step = static_cast<uint64_t>(steps);
+  c.epoch_samples = static_cast<uint64_t>(epoch_samples);
   c.params = net.state();
   c.optimizer = opt.state();
   c.optimizer_kind = opt.describe();
   net::save_checkpoint(path, c);
 }
 
-/// Continues `net` and `opt` from the checkpoint `path`: {epochs done, steps done}.
-std::pair<int, int64_t> resume(const std::string& path, model::model& net, model::optimizer& opt, std::ostream& log) {
+/// Where a run starts: after `epochs` epochs and `steps` steps, and
+/// `epoch_samples` samples into the next epoch.
+struct start_point {
+  int epochs = 0;
+  int64_t steps = 0;
+  int64_t epoch_samples = 0;
+};
+
+/// Continues `net` and `opt` from the checkpoint `path`; `samples_per_epoch`
+/// bounds a position inside an epoch (a checkpoint of another data set).
+start_point resume(const std::string& path, model::model& net, model::optimizer& opt, int64_t samples_per_epoch,
+                   std::ostream& log) {
   net::checkpoint c = net::load_checkpoint(path);
   net.load_state(c.architecture, c.params);
   opt.load_state(net.parameters(), c.optimizer);
-  const auto epoch = static_cast<int>(c.epoch);
-  const auto steps = static_cast<int64_t>(c.step);
-  log << "resumed from " << path << " after epoch " << epoch << " (" << steps << " steps)\n";
-  return {epoch, steps};
+  start_point p{static_cast<int>(c.epoch), static_cast<int64_t>(c.step), static_cast<int64_t>(c.epoch_samples)};
+  log << "resumed from " << path << " after epoch " << p.epochs << " (" << p.steps << " steps)";
+  if (p.epoch_samples >= samples_per_epoch) {
+    log << "; its position inside epoch " << p.epochs + 1 << " (" << p.epoch_samples
+        << " samples) is past this data set's end: that epoch starts over";
+    p.epoch_samples = 0;
+  } else if (p.epoch_samples > 0) {
+    log << ", " << p.epoch_samples << " samples into epoch " << p.epochs + 1;
+  }
+  log << "\n";
+  return p;
+}
+
+/// Skips the first `samples` samples of the epoch `b` is at (they were
+/// trained before a resume).
+void skip_samples(data::batcher& b, int64_t samples) {
+  data::batch x;
+  for (int64_t done = 0; done < samples && b.next(x);) done += x.size();
 }
 
 } // namespace
@@ -127,7 +154,8 @@ history run_sequential(const job& j, std::ostream& log) {
   const settings& s = j.config();
   if (runs_on_actors(s.algo.kind)) throw error("run_sequential: algorithm " + std::string(to_string(s.algo.kind)) + " runs on actors");
   const auto start = std::chrono::steady_clock::now();
-  const kernels::context ctx = kernels::context::with_threads(s.threads);
+  // threads = 0: this process's share of the cores (Slurm's CPUs per task), not every core of the host.
+  const kernels::context ctx = kernels::context::with_threads(topology::local(s.threads).nodes[0].threads);
   const run_info info = info_of(j, ctx.threads);
 
   // Open the metrics file first: a bad path fails before minutes of training.
@@ -140,7 +168,9 @@ history run_sequential(const job& j, std::ostream& log) {
   auto params = net.parameters();
   std::unique_ptr<model::optimizer> opt =
       optim::sgd(s.lr).momentum(s.momentum).weight_decay(s.weight_decay).make();
-  const auto [first_epoch, first_steps] = resuming ? resume(s.checkpoint, net, *opt, log) : std::pair<int, int64_t>{0, 0};
+  const start_point from = resuming ? resume(s.checkpoint, net, *opt, ds.train.count, log) : start_point{};
+  const int first_epoch = from.epochs;
+  const int64_t first_steps = from.steps;
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
       << ctx.threads << " threads\n";
   if (first_epoch >= s.epochs) return {};
@@ -149,7 +179,8 @@ history run_sequential(const job& j, std::ostream& log) {
   train_batches.set_threads(ctx.threads);
   const int64_t per_epoch = train_batches.batches_per_epoch();
   const int64_t total_steps = per_epoch * s.epochs;
-  epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1},
+  epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1,
+                         from.epoch_samples},
                         std::chrono::steady_clock::now());
   progress_reporter progress(log, s.progress);
   checkpoint_clock periodic(s.checkpoint_every_steps, s.checkpoint_every_s, first_steps, std::chrono::steady_clock::now());
@@ -159,6 +190,8 @@ history run_sequential(const job& j, std::ostream& log) {
   bool stop = false;
   for (int epoch = first_epoch; epoch < s.epochs; ++epoch) {
     train_batches.start_epoch(epoch);
+    // A checkpoint inside this epoch: its first samples are trained already.
+    if (epoch == first_epoch) skip_samples(train_batches, from.epoch_samples);
     auto verdict = epoch_accumulator::verdict::train_on;
     while (verdict == epoch_accumulator::verdict::train_on && train_batches.next(b)) {
       opt->set_learning_rate(model::scheduled_lr(s.lr, s.schedule, acc.steps(), total_steps));
@@ -172,21 +205,25 @@ history run_sequential(const job& j, std::ostream& log) {
         if (stop) acc.request_stop();
       }
       verdict = acc.add({0, static_cast<uint64_t>(acc.steps() + 1), loss, static_cast<uint64_t>(b.size())});
-      // Between epochs: the epoch in progress is not done, a resumed run redoes it.
+      // Inside an epoch: a resumed run trains the rest of it.
       if (verdict == epoch_accumulator::verdict::train_on && periodic.due(acc.steps(), std::chrono::steady_clock::now()))
-        save(s.checkpoint, net, *opt, static_cast<uint32_t>(epoch), acc.steps());
+        save(s.checkpoint, net, *opt, static_cast<uint32_t>(epoch), acc.steps(), acc.epoch_samples());
       progress.update(epoch + 1, s.epochs, acc.batches_done(s.batch_size), per_epoch, acc.mean_loss(),
                       acc.samples_per_s(std::chrono::steady_clock::now()));
     }
+    const int64_t epoch_samples = acc.epoch_samples();
     epoch_metrics m = acc.close_epoch(opt->learning_rate(), std::chrono::steady_clock::now());
     if (s.evaluate) {
       const accuracies a = score_sets(net, ctx, d, s.batch_size);
       m.test_accuracy = a.test;
       m.validation_accuracy = a.validation;
     }
-    // Only a finished epoch counts: a run cut inside an epoch redoes it on resume.
-    if (!s.checkpoint.empty())
-      save(s.checkpoint, net, *opt, static_cast<uint32_t>(acc.last_closed_complete() ? epoch + 1 : epoch), m.steps);
+    // A run cut inside an epoch records where in it: a resumed run trains the rest.
+    if (!s.checkpoint.empty()) {
+      const bool complete = acc.last_closed_complete();
+      save(s.checkpoint, net, *opt, static_cast<uint32_t>(complete ? epoch + 1 : epoch), m.steps,
+           complete ? 0 : epoch_samples);
+    }
     m.wall_s = seconds_since(start);
     m.peak_rss_mb = peak_rss_mb();
     progress.finish_line();

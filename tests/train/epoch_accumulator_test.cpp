@@ -144,6 +144,31 @@ TEST_CASE("epoch accumulator: a resumed run counts on from its first epoch and s
   CHECK(one.batches_done(4) == 1);
 }
 
+// Bug (issue 21, item 18): a run resumed from a checkpoint inside an epoch
+// counted that epoch's samples from 0, so the epoch recorded its steps before
+// the checkpoint twice.
+TEST_CASE("epoch accumulator: a run resumed inside an epoch trains the rest of it only", "[train][epochs]") {
+  epoch_accumulator::limits l = limits_of(40, 2, 1);  // 10 steps of 4 samples per epoch
+  l.first_epoch = 0;
+  l.first_steps = 3;
+  l.first_epoch_samples = 12;  // 3 steps into epoch 1
+  epoch_accumulator acc(l, t0);
+  CHECK(acc.epoch_samples() == 12);
+  CHECK(acc.batches_done(4) == 3);
+  for (int i = 0; i < 6; ++i) CHECK(acc.add(report(0, 4, 1.0)) == verdict::train_on);
+  CHECK(acc.add(report(0, 4, 1.0)) == verdict::end_epoch);  // the 10th step of the epoch
+  const epoch_metrics m = acc.close_epoch(0.1, t0 + seconds(2));
+  CHECK(m.epoch == 1);
+  CHECK(m.steps == 10);
+  CHECK(m.samples_per_s == Approx(28.0 / 2));  // the samples trained since the resume
+  CHECK(acc.last_closed_complete());
+  // The next epoch is whole.
+  CHECK(acc.epoch_samples() == 0);
+  for (int i = 0; i < 9; ++i) CHECK(acc.add(report(0, 4, 1.0)) == verdict::train_on);
+  CHECK(acc.add(report(0, 4, 1.0)) == verdict::end_run);
+  CHECK(acc.close_epoch(0.1, t0 + seconds(4)).steps == 20);
+}
+
 TEST_CASE("epoch accumulator: a hybrid stage's staleness-only report counts its staleness, not a step",
           "[train][epochs]") {
   epoch_accumulator acc(limits_of(8, 1, 1), t0);

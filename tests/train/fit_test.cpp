@@ -206,6 +206,48 @@ TEST_CASE("fit honours max_steps, evaluate(false) and the cosine schedule", "[tr
   }
 }
 
+// Bug (issue 21, item 18): a run resumed from a checkpoint inside an epoch
+// trained that epoch again from its start, and its record counted the steps
+// before the checkpoint twice (3 + 8 steps for an epoch of 8).
+TEST_CASE("fit resumed inside an epoch trains the rest of it: the epoch records its own steps", "[train][fit]") {
+  small_data d;  // 8 steps per epoch
+  const std::string ckpt = d.dir.file("mid.ckpt");
+  std::ostringstream log;
+  const history cut = fit(mlp_job(d.dir.path()).max_steps(3).checkpoint(ckpt), log);
+  REQUIRE(cut.size() == 1);
+  CHECK(cut[0].steps == 3);
+  const net::checkpoint c = net::load_checkpoint(ckpt);
+  CHECK(c.epoch == 0);
+  CHECK(c.step == 3);
+  CHECK(c.epoch_samples == 3 * 32);
+
+  std::vector<step_event> resumed, straight;
+  job rest = mlp_job(d.dir.path()).checkpoint(ckpt);
+  rest.on_step([&](const step_event& e) { resumed.push_back(e); });
+  const history h = fit(rest, log);
+  CHECK_THAT(log.str(), Contains("resumed from " + ckpt + " after epoch 0 (3 steps), 96 samples into epoch 1"));
+  REQUIRE(h.size() == 2);
+  CHECK(h[0].epoch == 1);
+  CHECK(h[0].steps == 8);  // 3 before the checkpoint, 5 after
+  CHECK(h[1].steps == 16);
+  CHECK(net::load_checkpoint(ckpt).epoch_samples == 0);  // whole epochs done
+
+  // The same steps on the same batches as a run that was never cut.
+  job whole = mlp_job(d.dir.path());
+  whole.on_step([&](const step_event& e) { straight.push_back(e); });
+  const history w = fit(whole, log);
+  REQUIRE(straight.size() == 16);
+  REQUIRE(resumed.size() == 13);
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    INFO("step " << straight[i + 3].step);
+    CHECK(resumed[i].step == straight[i + 3].step);
+    CHECK(resumed[i].epoch == straight[i + 3].epoch);
+    CHECK(resumed[i].loss == straight[i + 3].loss);
+  }
+  CHECK(h[1].train_loss == w[1].train_loss);
+  CHECK(h[1].test_accuracy == w[1].test_accuracy);
+}
+
 TEST_CASE("fit reports what is missing or wrong before it trains", "[train][fit]") {
   testing::temp_dir dir;
   std::ostringstream log;
@@ -513,7 +555,7 @@ TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors"
     });
     fit(j, log);
     REQUIRE(found);
-    CHECK(seen.epoch == 0);  // the epoch in progress is redone on resume
+    CHECK(seen.epoch == 0);  // epochs done: not the one in progress
     CHECK(seen.step > 0);
     CHECK(seen.step <= 31);
     CHECK(seen.step % 5 == 0);

@@ -1,9 +1,13 @@
 #include "train/cluster.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
 #include <sys/wait.h>
+#include <thread>
 
 extern char** environ;
 
@@ -58,12 +62,41 @@ void validate(const cluster_spec& c) {
         " nodes needs a shared secret: secret-file = \"...\" (a file of random bytes, mode 0600, the same on every node)");
 }
 
+namespace {
+
+/// This node's threads where neither it nor the job sets them: its share of
+/// the cores the other nodes on its host leave.
+int share_of_host(const cluster_spec& c, uint32_t self, const std::map<std::string, std::string>& env, int cores) {
+  int sharing = 0, taken = 0;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    if (!same_host(c.nodes[i].host, c.nodes[self].host)) continue;
+    if (c.nodes[i].threads > 0 && i != self)
+      taken += c.nodes[i].threads;
+    else
+      ++sharing;
+  }
+  return default_threads(env, std::max(1, cores - taken), std::max(1, sharing));
+}
+
+} // namespace
+
 topology topology_of(const cluster_spec& c, uint32_t self, int local_threads) {
-  if (c.single_process()) return topology::local(local_threads);
+  return topology_of(c, self, local_threads, environment(), usable_cores());
+}
+
+topology topology_of(const cluster_spec& c, uint32_t self, int local_threads,
+                     const std::map<std::string, std::string>& env, int cores) {
+  if (c.single_process()) return topology::local(local_threads > 0 ? local_threads : default_threads(env, cores));
+  if (self >= c.nodes.size())
+    throw error("topology: node " + std::to_string(self) + " of a cluster of " + std::to_string(c.nodes.size()));
   topology t;
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
     const node_entry& n = c.nodes[i];
-    const int threads = n.threads > 0 ? n.threads : i == self ? topology::local(local_threads).nodes[0].threads : 1;
+    int threads = 1;
+    if (n.threads > 0)
+      threads = n.threads;
+    else if (i == self)
+      threads = local_threads > 0 ? local_threads : share_of_host(c, self, env, cores);
     node_spec spec{n.name, threads, n.workers, n.shards, {}};
     for (std::size_t d = 0; d < n.devices.size(); ++d)
       spec.devices.push_back({n.devices[d].kind + std::to_string(d), n.devices[d].speed, n.devices[d].memory_mb * 1048576});
@@ -137,6 +170,43 @@ cluster_spec resolve(const cluster_spec& c, const std::map<std::string, std::str
   out.nodes = slurm_nodes(env, slurm_hostnames(get(env, "SLURM_JOB_NODELIST")), c.slurm_port);
   validate(out);
   return out;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int slurm_tasks_here(const std::map<std::string, std::string>& env) {
+  const std::string per_node = get(env, "SLURM_NTASKS_PER_NODE");
+  if (!per_node.empty()) return parse_count(per_node, "SLURM_NTASKS_PER_NODE");
+  const std::string layout = get(env, "SLURM_TASKS_PER_NODE");
+  if (layout.empty()) return 0;
+  const std::vector<int> tasks = expand_tasks_per_node(layout);
+  if (tasks.empty()) return 0;
+  const std::string node = get(env, "SLURM_NODEID");
+  if (node.empty()) return *std::max_element(tasks.begin(), tasks.end());
+  const int i = parse_count(node, "SLURM_NODEID");
+  if (i >= static_cast<int>(tasks.size()))
+    throw error("Slurm: SLURM_NODEID " + node + " but SLURM_TASKS_PER_NODE '" + layout + "' names " +
+                std::to_string(tasks.size()) + " host(s)");
+  return tasks[static_cast<std::size_t>(i)];
+}
+
+int default_threads(const std::map<std::string, std::string>& env, int cores, int same_host) {
+  const std::string per_task = get(env, "SLURM_CPUS_PER_TASK");
+  if (!per_task.empty()) return std::max(1, parse_count(per_task, "SLURM_CPUS_PER_TASK"));
+  const int sharing = std::max({1, same_host, slurm_tasks_here(env)});
+  return std::max(1, cores / sharing);
+}
+
+bool same_host(const std::string& a, const std::string& b) {
+  const auto loopback = [](const std::string& h) {
+    return h == "localhost" || h == "::1" || h == "[::1]" || h.rfind("127.", 0) == 0;
+  };
+  return a == b || (loopback(a) && loopback(b));
 }
 
 std::vector<int> expand_tasks_per_node(const std::string& s) {

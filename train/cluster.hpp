@@ -18,10 +18,36 @@ namespace troupe::train {
 /// host:port pairs, a port of 0, a bad timeout, no secret file with several nodes.
 void validate(const cluster_spec& c);
 
-/// The topology the plan is computed on; a node's threads of 0 become
-/// `local_threads` for this node and 1 for others (a node knows only its own
-/// cores; the plan's roles do not depend on threads).
+/// The topology the plan is computed on. A node's threads of 0 become, for
+/// this node, `local_threads` (the job's `threads`) when > 0, else its share of
+/// the host: default_threads(env, cores less the threads of the nodes on the
+/// same host that set theirs, those that do not); for other nodes 1 (a node
+/// knows only its own cores; the plan's roles do not depend on threads).
+topology topology_of(const cluster_spec& c, uint32_t self, int local_threads,
+                     const std::map<std::string, std::string>& env, int cores);
+/// topology_of() with this process's environment and usable_cores().
 topology topology_of(const cluster_spec& c, uint32_t self, int local_threads);
+
+/// The CPUs this process may run on: its affinity mask (what taskset, a
+/// cpuset or Slurm's binding leave it), else the host's cores; at least 1.
+int usable_cores();
+
+/// Slurm's tasks on this process's host: SLURM_NTASKS_PER_NODE when set, else
+/// the entry of SLURM_TASKS_PER_NODE for SLURM_NODEID (the most of any host
+/// without SLURM_NODEID); 0 outside Slurm. Throws troupe::error for a value it
+/// cannot read.
+int slurm_tasks_here(const std::map<std::string, std::string>& env);
+
+/// The threads a process takes where neither the job nor its node sets
+/// `threads`: SLURM_CPUS_PER_TASK when Slurm sets it; else `cores` (the CPUs
+/// it may run on) shared evenly by the processes on its host, Slurm's tasks
+/// there or `same_host` (the job file's nodes there), whichever is more. At
+/// least 1.
+int default_threads(const std::map<std::string, std::string>& env, int cores, int same_host = 1);
+
+/// Whether two [cluster] hosts are the same machine: the same name or
+/// address, or both loopback (localhost, 127.0.0.0/8, ::1).
+bool same_host(const std::string& a, const std::string& b);
 
 /// Which node this process is: `node_name` when given (a name of the
 /// cluster), else Slurm's SLURM_PROCID, else node 0 of a one-node cluster.

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include "model/cost_profile.hpp"
 #include "tensor/error.hpp"
+#include "train/cluster.hpp"
 
 namespace troupe::train {
 
@@ -26,7 +26,7 @@ int64_t batches(int64_t samples, int64_t batch_size) { return (samples + batch_s
 } // namespace
 
 topology topology::local(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = default_threads(environment(), usable_cores());
   topology t;
   t.nodes.push_back({"local", threads, true, true, {}});
   return t;

@@ -29,7 +29,9 @@ struct node_spec {
 /// The nodes of a run. Node 0 hosts the coordinator and the evaluator.
 struct topology {
   std::vector<node_spec> nodes;
-  /// This process alone, with `threads` threads (0: every core).
+  /// This process alone, with `threads` threads (0: its share of the cores,
+  /// default_threads() of its environment: Slurm's CPUs per task, or the CPUs
+  /// it may run on divided by Slurm's tasks on its host).
   static topology local(int threads = 0);
 };
 

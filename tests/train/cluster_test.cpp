@@ -1,6 +1,9 @@
 // The [cluster] table: its checks, which node a process is (--node or Slurm),
 // Slurm's task layout, and the topology the plan is computed on.
 #include <catch2/catch.hpp>
+#include <stdlib.h>
+
+#include <optional>
 
 #include "tests/test_util.hpp"
 #include "train/cluster.hpp"
@@ -25,6 +28,25 @@ cluster_spec three_nodes() {
   c.nodes[2].shards = false;
   return c;
 }
+
+/// Sets environment variable `name` for the scope, then puts back what was there.
+class scoped_env {
+public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = ::getenv(name)) old_ = std::string(old);
+    ::setenv(name, value, 1);
+  }
+  ~scoped_env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 } // namespace
 
@@ -122,4 +144,67 @@ nodes = [
   fails("[cluster]\nnodes = [{ name = \"a\", port = 1 }, { name = \"b\", port = 2 }]\n", "needs a shared secret");
   fails("algorithm = \"hogwild\"\n[cluster]\nsecret-file = \"s\"\nnodes = [{ name = \"a\", port = 1 }, { name = \"b\", port = 2 }]\n",
         "hogwild shares one buffer in one process");
+}
+
+// Bug (issue 21, item 19): every task under Slurm took all of the host's cores
+// (3 tasks on 2 cores ran at a twentieth of the speed of one).
+TEST_CASE("cluster: threads come from Slurm's CPUs per task, else the cores shared by the tasks on the host",
+          "[cluster][threads]") {
+  using env_map = std::map<std::string, std::string>;
+  CHECK(default_threads({}, 8) == 8);
+  CHECK(default_threads({}, 8, 3) == 2);   // three nodes of the job file on this host
+  CHECK(default_threads({}, 2, 3) == 1);   // at least 1
+  CHECK(default_threads({{"SLURM_CPUS_PER_TASK", "3"}}, 8) == 3);
+  CHECK(default_threads({{"SLURM_CPUS_PER_TASK", "3"}, {"SLURM_TASKS_PER_NODE", "4"}}, 8, 4) == 3);
+  // The issue's run: srun -n 3 on one host of 2 cores.
+  const env_map three_on_one{{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_TASKS_PER_NODE", "3"},
+                             {"SLURM_NODEID", "0"}};
+  CHECK(slurm_tasks_here(three_on_one) == 3);
+  CHECK(default_threads(three_on_one, 2) == 1);
+  CHECK(default_threads(three_on_one, 12) == 4);
+  // Hosts of 2, 2, 2 and 1 tasks: this process's host is the one SLURM_NODEID names.
+  CHECK(default_threads({{"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "1"}}, 16) == 8);
+  CHECK(default_threads({{"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}}, 16) == 16);
+  CHECK(default_threads({{"SLURM_TASKS_PER_NODE", "2(x3),1"}}, 16) == 8);  // no SLURM_NODEID: the most per host
+  CHECK(default_threads({{"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_TASKS_PER_NODE", "2"}}, 16) == 4);
+  CHECK(slurm_tasks_here({}) == 0);
+  CHECK_THROWS_MATCHES(default_threads({{"SLURM_TASKS_PER_NODE", "2,1"}, {"SLURM_NODEID", "2"}}, 8), troupe::error,
+                       message(Contains("SLURM_NODEID 2")));
+  CHECK_THROWS_MATCHES(default_threads({{"SLURM_CPUS_PER_TASK", "x"}}, 8), troupe::error,
+                       message(Contains("SLURM_CPUS_PER_TASK: 'x' is not a count")));
+  CHECK(usable_cores() >= 1);
+}
+
+TEST_CASE("cluster: nodes of a job file on one host share its cores; explicit threads win", "[cluster][threads]") {
+  cluster_spec c = three_nodes();  // all three on 127.0.0.1
+  CHECK(topology_of(c, 1, 0, {}, 6).nodes[1].threads == 2);
+  CHECK(topology_of(c, 1, 0, {}, 6).nodes[0].threads == 1);  // another node's cores are its own business
+  CHECK(topology_of(c, 1, 3, {}, 6).nodes[1].threads == 3);  // the job's threads
+  c.nodes[2].host = "localhost";                             // loopback all the same
+  CHECK(topology_of(c, 0, 0, {}, 6).nodes[0].threads == 2);
+  c.nodes[2].host = "10.0.0.3";  // another machine: two nodes share this one
+  CHECK(topology_of(c, 0, 0, {}, 6).nodes[0].threads == 3);
+  c.nodes[1].threads = 4;  // node n1 takes 4 of the 6: n0 gets what is left
+  CHECK(topology_of(c, 0, 0, {}, 6).nodes[0].threads == 2);
+  CHECK(topology_of(c, 1, 0, {}, 6).nodes[1].threads == 4);
+  CHECK(topology_of(c, 0, 0, {{"SLURM_CPUS_PER_TASK", "5"}}, 6).nodes[0].threads == 5);
+  // Slurm's tasks as nodes (resolve): the hosts Slurm gives.
+  const auto nodes = slurm_nodes({{"SLURM_NTASKS", "3"}, {"SLURM_TASKS_PER_NODE", "2,1"}}, {"a", "b"}, 7100);
+  cluster_spec s;
+  s.secret_file = "/tmp/secret";
+  s.nodes = nodes;
+  CHECK(topology_of(s, 0, 0, {}, 8).nodes[0].threads == 4);
+  CHECK(topology_of(s, 2, 0, {}, 8).nodes[2].threads == 8);
+  // One process: its share of the cores too.
+  CHECK(topology_of(cluster_spec{}, 0, 0, {{"SLURM_TASKS_PER_NODE", "2"}}, 8).nodes[0].threads == 4);
+  CHECK(same_host("127.0.0.1", "localhost"));
+  CHECK_FALSE(same_host("10.0.0.1", "10.0.0.2"));
+}
+
+TEST_CASE("cluster: a process under Slurm with no threads set takes Slurm's CPUs per task", "[cluster][threads]") {
+  const scoped_env cpus("SLURM_CPUS_PER_TASK", "1");
+  CHECK(topology::local(0).nodes.at(0).threads == 1);
+  CHECK(topology::local(3).nodes.at(0).threads == 3);  // the job's threads win
+  const scoped_env more("SLURM_CPUS_PER_TASK", "64");
+  CHECK(topology::local(0).nodes.at(0).threads == 64);
 }

@@ -201,6 +201,7 @@ void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
   m.validation_accuracy = e.validation_accuracy;
   m.wall_s = train::seconds_since(st.start);
   m.peak_rss_mb = train::peak_rss_mb();
+  if (st.s.rejections) m.link_rejections = st.s.rejections->totals();
   st.progress->finish_line();
   *st.s.log << train::describe(m, st.s.info) << std::endl;
   st.metrics->write(m, st.s.info);

@@ -19,6 +19,7 @@
 #include "actors/evaluator_core.hpp"
 #include "actors/loader_core.hpp"
 #include "actors/shard_core.hpp"
+#include "net/rejection_log.hpp"
 #include "actors/stage_core.hpp"
 #include "actors/worker_core.hpp"
 #include "train/job.hpp"
@@ -74,6 +75,8 @@ struct coordinator_setup {
   double join_timeout_s = 60;           ///< every node must have joined by then
   std::ostream* log = nullptr;          ///< fit's log stream: outlives the actor system
   std::shared_ptr<outcome> result;
+  /// A cluster: what this node's transport refused (for the records); null in one process.
+  std::shared_ptr<const net::rejection_log> rejections;
 };
 
 /// Owns epochs and the run's end: waits until every node has joined, sums

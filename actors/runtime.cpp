@@ -105,6 +105,7 @@ struct node_run {
   /// After how long a worker pulls again the shards that did not answer a push (0: never, one process).
   std::chrono::milliseconds reply_timeout{0};
   std::shared_ptr<train::tracer> trace;  ///< the run's timeline (--trace), or null
+  std::shared_ptr<net::rejection_log> rejections;  ///< a cluster: what the transport refused
 };
 
 /// Continues stage `index` of `stages` from checkpoint `c`: its momentum
@@ -248,7 +249,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
     auto evaluator = std::make_shared<evaluator_core>(std::move(ec), std::move(r.start.net));
     r.dir->add(r.p.evaluator, spawn_evaluator(sys, evaluator, r.p.coordinator, r.dir));
     coordinator_setup cs{shared_job, r.p,          r.info,          r.start.first_epoch, r.start.first_steps,
-                         r.start.resuming, r.node_names, r.join_timeout_s, &r.log,      r.result};
+                         r.start.resuming, r.node_names, r.join_timeout_s, &r.log,      r.result, r.rejections};
     coordinator = spawn_coordinator(sys, std::move(cs), r.dir);
     r.dir->add(r.p.coordinator, coordinator);
   }
@@ -417,6 +418,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
   to.job_hash = job_identity(j, c, start);
   to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
   to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
+  to.encrypt = c.encrypt;
   to.faults = faults_from(train::environment());
 
   auto result = std::make_shared<outcome>();
@@ -441,9 +443,9 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     h.on_peer_down = [node_actor](uint32_t node, const std::string& why, bool goodbye) {
       caf::anon_send(*node_actor, peer_down_atom::value, node, why, goodbye);
     };
-    h.on_rejected = [&log, first = std::make_shared<bool>(true)](const std::string& what) {
-      if (*first) log << "refused: " << what << std::endl;  // the first only: a flood must not flood the log
-      *first = false;
+    r.rejections = std::make_shared<net::rejection_log>();
+    h.on_rejected = [&log, rejections = r.rejections](const net::rejection& x) {
+      for (const std::string& line : rejections->add(x, net::rejection_log::clock::now())) log << line << std::endl;
     };
     net::transport link(to, h);
     for (uint32_t n = 0; n < c.nodes.size(); ++n)
@@ -455,6 +457,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     link.start();
     wait_for(sys, last, *dir);
     link.stop();
+    for (const std::string& line : r.rejections->flush()) log << line << "\n";
     if (r.trace) r.trace->write();
   }
   if (!result->error.empty()) throw error(result->error);

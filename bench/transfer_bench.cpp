@@ -385,7 +385,7 @@ int run_parent(const config& cfg, const std::vector<uint16_t>& ports) {
     }
     r.arrived(kind);
   };
-  h.on_rejected = [](const std::string& what) { std::cerr << "rejected: " << what << "\n"; };
+  h.on_rejected = [](const rejection& r) { std::cerr << "rejected: " << r.what << "\n"; };
   transport t(options_for(cfg, ports, 1), h);
   ch.t = &t;
   t.start();

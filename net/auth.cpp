@@ -2,9 +2,12 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/core_names.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -121,6 +124,43 @@ digest transcript_mac(const std::string& secret, const char* label, const std::a
   return hmac_sha256(secret, data.data(), data.size());
 }
 
+// HKDF-SHA256 (RFC 5869): the secret as input key material, both nonces as
+// salt, both nodes and the transcript's digest as info; 64 bytes, the first
+// half for the dialer's frames, the second for the acceptor's.
+link_keys derive_keys(const std::string& secret, const std::array<uint8_t, nonce_bytes>& dialer_nonce,
+                      const std::array<uint8_t, nonce_bytes>& acceptor_nonce, uint32_t dialer_node,
+                      uint32_t acceptor_node, const std::vector<std::byte>& transcript, bool for_dialer) {
+  std::vector<unsigned char> salt(dialer_nonce.begin(), dialer_nonce.end());
+  salt.insert(salt.end(), acceptor_nonce.begin(), acceptor_nonce.end());
+  std::vector<std::byte> info_bytes;
+  writer w(info_bytes);
+  const char label[] = "troupe link keys v1";
+  w.put(label, sizeof label - 1);
+  w.put<uint32_t>(dialer_node);
+  w.put<uint32_t>(acceptor_node);
+  const digest t = job_digest(std::string(reinterpret_cast<const char*>(transcript.data()), transcript.size()));
+  w.put(t.data(), t.size());
+  std::array<unsigned char, 2 * frame_key_bytes> out{};
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  EVP_KDF_CTX* ctx = kdf ? EVP_KDF_CTX_new(kdf) : nullptr;
+  EVP_KDF_free(kdf);
+  if (!ctx) throw error("link keys: OpenSSL has no HKDF");
+  char md[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, md, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(secret.data()), secret.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, salt.data(), salt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info_bytes.data(), info_bytes.size()),
+      OSSL_PARAM_construct_end()};
+  const int ok = EVP_KDF_derive(ctx, out.data(), out.size(), params);
+  EVP_KDF_CTX_free(ctx);
+  if (ok != 1) throw error("link keys: HKDF failed (OpenSSL)");
+  link_keys k;
+  std::memcpy(for_dialer ? k.send.data() : k.receive.data(), out.data(), frame_key_bytes);
+  std::memcpy(for_dialer ? k.receive.data() : k.send.data(), out.data() + frame_key_bytes, frame_key_bytes);
+  return k;
+}
+
 void require_secret(const auth_identity& me) {
   if (me.secret.empty()) throw error("authentication needs a shared secret: none was given (read_secret_file)");
 }
@@ -178,6 +218,7 @@ std::vector<std::byte> dialer_handshake::on_challenge(const std::vector<std::byt
                                                   "shared secret (is the secret file the same on every node?)");
   peer_session_ = g.session;
   transcript.insert(transcript.end(), body.end() - mac_bytes, body.end());
+  keys_ = derive_keys(me_.secret, nonce_, g.nonce, me_.node, g.node, transcript, true);
   const digest proof = transcript_mac(me_.secret, "troupe proof", g.nonce, nonce_, me_.node, transcript);
   std::vector<std::byte> out(proof_bytes);
   std::memcpy(out.data(), proof.data(), proof_bytes);
@@ -235,6 +276,7 @@ void acceptor_handshake::on_proof(const std::vector<std::byte>& body) {
   if (!equal_constant_time(expected.data(), body.data(), mac_bytes))
     throw auth_failure(auth_error::bad_mac, who + " failed authentication: its proof does not match the shared "
                                                   "secret (is the secret file the same on every node?)");
+  keys_ = derive_keys(me_.secret, peer_nonce_, nonce_, peer_node_, me_.node, transcript, false);
 }
 
 digest job_digest(const std::string& job_hash) {
@@ -275,6 +317,10 @@ std::string read_secret_file(const std::string& path) {
                 " (create it with a random secret, e.g. `openssl rand -hex 32 > " + path + "; chmod 600 " + path +
                 "`, the same file on every node)");
   if (!S_ISREG(st.st_mode)) throw error("secret file '" + path + "' is not a regular file");
+  if (st.st_uid != ::geteuid())
+    throw error("secret file '" + path + "' belongs to user " + std::to_string(st.st_uid) + ", not to the user running "
+                "this node (" + std::to_string(::geteuid()) + "): chown it, or make your own (openssl rand -hex 32 > " +
+                path + "; chmod 600 " + path + ")");
   if (st.st_mode & 077)
     throw error("permissions " + octal(st.st_mode) + " for '" + path + "' are too open; chmod 600 " + path);
   std::ifstream f(path, std::ios::binary);
@@ -283,6 +329,9 @@ std::string read_secret_file(const std::string& path) {
   if (!s.empty() && s.back() == '\n') s.pop_back();
   if (!s.empty() && s.back() == '\r') s.pop_back();
   if (s.empty()) throw error("secret file '" + path + "' is empty: put a random secret in it (openssl rand -hex 32)");
+  if (s.size() < min_secret_bytes)
+    throw error("secret file '" + path + "' holds " + std::to_string(s.size()) + " bytes; a secret needs at least " +
+                std::to_string(min_secret_bytes) + ": put a random one in it (openssl rand -hex 32 > " + path + ")");
   return s;
 }
 

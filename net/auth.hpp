@@ -8,6 +8,10 @@
 //                          HMAC(secret, "troupe challenge" | nonce_a | nonce_b | node_b | hello | challenge fields)}
 //   dialer   -> proof     {HMAC(secret, "troupe proof" | nonce_b | nonce_a | node_a | hello | challenge)}
 //
+// Both sides then derive the link's frame keys (one per direction) by
+// HKDF-SHA256 from the secret, both nonces, both nodes and the transcript
+// (net/frame_cipher.hpp protects every later frame with them).
+//
 // Nonces are fresh from RAND_bytes; MACs are compared in constant time. A
 // wrong schema, job or node, a bad MAC or a malformed body is an auth_failure.
 // These classes are the pure logic; net::transport moves their bodies.
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "net/frame_cipher.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::net {
@@ -75,9 +80,12 @@ public:
   std::vector<std::byte> on_challenge(const std::vector<std::byte>& body);
   /// The acceptor's session info (valid after on_challenge).
   const session_info& peer_session() const { return peer_session_; }
+  /// This link's frame keys (valid after on_challenge).
+  const link_keys& keys() const { return keys_; }
 
 private:
   auth_identity me_;
+  link_keys keys_;
   uint32_t peer_;
   std::array<uint8_t, nonce_bytes> nonce_{};
   std::vector<std::byte> hello_;
@@ -100,9 +108,12 @@ public:
   void on_proof(const std::vector<std::byte>& body);
   /// The dialer's session info (authenticated after on_proof).
   const session_info& peer_session() const { return peer_session_; }
+  /// This link's frame keys (valid after on_proof).
+  const link_keys& keys() const { return keys_; }
 
 private:
   auth_identity me_;
+  link_keys keys_;
   uint32_t nodes_;
   std::array<uint8_t, nonce_bytes> nonce_{}, peer_nonce_{};
   std::vector<std::byte> hello_, challenge_;
@@ -121,9 +132,13 @@ void random_bytes(void* out, std::size_t bytes);
 /// A random nonzero 64-bit value.
 uint64_t random_id();
 
+/// The fewest bytes a shared secret may have.
+constexpr std::size_t min_secret_bytes = 16;
+
 /// Reads a shared secret file (one trailing newline dropped). Refuses, like
 /// ssh, a file that group or others may access ("permissions 0644 for 'x' are
-/// too open; chmod 600 x"), and a missing, non-regular or empty file.
+/// too open; chmod 600 x") or that another user owns, and a missing,
+/// non-regular or short (under min_secret_bytes) file.
 std::string read_secret_file(const std::string& path);
 
 } // namespace troupe::net

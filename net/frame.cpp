@@ -76,6 +76,9 @@ const char* to_string(frame_error e) {
     case frame_error::too_large: return "too_large";
     case frame_error::unexpected_kind: return "unexpected_kind";
     case frame_error::bad_envelope: return "bad_envelope";
+    case frame_error::bad_tag: return "bad_tag";
+    case frame_error::wrong_source: return "wrong_source";
+    case frame_error::frame_timeout: return "frame_timeout";
   }
   return "unknown";
 }
@@ -194,9 +197,31 @@ void out_frame::set_sequence(uint64_t s) {
   store<uint64_t>(head.data() + off_sequence, s);
 }
 
+void out_frame::seal(frame_cipher& c) {
+  c.begin();
+  const std::size_t table = kind == frame_kind::message ? segment_table_bytes(static_cast<uint32_t>(segments.size())) : 0;
+  c.authenticate(head.data(), frame_header_bytes + table);
+  if (c.confidential()) {
+    std::size_t total = 0;
+    for (auto& s : segments) total += s.size() * sizeof(capnp::word);
+    cipher.resize(total);
+  } else {
+    cipher.clear();
+  }
+  std::size_t at = 0;
+  for (auto& s : segments) {
+    const auto* p = reinterpret_cast<const std::byte*>(s.begin());
+    const std::size_t n = s.size() * sizeof(capnp::word);
+    c.payload(p, c.confidential() ? cipher.data() + at : const_cast<std::byte*>(p), n);
+    at += n;
+  }
+  tag = c.finish();
+  sealed = true;
+}
+
 std::size_t out_frame::bytes() const {
-  std::size_t n = head.size();
-  for (auto& s : segments) n += s.size() * sizeof(capnp::word);
+  std::size_t n = 0;
+  for_each_piece([&](const std::byte*, std::size_t b) { n += b; });
   return n;
 }
 
@@ -249,7 +274,10 @@ kj::ArrayPtr<std::byte> frame_reader::next_buffer() {
   std::byte* base = reinterpret_cast<std::byte*>(staging_.get());
   // A large rest of a body goes straight into its buffer (staging is empty then: next() drained it).
   direct_ = state_ == state::body && available() == 0 && body_needed_ - body_filled_ >= capacity_ / 4;
-  if (direct_) return kj::arrayPtr(body_->data() + body_filled_, std::min(body_needed_ - body_filled_, max_direct_read));
+  if (direct_) {
+    make_room();
+    return kj::arrayPtr(body_->data() + body_filled_, std::min(body_room_ - body_filled_, max_direct_read));
+  }
   if (begin_ == end_) begin_ = end_ = 0;
   if (capacity_ - end_ < capacity_ / 4 && begin_ > 0) {
     std::memmove(base, base + begin_, available());
@@ -261,28 +289,60 @@ kj::ArrayPtr<std::byte> frame_reader::next_buffer() {
 
 void frame_reader::commit(std::size_t n) {
   if (direct_) {
-    body_filled_ += n;
     direct_ = false;
+    body_arrived(n);
   } else {
     end_ += n;
   }
 }
 
+// The body's buffer is full and more is coming: a larger one, the bytes so far copied over.
+void frame_reader::make_room() {
+  if (body_filled_ < body_room_ || body_filled_ >= body_needed_) return;
+  const std::size_t room = std::min(body_needed_, std::max(body_room_ * 4, initial_frame_grant));
+  auto bigger = pool_->acquire(room);
+  std::memcpy(bigger->data(), body_->data(), body_filled_);
+  body_ = std::move(bigger);
+  body_room_ = room;
+}
+
+// `n` more bytes of the body are in place at body_filled_: authenticated (decrypted) as they come, while in cache.
+void frame_reader::body_arrived(std::size_t n) {
+  std::byte* at = body_->data() + body_filled_;
+  if (opener_) opener_->payload(at, at, n);
+  body_filled_ += n;
+}
+
 bool frame_reader::finish_message(in_frame& out) {
   out.header = header_;
   out.body.clear();
+  out.source = {};
+  earned_ = std::max(earned_, body_needed_);
   auto* words = reinterpret_cast<const capnp::word*>(body_->data());
   out.msg = message::from_segments(std::move(body_), words, kj::arrayPtr(sizes_.data(), sizes_.size()));
+  body_room_ = 0;
   state_ = state::header;
   if (check_envelopes_) {
     try {
-      (void)read_header(out.msg);
+      out.source = read_header(out.msg).source;
     } catch (const message_error& e) {
       out.msg = message();
       throw frame_exception(frame_error::bad_envelope, false,
                             std::string("frame rejected (bad_envelope): ") + e.what());
     }
   }
+  return true;
+}
+
+// The frame read (and, protected, verified) whole: hands it out.
+bool frame_reader::deliver(in_frame& out) {
+  if (header_.kind == frame_kind::message) return finish_message(out);
+  out.header = header_;
+  out.msg = message();
+  out.source = {};
+  out.body.swap(control_body_);
+  control_body_.clear();
+  state_ = state::header;
   return true;
 }
 
@@ -297,17 +357,20 @@ bool frame_reader::next(in_frame& out) {
           header_ = decode_header(base + begin_, max_frame_);
           if (!(allowed_ & kind_bit(header_.kind)))
             fail(frame_error::unexpected_kind, std::string(to_string(header_.kind)) + " frame not allowed now");
-          begin_ += frame_header_bytes;
-          if (header_.kind == frame_kind::message) {
-            state_ = state::table;
-          } else if (header_.body_bytes > 0) {
-            state_ = state::control;
-          } else {
-            out.header = header_;
-            out.msg = message();
-            out.body.clear();
-            return true;
+          if (opener_) {
+            opener_->begin();
+            opener_->authenticate(base + begin_, frame_header_bytes);
           }
+          begin_ += frame_header_bytes;
+          control_body_.clear();
+          if (header_.kind == frame_kind::message)
+            state_ = state::table;
+          else if (header_.body_bytes > 0)
+            state_ = state::control;
+          else if (opener_)
+            state_ = state::tag;
+          else
+            return deliver(out);
           break;
         }
         case state::table: {
@@ -316,29 +379,60 @@ bool frame_reader::next(in_frame& out) {
           sizes_.resize(header_.segments);
           for (uint32_t i = 0; i < header_.segments; ++i) sizes_[i] = load<uint32_t>(base + begin_ + 4 * i);
           check_segment_table(header_, sizes_.data());
+          if (opener_) opener_->authenticate(base + begin_, table);
           begin_ += table;
           body_needed_ = header_.body_bytes - table;
           body_filled_ = 0;
-          body_ = pool_->acquire(body_needed_);
+          // Only as much buffer as this stream has shown it sends: more as the bytes arrive.
+          body_room_ = body_needed_ <= earned_ ? body_needed_ : std::min(body_needed_, initial_frame_grant);
+          body_ = pool_->acquire(body_room_);
           state_ = state::body;
           break;
         }
         case state::body: {
-          const std::size_t n = std::min(available(), body_needed_ - body_filled_);
-          if (n) std::memcpy(body_->data() + body_filled_, base + begin_, n);
+          make_room();
+          const std::size_t n = std::min(available(), body_room_ - body_filled_);
+          if (n) {
+            if (opener_)
+              opener_->payload(base + begin_, body_->data() + body_filled_, n);
+            else
+              std::memcpy(body_->data() + body_filled_, base + begin_, n);
+            body_filled_ += n;
+          }
           begin_ += n;
-          body_filled_ += n;
-          if (body_filled_ < body_needed_) return false;
-          return finish_message(out);
+          if (body_filled_ < body_needed_) {
+            if (available() == 0) return false;
+            break;  // the buffer is full: make_room() grows it
+          }
+          if (opener_) {
+            state_ = state::tag;
+            break;
+          }
+          return deliver(out);
         }
         case state::control: {
           if (available() < header_.body_bytes) return false;
-          out.header = header_;
-          out.msg = message();
-          out.body.assign(base + begin_, base + begin_ + header_.body_bytes);
+          control_body_.assign(base + begin_, base + begin_ + header_.body_bytes);
           begin_ += header_.body_bytes;
-          state_ = state::header;
-          return true;
+          if (opener_) {  // no protected kind has a body: not reached while the reader allows only those
+            opener_->payload(control_body_.data(), control_body_.data(), control_body_.size());
+            state_ = state::tag;
+            break;
+          }
+          return deliver(out);
+        }
+        case state::tag: {
+          if (available() < frame_tag_bytes) return false;
+          frame_tag tag;
+          std::memcpy(tag.data(), base + begin_, frame_tag_bytes);
+          begin_ += frame_tag_bytes;
+          if (!opener_->verify(tag)) {
+            body_.reset();
+            fail(frame_error::bad_tag, std::string(to_string(header_.kind)) + " frame " +
+                                           std::to_string(opener_->frames()) +
+                                           " of the link fails its tag: altered, forged, replayed or out of order");
+          }
+          return deliver(out);
         }
       }
     }

@@ -19,6 +19,7 @@
 
 #include "net/address.hpp"
 #include "net/buffer_pool.hpp"
+#include "net/frame_cipher.hpp"
 #include "net/message.hpp"
 #include "tensor/error.hpp"
 
@@ -63,8 +64,11 @@ enum class frame_error : uint8_t {
   too_large,        ///< over the maximum frame size
   unexpected_kind,  ///< a kind not allowed now (a message before authentication, a hello after it)
   bad_envelope,     ///< the segments are not a readable envelope (net::read_header)
+  bad_tag,          ///< a protected frame whose tag does not verify: altered, forged, replayed or reordered
+  wrong_source,     ///< a message whose envelope names another source node than the link's authenticated peer
+  frame_timeout,    ///< a frame that did not arrive whole in time (a stalled or trickling peer)
 };
-constexpr int frame_errors = 9;
+constexpr int frame_errors = 12;
 const char* to_string(frame_error e);
 
 /// A rejected frame. After a fatal one the stream cannot be trusted (the
@@ -96,20 +100,37 @@ void check_segment_table(const frame_header& h, const uint32_t* sizes);
 std::vector<kj::ArrayPtr<const capnp::word>> wire_segments(const message& m);
 
 /// An outgoing frame: the fixed header and the segment table (or a control
-/// body) in `head`, then the message's segments, written as they are.
+/// body) in `head`, then the message's segments, written as they are; on a
+/// protected link (seal()) the segments encrypted when confidential, then the tag.
 struct out_frame {
   std::vector<std::byte> head;
   message msg;  ///< keeps the segments alive
   std::vector<kj::ArrayPtr<const capnp::word>> segments;
   uint64_t sequence = 0;
   frame_kind kind = frame_kind::heartbeat;
+  bool sealed = false;             ///< seal() ran: the tag (and `cipher`) follow
+  frame_tag tag{};                 ///< sealed: written after the payload
+  std::vector<std::byte> cipher;   ///< sealed by a confidential cipher: the segments encrypted
 
-  /// Sets the acknowledgement field in the header.
+  /// Sets the acknowledgement field in the header (before seal()).
   void set_ack(uint64_t ack);
-  /// Sets the sequence number (message frames).
+  /// Sets the sequence number (message frames; before seal()).
   void set_sequence(uint64_t sequence);
+  /// Protects the frame as it is now with the next frame number of `c`.
+  void seal(frame_cipher& c);
   /// Size on the wire.
   std::size_t bytes() const;
+  /// Calls f(const std::byte* data, std::size_t bytes) for each piece the wire carries, in order.
+  template <typename F>
+  void for_each_piece(F&& f) const {
+    f(head.data(), head.size());
+    if (sealed && !cipher.empty()) {
+      f(cipher.data(), cipher.size());
+    } else {
+      for (auto& s : segments) f(reinterpret_cast<const std::byte*>(s.begin()), s.size() * sizeof(capnp::word));
+    }
+    if (sealed) f(tag.data(), tag.size());
+  }
 };
 
 /// A message frame for `destination` carrying `m`.
@@ -122,8 +143,14 @@ out_frame make_control_frame(frame_kind kind, const void* body = nullptr, std::s
 struct in_frame {
   frame_header header;
   message msg;                  ///< message frames: the envelope, read in place
+  address source;               ///< message frames, when the reader checks envelopes: the envelope's source
   std::vector<std::byte> body;  ///< handshake and refuse frames
 };
+
+/// A message frame's body is first given at most this much buffer; more as
+/// its bytes arrive (x4 each time), or at once up to the largest frame the
+/// link has completed.
+constexpr std::size_t initial_frame_grant = std::size_t(4) << 20;
 
 /// Reads frames from a byte stream: the caller reads into next_buffer(),
 /// commits what it read, and takes frames with next(). Headers and small
@@ -139,6 +166,14 @@ public:
   /// Check that a message frame's segments are an envelope whose header reads
   /// (net::read_header); a failure is bad_envelope, not fatal. On by default.
   void check_envelopes(bool on) { check_envelopes_ = on; }
+  /// From the next frame on, every frame carries a tag that `opener` must
+  /// verify (and its payload is decrypted when the cipher is confidential);
+  /// a frame that fails is bad_tag (fatal) and nothing of it is handed out.
+  void protect(std::unique_ptr<frame_cipher> opener) { opener_ = std::move(opener); }
+  /// Bytes of receive buffer held for the frame in progress.
+  std::size_t held_bytes() const { return body_ ? body_->capacity() : 0; }
+  /// Bytes of the frame in progress (header included; 0 between frames).
+  uint64_t frame_bytes() const { return state_ == state::header ? 0 : frame_header_bytes + header_.body_bytes; }
 
   /// Where the next bytes of the stream go, and at most how many.
   kj::ArrayPtr<std::byte> next_buffer();
@@ -152,9 +187,12 @@ public:
   bool mid_frame() const { return state_ != state::header || end_ != begin_; }
 
 private:
-  enum class state { header, table, body, control };
+  enum class state { header, table, body, control, tag };
   std::size_t available() const { return end_ - begin_; }
   bool finish_message(in_frame& out);
+  bool deliver(in_frame& out);
+  void body_arrived(std::size_t n);
+  void make_room();
 
   uint64_t max_frame_;
   std::shared_ptr<buffer_pool> pool_;
@@ -168,7 +206,10 @@ private:
   frame_header header_;
   std::vector<uint32_t> sizes_;
   std::shared_ptr<pooled_buffer> body_;
-  std::size_t body_needed_ = 0, body_filled_ = 0;
+  std::size_t body_needed_ = 0, body_filled_ = 0, body_room_ = 0;
+  std::size_t earned_ = initial_frame_grant;  // the largest message body completed on this stream
+  std::unique_ptr<frame_cipher> opener_;
+  std::vector<std::byte> control_body_;       // a control frame's body, read before its tag
   bool poisoned_ = false;
 };
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <iterator>
 #include <limits>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -29,7 +30,6 @@ constexpr uint32_t hello_kinds = kind_bit(frame_kind::hello);
 constexpr uint32_t proof_kinds = kind_bit(frame_kind::proof) | kind_bit(frame_kind::refuse);
 constexpr uint32_t session_kinds =
     kind_bit(frame_kind::message) | kind_bit(frame_kind::heartbeat) | kind_bit(frame_kind::goodbye);
-constexpr std::size_t max_pending_links = 64;   // accepted links still in their handshake
 constexpr std::size_t max_batch_frames = 64;    // frames per gather write
 constexpr std::size_t max_batch_bytes = 256 << 10;  // bytes per gather write (a frame past it waits):
                                                     // a frame sent later with a higher priority overtakes the rest
@@ -63,7 +63,7 @@ uint64_t transport_stats::rejected() const {
   uint64_t n = 0;
   for (auto v : rejected_frames) n += v;
   for (auto v : rejected_handshakes) n += v;
-  return n;
+  return n + refused_connections;
 }
 
 struct transport::impl {
@@ -89,6 +89,10 @@ struct transport::impl {
     bool dialer = false;
     int64_t peer = -1;  // the node dialed, or the node a hello claims
     std::string remote;
+    asio::ip::address remote_ip;
+    std::unique_ptr<frame_cipher> sealer;  // once established: protects the frames this side writes
+    std::deque<out_frame> copies;          // fault injection: duplicates being written, each sealed alone
+    steady::time_point frame_began{};      // when the frame now arriving began (epoch: none)
     std::unique_ptr<dialer_handshake> dialer_hs;
     std::unique_ptr<acceptor_handshake> acceptor_hs;
     session_info sent;                 // what this side said in the handshake
@@ -134,6 +138,7 @@ struct transport::impl {
         handler_errors{0};
     std::array<std::atomic<uint64_t>, frame_errors> rejected_frames{};
     std::array<std::atomic<uint64_t>, auth_errors> rejected_handshakes{};
+    std::atomic<uint64_t> refused_connections{0};
     std::atomic<uint32_t> peers_up{0};
   };
 
@@ -145,6 +150,8 @@ struct transport::impl {
   asio::steady_timer tick_timer{io};
   std::vector<std::unique_ptr<peer>> peers;
   std::set<link_ptr> pending;  // accepted, handshake not finished
+  std::list<link_ptr> silent;  // pending links that have not sent a valid hello yet, oldest first
+  std::vector<asio::ip::address> node_addresses;  // of every node: the only sources accepted (empty: any)
   std::shared_ptr<buffer_pool> pool;
   auth_identity me;
   uint64_t incarnation = 0;
@@ -182,8 +189,15 @@ struct transport::impl {
 
   // ---- helpers ----
 
-  void reject(const std::string& what) {
-    if (handlers.on_rejected) handlers.on_rejected(what);
+  void reject(const link& l, const std::string& reason, const std::string& what) {
+    if (!handlers.on_rejected) return;
+    rejection r;
+    r.remote = l.remote;
+    r.node = l.peer;
+    r.authenticated = l.ph == link::phase::established;
+    r.reason = reason;
+    r.what = what;
+    handlers.on_rejected(r);
   }
 
   std::string describe(const link& l) const {
@@ -224,6 +238,7 @@ struct transport::impl {
       throw error("node " + std::to_string(opt.self) + " cannot listen on " + where + ": " + x.code().message() +
                   " (is another process using the port? is the host this machine's?)");
     }
+    resolve_node_addresses();
     work.emplace(asio::make_work_guard(io));
     accept();
     for (uint32_t j = 0; j < opt.self; ++j) schedule_dial(j, milliseconds(0));
@@ -245,23 +260,49 @@ struct transport::impl {
     boost::system::error_code ec;
     acceptor.close(ec);
     tick_timer.cancel();
-    const out_frame bye = make_control_frame(frame_kind::goodbye);
     for (auto& p : peers) {
       p->dial_timer.cancel();
       link_ptr l;
       {
         std::lock_guard<std::mutex> lock(p->m);
         l = p->current;
+        // Best effort, and only between frames: a peer that misses it finds out by timeout.
+        if (l && !l->writing) {
+          out_frame bye = make_control_frame(frame_kind::goodbye);
+          if (l->sealer) bye.seal(*l->sealer);
+          std::vector<std::byte> bytes;
+          bye.for_each_piece([&](const std::byte* d, std::size_t n) { bytes.insert(bytes.end(), d, d + n); });
+          (void)::send(l->sock.native_handle(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
       }
       if (!l) continue;
-      // Best effort, and only between frames: a peer that misses it finds out by timeout.
-      if (!l->writing)
-        (void)::send(l->sock.native_handle(), bye.head.data(), bye.head.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       close_link(l, "stopped");
     }
     for (auto l : std::vector<link_ptr>(pending.begin(), pending.end())) close_link(l, "stopped");
     work.reset();
     io.stop();
+  }
+
+  // Where every node's host resolves, only those addresses may connect.
+  void resolve_node_addresses() {
+    std::vector<asio::ip::address> all;
+    tcp::resolver resolver(io);
+    for (const endpoint& e : opt.nodes) {
+      boost::system::error_code ec;
+      auto results = resolver.resolve(e.host, std::to_string(e.port), ec);
+      if (ec || results.empty()) return;  // a name that does not resolve here: no filter
+      for (const auto& r : results) {
+        const auto a = plain(r.endpoint().address());
+        if (a.is_unspecified()) return;
+        all.push_back(a);
+      }
+    }
+    node_addresses = std::move(all);
+  }
+
+  static asio::ip::address plain(const asio::ip::address& a) {
+    if (a.is_v6() && a.to_v6().is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+    return a;
   }
 
   // ---- accepting and dialing ----
@@ -278,19 +319,63 @@ struct transport::impl {
   void on_accepted(const link_ptr& l) {
     boost::system::error_code ec;
     auto ep = l->sock.remote_endpoint(ec);
-    l->remote = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
-    if (pending.size() >= max_pending_links) {
-      reject(describe(*l) + ": too many connections in their handshake; closed");
+    if (ec) {
       l->sock.close(ec);
       return;
     }
+    l->remote_ip = plain(ep.address());
+    l->remote = l->remote_ip.to_string() + ":" + std::to_string(ep.port());
+    if (!node_addresses.empty() &&
+        std::find(node_addresses.begin(), node_addresses.end(), l->remote_ip) == node_addresses.end()) {
+      ++c.refused_connections;
+      reject(*l, "unknown_address",
+             describe(*l) + ": not the address of any node of the job file's [cluster] nodes; closed");
+      l->sock.close(ec);
+      return;
+    }
+    // A flood of connections that say nothing loses its oldest ones, never a node's hello.
+    std::size_t from_here = 0;
+    for (auto& s : silent) from_here += s->remote_ip == l->remote_ip;
+    if (from_here >= opt.max_pending_per_address) evict_silent(&l->remote_ip);
+    if (silent.size() >= opt.max_pending) evict_silent(nullptr);
     no_delay(l->sock);
     l->ph = link::phase::handshake;
     l->reader.allow(hello_kinds);
     l->acceptor_hs = std::make_unique<acceptor_handshake>(me, static_cast<uint32_t>(opt.nodes.size()));
     pending.insert(l);
+    silent.push_back(l);
     arm_deadline(l);
     read(l);
+  }
+
+  // Closes the oldest pending link that has sent no hello yet (from `ip`, when given).
+  void evict_silent(const asio::ip::address* ip) {
+    for (auto it = silent.begin(); it != silent.end(); ++it) {
+      if (ip && (*it)->remote_ip != *ip) continue;
+      link_ptr victim = *it;
+      ++c.refused_connections;
+      reject(*victim, "too_many_pending",
+             describe(*victim) + ": closed to make room (too many connections from " +
+                 (ip ? victim->remote_ip.to_string() : std::string("anywhere")) + " in their handshake)");
+      close_link(victim, "too many pending connections");
+      return;
+    }
+  }
+
+  // A hello named node `j`: at most pending_per_node such links wait for their proof; the oldest goes.
+  void claim_slot(const link_ptr& l, uint32_t j) {
+    silent.remove(l);
+    std::vector<link_ptr> claims;
+    for (auto& p : pending)
+      if (p != l && p->peer == j && !p->dialer && p->ph == link::phase::handshake) claims.push_back(p);
+    if (claims.size() < opt.pending_per_node) return;
+    // pending is ordered by pointer, not age: the deadline that expires first is the oldest.
+    auto oldest = std::min_element(claims.begin(), claims.end(), [](const link_ptr& a, const link_ptr& b) {
+      return a->deadline.expiry() < b->deadline.expiry();
+    });
+    ++c.refused_connections;
+    reject(**oldest, "too_many_pending", describe(**oldest) + ": closed, a newer connection claims the same node");
+    close_link(*oldest, "replaced by a newer hello");
   }
 
   void arm_deadline(const link_ptr& l) {
@@ -299,7 +384,8 @@ struct transport::impl {
       if (ec || l->ph == link::phase::established || l->ph == link::phase::closed) return;
       if (l->ph == link::phase::handshake) {
         ++c.rejected_handshakes[static_cast<int>(auth_error::timeout)];
-        reject(describe(*l) + ": the handshake did not finish in " + millis(opt.connect_timeout) + "; closed");
+        reject(*l, to_string(auth_error::timeout),
+               describe(*l) + ": the handshake did not finish in " + millis(opt.connect_timeout) + "; closed");
       }
       close_link(l, "timed out");
     });
@@ -376,6 +462,7 @@ struct transport::impl {
       } else if (f.header.kind == frame_kind::hello) {
         l->acceptor_hs->on_hello(f.body);
         l->peer = l->acceptor_hs->claimed_node();
+        claim_slot(l, static_cast<uint32_t>(l->peer));
         l->sent = session_for(*peers[l->peer]);
         std::vector<std::byte> challenge = l->acceptor_hs->challenge(l->sent);
         l->control.push_back({make_control_frame(frame_kind::challenge, challenge.data(), challenge.size())});
@@ -388,7 +475,7 @@ struct transport::impl {
     } catch (const auth_failure& e) {
       ++c.rejected_handshakes[static_cast<int>(e.reason())];
       const std::string what = describe(*l) + ": " + e.what();
-      reject(what + "; closed");
+      reject(*l, to_string(e.reason()), what + "; closed");
       if (e.reason() == auth_error::refused) {
         close_link(l, "refused");
         return;
@@ -398,6 +485,7 @@ struct transport::impl {
       l->control.push_back({make_control_frame(frame_kind::refuse, why.data(), std::min<std::size_t>(why.size(), max_control_body))});
       l->ph = link::phase::refusing;
       pending.erase(l);
+      silent.remove(l);
       if (l->dialer) {
         peer& p = *peers[l->peer];
         p.backoff = max_backoff;
@@ -411,7 +499,13 @@ struct transport::impl {
     const uint32_t j = static_cast<uint32_t>(l->peer);
     peer& p = *peers[j];
     pending.erase(l);
+    silent.remove(l);
     l->deadline.cancel();
+    // Every frame from here on is sealed and opened with the link's own keys
+    // (the dialer's proof, queued before this, goes out as it is).
+    const link_keys& k = l->dialer ? l->dialer_hs->keys() : l->acceptor_hs->keys();
+    l->sealer = std::make_unique<frame_cipher>(k.send, frame_cipher::direction::seal, opt.encrypt);
+    l->reader.protect(std::make_unique<frame_cipher>(k.receive, frame_cipher::direction::open, opt.encrypt));
     if (l->dialer) {
       p.dialing = false;
       p.backoff = first_backoff;
@@ -558,7 +652,7 @@ struct transport::impl {
         if (!l->reader.next(f)) break;
       } catch (const frame_exception& e) {
         ++c.rejected_frames[static_cast<int>(e.reason())];
-        reject(describe(*l) + ": " + e.what() + (e.fatal() ? "; link closed" : ""));
+        reject(*l, to_string(e.reason()), describe(*l) + ": " + e.what() + (e.fatal() ? "; link closed" : ""));
         if (e.fatal()) {
           close_link(l, e.what());
           return;
@@ -571,6 +665,10 @@ struct transport::impl {
         on_handshake_frame(l, f);
       if (l->ph != link::phase::handshake && l->ph != link::phase::established) return;
     }
+    if (!l->reader.mid_frame())
+      l->frame_began = {};
+    else if (l->frame_began == steady::time_point{})
+      l->frame_began = steady::now();
     if (peer* p = established_peer(l)) maybe_acknowledge(*p, l);
     read(l);
   }
@@ -596,6 +694,16 @@ struct transport::impl {
       ++c.duplicates_dropped;
       return;
     }
+    if (f.source.node != p.node) {
+      // Counted as delivered (the sequence goes on), handed to no one.
+      p.delivered = seq;
+      p.ack_out.store(seq, std::memory_order_relaxed);
+      ++c.rejected_frames[static_cast<int>(frame_error::wrong_source)];
+      reject(*l, to_string(frame_error::wrong_source),
+             describe(*l) + ": a message claiming to come from node " + std::to_string(f.source.node) +
+                 " on the link of node " + std::to_string(p.node) + "; dropped");
+      return;
+    }
     if (seq > p.delivered + 1) c.lost += seq - p.delivered - 1;
     p.delivered = seq;
     p.ack_out.store(seq, std::memory_order_relaxed);
@@ -607,7 +715,7 @@ struct transport::impl {
       handlers.on_message(p.node, f.header.destination, std::move(f.msg));
     } catch (const std::exception& e) {
       ++c.handler_errors;
-      reject("on_message for a message from node " + std::to_string(p.node) + " threw: " + e.what());
+      reject(*l, "handler_error", "on_message for a message from node " + std::to_string(p.node) + " threw: " + e.what());
     }
   }
 
@@ -688,11 +796,17 @@ struct transport::impl {
     write_in_flight(l, p);
   }
 
+  // Frames of the session are sealed, the handshake's are not (they have no keys yet).
+  static bool sealed_kind(frame_kind k) {
+    return k == frame_kind::message || k == frame_kind::heartbeat || k == frame_kind::goodbye;
+  }
+
   void write_in_flight(const link_ptr& l, peer* p) {
     l->buffers.clear();
-    auto add = [&](const out_frame& f) {
-      l->buffers.emplace_back(f.head.data(), f.head.size());
-      for (auto& s : f.segments) l->buffers.emplace_back(s.begin(), s.size() * sizeof(capnp::word));
+    l->copies.clear();
+    auto add = [&](out_frame& f) {
+      if (l->sealer && sealed_kind(f.kind)) f.seal(*l->sealer);
+      f.for_each_piece([&](const std::byte* d, std::size_t n) { l->buffers.emplace_back(d, n); });
     };
     for (auto& q : l->in_flight) {
       if (p && (q.f.kind == frame_kind::message || q.f.kind == frame_kind::heartbeat)) q.f.set_ack(p->delivered);
@@ -708,7 +822,8 @@ struct transport::impl {
       add(q.f);
       ++c.frames_sent;
       if (q.duplicate) {
-        add(q.f);
+        l->copies.push_back(q.f);
+        add(l->copies.back());
         ++c.faults_duplicated;
       }
       if (q.disconnect) {
@@ -771,6 +886,7 @@ struct transport::impl {
     l->deadline.cancel();
     l->delay_timer.cancel();
     pending.erase(l);
+    silent.remove(l);
     if (l->peer < 0) {
       l->sock.close(ec);
       return;
@@ -833,9 +949,27 @@ struct transport::impl {
         std::lock_guard<std::mutex> lock(p.m);
         l = p.current;
       }
+      if (l && frame_overdue(*l, now)) {
+        ++c.rejected_frames[static_cast<int>(frame_error::frame_timeout)];
+        const std::string what = describe(*l) + ": a frame of " + std::to_string(l->reader.frame_bytes()) +
+                                 " bytes is not whole after " +
+                                 millis(std::chrono::duration_cast<milliseconds>(now - l->frame_began)) +
+                                 " (stalled or trickling); link closed";
+        reject(*l, to_string(frame_error::frame_timeout), what);
+        close_link(l, what);
+        continue;
+      }
       if (l && !l->writing && now - steady::time_point(steady::duration(l->last_tx)) >= opt.heartbeat)
         send_heartbeat(l);
     }
+  }
+
+  // A frame begun must be whole within peer_timeout + its bytes at min_frame_bytes_per_s.
+  bool frame_overdue(const link& l, steady::time_point now) const {
+    if (l.frame_began == steady::time_point{} || !l.reader.mid_frame()) return false;
+    const double allowed_s = std::chrono::duration<double>(opt.peer_timeout).count() +
+                             static_cast<double>(l.reader.frame_bytes()) / opt.min_frame_bytes_per_s;
+    return std::chrono::duration<double>(now - l.frame_began).count() > allowed_s;
   }
 
   // ---- sending (any thread) ----
@@ -896,10 +1030,11 @@ struct transport::impl {
   bool write_now(peer& p, queued&& q) {
     const link_ptr& l = p.current;
     q.f.set_ack(p.ack_out.load(std::memory_order_relaxed));
+    if (l->sealer) q.f.seal(*l->sealer);
     std::vector<iovec> iov;
-    iov.reserve(1 + q.f.segments.size());
-    iov.push_back({q.f.head.data(), q.f.head.size()});
-    for (auto& s : q.f.segments) iov.push_back({const_cast<capnp::word*>(s.begin()), s.size() * sizeof(capnp::word)});
+    iov.reserve(2 + q.f.segments.size());
+    q.f.for_each_piece(
+        [&](const std::byte* d, std::size_t n) { iov.push_back({const_cast<std::byte*>(d), n}); });
     msghdr mh{};
     mh.msg_iov = iov.data();
     mh.msg_iovlen = iov.size();
@@ -932,8 +1067,7 @@ struct transport::impl {
       l->buffers.emplace_back(static_cast<const std::byte*>(data) + skip, size - skip);
       skip = 0;
     };
-    add(f.head.data(), f.head.size());
-    for (auto& s : f.segments) add(s.begin(), s.size() * sizeof(capnp::word));
+    f.for_each_piece([&](const std::byte* d, std::size_t n) { add(d, n); });
     asio::async_write(l->sock, l->buffers, whole_buffers,
                       [this, l](const boost::system::error_code& ec, std::size_t n) { on_written(l, ec, n); });
   }
@@ -959,6 +1093,7 @@ struct transport::impl {
     s.handler_errors = c.handler_errors;
     for (int i = 0; i < frame_errors; ++i) s.rejected_frames[i] = c.rejected_frames[i];
     for (int i = 0; i < auth_errors; ++i) s.rejected_handshakes[i] = c.rejected_handshakes[i];
+    s.refused_connections = c.refused_connections;
     s.peers_up = c.peers_up;
     return s;
   }

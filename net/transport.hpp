@@ -59,7 +59,26 @@ struct transport_options {
   uint64_t max_frame_bytes = uint64_t(1) << 30;     ///< larger frames are rejected (either way)
   uint64_t max_queue_bytes = uint64_t(1) << 30;     ///< per peer, queued and unacknowledged; send() refuses more
   std::size_t pool_bytes = std::size_t(512) << 20;  ///< free receive buffers kept for reuse
+  /// Every frame after the handshake is authenticated (AES-256-GCM, per-link
+  /// keys); with `encrypt` its payload is also encrypted. Both sides must agree.
+  bool encrypt = false;
+  /// Accepted connections still in their handshake: at most this many in all
+  /// and per remote address; a hello that claims a node has its own slots
+  /// (pending_per_node each), which connections that said nothing cannot take.
+  std::size_t max_pending = 64, max_pending_per_address = 16, pending_per_node = 2;
+  /// A frame begun must be whole within peer_timeout + its bytes at this rate
+  /// (a peer that trickles a large frame holds no buffer for long).
+  double min_frame_bytes_per_s = 1 << 20;
   fault_options faults;
+};
+
+/// What the transport refused, for the log and the metrics.
+struct rejection {
+  std::string remote;      ///< the peer's address ("127.0.0.1:53122"), or "" when unknown
+  int64_t node = -1;       ///< the node the link is with, or claims to be (unauthenticated before the proof); -1: none
+  bool authenticated = false;  ///< `node` is the link's authenticated peer
+  std::string reason;      ///< a short name: a frame_error or auth_error, "unknown_address", "too_many_pending", ...
+  std::string what;        ///< a sentence for the log
 };
 
 /// Called on the transport's io thread. They must not block (hand work to
@@ -73,8 +92,9 @@ struct transport_handlers {
   /// The session with `node` ended: dead (silent for peer_timeout), stopped
   /// (`goodbye`: it said so) or restarted; `why` says which, for the log.
   std::function<void(uint32_t node, const std::string& why, bool goodbye)> on_peer_down;
-  /// A failed handshake or a bad frame, with a message for the log.
-  std::function<void(const std::string& what)> on_rejected;
+  /// A refused connection, a failed handshake or a bad frame (counted in
+  /// transport_stats); called for every one: rate-limit the log (rejection_log).
+  std::function<void(const rejection& r)> on_rejected;
 };
 
 struct transport_stats {
@@ -91,6 +111,7 @@ struct transport_stats {
   uint64_t handler_errors = 0;      ///< on_message threw
   std::array<uint64_t, frame_errors> rejected_frames{};    ///< by frame_error
   std::array<uint64_t, auth_errors> rejected_handshakes{};  ///< by auth_error
+  uint64_t refused_connections = 0;  ///< closed at accept: an address outside the node list, or no slot left
   uint32_t peers_up = 0;            ///< sessions alive now
 
   uint64_t rejected() const;  ///< frames and handshakes rejected, all reasons

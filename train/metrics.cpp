@@ -47,6 +47,7 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["max_staleness"] = m.max_staleness;
   j["rejected"] = m.rejected;
   j["lost_workers"] = m.lost_workers;
+  if (!m.link_rejections.empty()) j["link_rejections"] = m.link_rejections;
   return j.dump();
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct epoch_metrics {
   int64_t max_staleness = 0;
   int64_t rejected = 0;        ///< pushes the shards rejected this epoch
   int lost_workers = 0;        ///< workers whose node was lost, at the epoch's end (a cluster run)
+  /// A cluster run: what the coordinator's node refused on its links since the
+  /// start, by reason ("bad_mac", "bad_tag", "unknown_address", ...)
+  std::map<std::string, uint64_t> link_rejections;
 };
 
 /// The records of a run, one per epoch.

@@ -341,3 +341,125 @@ TEST_CASE("envelope_reader follows every pointer a receiver reads (found by the 
   CHECK_NOTHROW(read_header(m));
   CHECK_THROWS_AS(envelope_reader(m), message_error);
 }
+
+namespace {
+
+frame_key key_of(uint8_t v) {
+  frame_key k{};
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint8_t>(v + i);
+  return k;
+}
+
+bytes sealed_on_wire(out_frame f, frame_cipher& c) {
+  f.seal(c);
+  bytes out;
+  f.for_each_piece([&](const std::byte* d, std::size_t n) { out.insert(out.end(), d, d + n); });
+  return out;
+}
+
+frame_reader protected_reader(const frame_key& k, bool confidential) {
+  auto r = make_reader();
+  r.allow(kind_bit(frame_kind::message) | kind_bit(frame_kind::heartbeat) | kind_bit(frame_kind::goodbye));
+  r.protect(std::make_unique<frame_cipher>(k, frame_cipher::direction::open, confidential));
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("protected frames: sealed and opened whole, in pieces, integrity only and confidential", "[net][frame]") {
+  for (bool confidential : {false, true}) {
+    frame_cipher seal(key_of(1), frame_cipher::direction::seal, confidential);
+    bytes stream;
+    const std::size_t sizes[] = {64, 4096, 1 << 20};
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto m = tensor_message(from, to, sizes[i], uint32_t(i));
+      auto wire = sealed_on_wire(make_message_frame(to, m, i + 1), seal);
+      CHECK(wire.size() == make_message_frame(to, m, i + 1).bytes() + frame_tag_bytes);
+      // Confidential: the payload's bytes are not on the wire as they are.
+      const auto plain = on_wire(make_message_frame(to, m, i + 1));
+      const bool same_payload =
+          std::equal(plain.begin() + plain.size() / 2, plain.end(), wire.begin() + plain.size() / 2);
+      CHECK(same_payload == !confidential);
+      stream.insert(stream.end(), wire.begin(), wire.end());
+    }
+    auto hb = sealed_on_wire(make_control_frame(frame_kind::heartbeat, nullptr, 0, 7), seal);
+    stream.insert(stream.end(), hb.begin(), hb.end());
+    for (std::size_t chunk : {std::size_t(13), std::size_t(1) << 20}) {
+      auto r = protected_reader(key_of(1), confidential);
+      auto frames = feed(r, stream, chunk);
+      REQUIRE(frames.size() == 4);
+      for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(frames[i].source == from);
+        CHECK(tensor_message_intact(frames[i].msg, sizes[i]));
+      }
+      CHECK(frames[3].header.kind == frame_kind::heartbeat);
+      CHECK(frames[3].header.ack == 7);
+    }
+  }
+}
+
+TEST_CASE("protected frames: a flipped bit anywhere, a replay, a dropped frame or another key fail the tag",
+          "[net][frame]") {
+  for (bool confidential : {false, true}) {
+    frame_cipher seal(key_of(1), frame_cipher::direction::seal, confidential);
+    auto m = tensor_message(from, to, 4096, 3);
+    const bytes first = sealed_on_wire(make_message_frame(to, m, 1), seal);
+    const bytes second = sealed_on_wire(make_message_frame(to, m, 2), seal);
+    auto fails = [&](const bytes& in, const frame_key& k = key_of(1)) {
+      auto r = protected_reader(k, confidential);
+      try {
+        auto frames = feed(r, in, in.size());
+        return false;
+      } catch (const frame_exception& e) {
+        return e.reason() == frame_error::bad_tag;
+      }
+    };
+    CHECK_FALSE(fails(first));
+    bytes both = first;
+    both.insert(both.end(), second.begin(), second.end());
+    CHECK_FALSE(fails(both));
+    // A bit of the acknowledgement (header), of the segment table's padding-free payload, of the tag.
+    for (std::size_t at : {std::size_t(24), frame_header_bytes + 8 + 100, first.size() / 2, first.size() - 1}) {
+      bytes altered = first;
+      altered[at] ^= std::byte{0x10};
+      CHECK(fails(altered));
+    }
+    bytes replayed = first;
+    replayed.insert(replayed.end(), first.begin(), first.end());
+    CHECK(fails(replayed));    // the same frame twice: the second is frame 1 of the link, sealed as frame 0
+    CHECK(fails(second));      // frame 0 missing
+    CHECK(fails(first, key_of(2)));
+  }
+}
+
+TEST_CASE("frames: a body gets buffer as its bytes arrive, at once up to the largest frame the stream completed",
+          "[net][frame]") {
+  auto r = make_reader();
+  // A header and table claiming 512 MiB, then 1 MiB of it: no more than the initial grant is held.
+  out_frame big = make_message_frame(to, tensor_message(from, to, 64, 1), 1);
+  bytes head(big.head.begin(), big.head.end());
+  const uint64_t claimed = uint64_t(512) << 20;
+  put<uint64_t>(head, 32, segment_table_bytes(1) + claimed);
+  put<uint32_t>(head, frame_header_bytes, static_cast<uint32_t>(claimed / 8));
+  bytes some(head);
+  some.resize(head.size() + (1 << 20), std::byte{0});
+  CHECK(feed(r, some, 64 << 10).empty());
+  CHECK(r.frame_bytes() == frame_header_bytes + segment_table_bytes(1) + claimed);
+  CHECK(r.held_bytes() <= initial_frame_grant);
+  // 20 MiB in: the buffer grew as the bytes came (x4 steps), far below the claim.
+  bytes more((19 << 20), std::byte{0});
+  CHECK(feed(r, more, 256 << 10).empty());
+  CHECK(r.held_bytes() >= (20u << 20));
+  CHECK(r.held_bytes() <= (64u << 20));
+
+  // A stream that completed a 12 MiB frame gets 12 MiB at once for the next one, and the frames are intact.
+  auto r2 = make_reader();
+  auto m = tensor_message(from, to, 12 << 20, 5);
+  bytes two = on_wire(make_message_frame(to, m, 1));
+  auto frames = feed(r2, two, 256 << 10);
+  REQUIRE(frames.size() == 1);
+  CHECK(tensor_message_intact(frames[0].msg, 12 << 20));
+  bytes part(two.begin(), two.begin() + frame_header_bytes + 8 + 100);
+  CHECK(feed(r2, part, part.size()).empty());
+  CHECK(r2.held_bytes() >= (12u << 20));
+}

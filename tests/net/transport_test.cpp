@@ -47,6 +47,7 @@ struct node_log {
   std::vector<std::pair<uint32_t, std::string>> downs;
   std::vector<bool> goodbyes;  // per entry of downs: the peer said goodbye
   std::vector<std::string> rejects;  // the first few
+  std::vector<rejection> rejections;  // the first few, as the transport gave them
   std::atomic<uint64_t> rejected{0}, delivered{0};
   std::function<void(uint32_t, const message&)> hook;  // runs on the io thread before recording
   bool keep = true;                                     // keep the messages (else count them)
@@ -68,9 +69,12 @@ struct node_log {
       downs.push_back({node, why});
       goodbyes.push_back(goodbye);
     };
-    h.on_rejected = [this](const std::string& what) {
+    h.on_rejected = [this](const rejection& r) {
       std::lock_guard<std::mutex> lock(mutex);
-      if (rejects.size() < 50) rejects.push_back(what);
+      if (rejects.size() < 50) {
+        rejects.push_back(r.what);
+        rejections.push_back(r);
+      }
       ++rejected;
     };
     return h;
@@ -146,10 +150,19 @@ public:
   }
 
   void write(const std::vector<std::byte>& b) { asio::write(sock_, asio::buffer(b.data(), b.size())); }
-  void write(const out_frame& f) {
-    std::vector<asio::const_buffer> bufs{asio::buffer(f.head.data(), f.head.size())};
-    for (auto& s : f.segments) bufs.push_back(asio::buffer(s.begin(), s.size() * sizeof(capnp::word)));
+  // After the handshake a frame is sealed with the link's keys, as the transport does.
+  void write(out_frame f) {
+    if (sealer_) f.seal(*sealer_);
+    std::vector<asio::const_buffer> bufs;
+    f.for_each_piece([&](const std::byte* d, std::size_t n) { bufs.push_back(asio::buffer(d, n)); });
     asio::write(sock_, bufs);
+  }
+  // The frame sealed as write() would send it, as bytes (for tests that alter them).
+  std::vector<std::byte> sealed_bytes(out_frame f) {
+    if (sealer_) f.seal(*sealer_);
+    std::vector<std::byte> out;
+    f.for_each_piece([&](const std::byte* d, std::size_t n) { out.insert(out.end(), d, d + n); });
+    return out;
   }
 
   // The next frame (heartbeats skipped); throws on a closed socket.
@@ -172,8 +185,14 @@ public:
     REQUIRE(f.header.kind == frame_kind::challenge);
     auto proof = d.on_challenge(f.body);
     write(make_control_frame(frame_kind::proof, proof.data(), proof.size()));
+    sealer_ = std::make_unique<frame_cipher>(d.keys().send, frame_cipher::direction::seal, encrypt_);
+    reader_.protect(std::make_unique<frame_cipher>(d.keys().receive, frame_cipher::direction::open, encrypt_));
     return d.peer_session();
   }
+
+  // Frames after the handshake leave without protection (what an old or forged peer sends).
+  void unseal() { sealer_.reset(); }
+  void encrypt(bool on) { encrypt_ = on; }
 
   // Reads until the peer closes (true) or 5 s pass (false).
   bool closed_by_peer() {
@@ -190,6 +209,8 @@ private:
   asio::io_context io_;
   tcp::socket sock_;
   frame_reader reader_{uint64_t(1) << 30, buffer_pool::create()};
+  std::unique_ptr<frame_cipher> sealer_;
+  bool encrypt_ = false;
 };
 
 auth_identity identity_of(uint32_t node, const std::string& s = secret, const std::string& j = job) {
@@ -735,4 +756,143 @@ TEST_CASE("transport: a message sent from another thread as the session comes up
     CHECK(log[1].rejected == 0);
     for (auto& x : t) x->stop();
   }
+}
+
+TEST_CASE("transport: a frame altered on the wire, an unprotected frame and a forged source are dropped, never delivered",
+          "[net][transport]") {
+  auto nodes = loopback_nodes(3);
+  node_log log;
+  transport a(options(nodes, 0), log.handlers());
+  a.start();
+  const uint16_t port = nodes[0].port;
+  auto message_from = [](uint32_t node, uint32_t seed) { return tensor_message(worker(node), worker(0), 4096, seed); };
+  {
+    raw_peer p(port);
+    p.handshake(identity_of(1), 0, {7, 1, 0, 0});
+    REQUIRE(wait_until([&] { return a.peer_up(1); }));
+    p.write(make_message_frame(worker(0), message_from(1, 1), 1));
+    REQUIRE(wait_until([&] { return log.delivered == 1; }));
+    // One bit of the payload flipped in transit: the tag fails, the link closes, nothing is delivered.
+    auto altered = p.sealed_bytes(make_message_frame(worker(0), message_from(1, 2), 2));
+    altered[altered.size() / 2] ^= std::byte{1};
+    p.write(altered);
+    CHECK(p.closed_by_peer());
+    CHECK(a.stats().rejected_frames[int(frame_error::bad_tag)] == 1);
+  }
+  {
+    raw_peer p(port);
+    p.handshake(identity_of(1), 0, {8, 2, 0, 0});
+    // Node 1's authenticated link carrying a message whose envelope says node 2 sent it.
+    p.write(make_message_frame(worker(0), message_from(2, 3), 1));
+    p.write(make_message_frame(worker(0), message_from(1, 4), 2));
+    REQUIRE(wait_until([&] { return log.delivered == 2; }));
+    CHECK(a.stats().rejected_frames[int(frame_error::wrong_source)] == 1);
+    CHECK(log.rejected_with("claiming to come from node 2 on the link of node 1"));
+    std::lock_guard<std::mutex> lock(log.mutex);
+    CHECK(seed_of(log.messages.back().m) == 4);
+  }
+  {
+    raw_peer p(port);
+    p.handshake(identity_of(1), 0, {9, 3, 0, 0});
+    p.unseal();  // frames as an unauthenticating peer writes them
+    p.write(make_message_frame(worker(0), message_from(1, 5), 1));
+    p.write(make_message_frame(worker(0), message_from(1, 6), 2));
+    CHECK(p.closed_by_peer());
+    CHECK(a.stats().rejected_frames[int(frame_error::bad_tag)] == 2);
+  }
+  CHECK(log.delivered == 2);
+  std::lock_guard<std::mutex> lock(log.mutex);
+  for (auto& r : log.rejections)
+    if (r.reason == "bad_tag") {
+      CHECK(r.node == 1);
+      CHECK(r.authenticated);
+      CHECK_THAT(r.remote, Contains("127.0.0.1:"));
+    }
+}
+
+TEST_CASE("transport: encrypted links carry messages intact; both sides must agree to encrypt", "[net][transport]") {
+  auto nodes = loopback_nodes(2);
+  node_log log[2];
+  std::vector<std::unique_ptr<transport>> t;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto o = options(nodes, i);
+    o.encrypt = true;
+    t.push_back(std::make_unique<transport>(o, log[i].handlers()));
+  }
+  for (auto& x : t) x->start();
+  REQUIRE(wait_until([&] { return all_up(t); }));
+  for (uint32_t k = 0; k < 8; ++k) t[1]->send(0, worker(0), tensor_message(worker(1), worker(0), (4 << 10) << k, k));
+  REQUIRE(wait_until([&] { return log[0].count() == 8; }));
+  std::lock_guard<std::mutex> lock(log[0].mutex);
+  for (auto& r : log[0].messages) CHECK(tensor_message_intact(r.m, (4 << 10) << seed_of(r.m)));
+}
+
+TEST_CASE("transport: a flood of silent connections does not keep a node out; strangers' addresses are refused",
+          "[net][transport]") {
+  auto nodes = loopback_nodes(2);
+  node_log log[2];
+  auto o = options(nodes, 0);
+  o.connect_timeout = 30000ms;  // the flood's connections would hold their slots for 30 s
+  transport a(o, log[0].handlers());
+  a.start();
+  asio::io_context io;
+  std::vector<std::unique_ptr<tcp::socket>> flood;
+  for (int i = 0; i < 150; ++i) {
+    flood.push_back(std::make_unique<tcp::socket>(io));
+    flood.back()->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), nodes[0].port));
+  }
+  REQUIRE(wait_until([&] { return a.stats().refused_connections >= 150 - 16; }));
+  transport b(options(nodes, 1), log[1].handlers());
+  b.start();
+  CHECK(wait_until([&] { return a.peer_up(1) && b.peer_up(0); }, 10000ms));
+  CHECK(log[0].rejected_with("too many connections from 127.0.0.1"));
+
+  {
+    std::lock_guard<std::mutex> lock(log[0].mutex);
+    log[0].rejects.clear();  // it keeps the first 50
+    log[0].rejections.clear();
+  }
+  // 127.0.0.2 is this machine too, but no node of the list.
+  tcp::socket stranger(io);
+  stranger.open(tcp::v4());
+  stranger.bind(tcp::endpoint(asio::ip::make_address("127.0.0.2"), 0));
+  stranger.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), nodes[0].port));
+  REQUIRE(wait_until([&] { return log[0].rejected_with("127.0.0.2"); }));
+  CHECK(log[0].rejected_with("not the address of any node"));
+  std::lock_guard<std::mutex> lock(log[0].mutex);
+  bool unknown = false;
+  for (auto& r : log[0].rejections) unknown |= r.reason == "unknown_address" && r.remote.rfind("127.0.0.2:", 0) == 0;
+  CHECK(unknown);
+}
+
+TEST_CASE("transport: a peer that trickles a large frame loses its link when the frame is overdue", "[net][transport]") {
+  auto nodes = loopback_nodes(2);
+  node_log log;
+  auto o = options(nodes, 0);
+  o.min_frame_bytes_per_s = 64 << 20;  // the 64 MiB frame below is due within peer_timeout + 1 s
+  transport a(o, log.handlers());
+  a.start();
+  raw_peer p(nodes[0].port);
+  p.handshake(identity_of(1), 0, {5, 1, 0, 0});
+  REQUIRE(wait_until([&] { return a.peer_up(1); }));
+  out_frame f = make_message_frame(worker(0), tensor_message(worker(1), worker(0), 64 << 20, 1), 1);
+  f.seal(*std::make_unique<frame_cipher>(frame_key{}, frame_cipher::direction::seal, false));  // any tag: never reached
+  p.write(std::vector<std::byte>(f.head.begin(), f.head.end()));
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {  // a byte every 100 ms: the link never looks idle
+    for (int i = 0; i < 100 && !stop; ++i) {
+      try {
+        p.write(std::vector<std::byte>(1, std::byte{0}));
+      } catch (...) {
+        return;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  const bool closed = wait_until([&] { return a.stats().rejected_frames[int(frame_error::frame_timeout)] == 1; });
+  stop = true;
+  trickle.join();
+  CHECK(closed);
+  CHECK(log.rejected_with("is not whole after"));
+  CHECK(log.delivered == 0);
 }

@@ -28,7 +28,7 @@ epochs=${EPOCHS:-5}
 lrs=(${LRS:-0.01 0.02 0.05 0.1})
 declare -A setting_opts=(
   [n4]="--workers 4" [n8]="--workers 8" [n16]="--workers 16"
-  [hetero8]="--workers 8 --speeds 1,1,2,2,3,3,4,4" [straggler8]="--workers 8 --speeds 1,1,1,1,1,1,1,8")
+  [hetero8]="--workers 8 --worker-speeds 12,12,6,6,4,4,3,3" [straggler8]="--workers 8 --worker-speeds 8,8,8,8,8,8,8,1")
 declare -A rule_opts=(
   [asgd]="--algorithm asgd" [dc-asgd-a]="--algorithm dc-asgd-a" [ddc-v1]="--algorithm ddc-asgd"
   [ddc-v2]="--algorithm ddc-asgd --ddc-version 2")

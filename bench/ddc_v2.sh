@@ -13,8 +13,8 @@ mkdir -p "$out"
 common=(--model mlp --epochs 5 --lr-schedule cosine --batch-size 64 --progress none)
 rules=("asgd:--algorithm asgd" "dc-asgd-a:--algorithm dc-asgd-a" "ddc-v1:--algorithm ddc-asgd"
        "ddc-v2:--algorithm ddc-asgd --ddc-version 2")
-settings=("n4:--workers 4" "n16:--workers 16" "hetero8:--workers 8 --speeds 1,1,2,2,3,3,4,4"
-          "straggler8:--workers 8 --speeds 1,1,1,1,1,1,1,8")
+settings=("n4:--workers 4" "n16:--workers 16" "hetero8:--workers 8 --worker-speeds 12,12,6,6,4,4,3,3"
+          "straggler8:--workers 8 --worker-speeds 8,8,8,8,8,8,8,1")
 for s in "${settings[@]}"; do
   [ -n "${REPORT_ONLY:-}" ] && break
   for r in "${rules[@]}"; do

@@ -18,7 +18,7 @@ runs=(
   "ssgd:ssgd:" "asgd:asgd:" "sa-asgd:sa-asgd:" "hogwild:hogwild:" "dc-asgd-c:dc-asgd-c:" "dc-asgd-a:dc-asgd-a:"
   "ddc-asgd:ddc-asgd:" "ddc-rho-only:ddc-asgd:--ddc-mu0 0" "ddc-mu-only:ddc-asgd:--ddc-alpha 0"
 )
-settings=("n4:--workers 4" "n8:--workers 8" "n16:--workers 16" "hetero8:--workers 8 --speeds 1,1,2,2,3,3,4,4")
+settings=("n4:--workers 4" "n8:--workers 8" "n16:--workers 16" "hetero8:--workers 8 --worker-speeds 12,12,6,6,4,4,3,3")
 
 for s in "${settings[@]}"; do
   sname=${s%%:*}; sopts=${s#*:}

@@ -8,8 +8,16 @@ install(TARGETS troupe EXPORT troupeTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# libtroupe keeps the folders of the libraries it links from outside the
+# linker's own (OpenBLAS's OpenMP flavour), whichever flavour ldconfig prefers.
+set_target_properties(troupe PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+# The programs a user runs (samples/CMakeLists.txt says which) find libtroupe
+# in the prefix they are installed in, with no LD_LIBRARY_PATH or ldconfig:
+# an RPATH of $ORIGIN/../lib; the build tree keeps its own RPATH.
 if(TROUPE_SAMPLES)
-  install(TARGETS troupe_trainer RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  file(RELATIVE_PATH troupe_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+  set_target_properties(${TROUPE_PROGRAMS} PROPERTIES INSTALL_RPATH "\$ORIGIN/${troupe_bin_to_lib}")
+  install(TARGETS ${TROUPE_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 # Headers keep their folders under include/troupe: <troupe/troupe.hpp>
 # includes "model/nn.hpp", found through include/troupe.

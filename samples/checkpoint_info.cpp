@@ -4,13 +4,31 @@
 // same digest a resumed shard logs, so that a restore can be checked).
 //   troupe_checkpoint run.ckpt
 #include <iostream>
+#include <string>
 
 #include <troupe/troupe.hpp>
 
+namespace {
+
+const char* const usage_text =
+    "usage: troupe_checkpoint FILE\n"
+    "Prints what the checkpoint FILE holds, without loading a model: the epochs\n"
+    "and steps it records, its tensors' digest, and for an asynchronous run each\n"
+    "parameter shard's version and the digest of its update rule's state.\n"
+    "A FILE whose name starts with '-' is given as ./-name.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help                print this text and exit\n"
+    "  --version                 print \"troupe_checkpoint VERSION\" and exit\n";
+
+} // namespace
+
 int main(int argc, char** argv) {
   using namespace troupe;
-  if (argc != 2) {
-    std::cerr << "usage: troupe_checkpoint FILE\n";
+  if (train::help_or_version(argc, argv, usage_text, std::cout)) return 0;
+  if (argc != 2 || argv[1][0] == '-') {
+    if (argc == 2) std::cerr << "troupe_checkpoint: unknown option " << argv[1] << " (see --help)\n";
+    std::cerr << usage_text;
     return 2;
   }
   try {

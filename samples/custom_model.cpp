@@ -4,13 +4,34 @@
 //   custom_model 200          stop after 200 updates (a quick look)
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include <troupe/troupe.hpp>
+
+namespace {
+
+const char* const usage_text =
+    "usage: custom_model [MAX_STEPS]\n"
+    "Trains a small CNN defined in this program with DDC-ASGD on 4 workers, on\n"
+    "Fashion-MNIST: 5 epochs, or MAX_STEPS updates (a quick look).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help                print this text and exit\n"
+    "  --version                 print \"custom_model VERSION\" and exit\n";
+
+} // namespace
 
 int main(int argc, char** argv) {
   using namespace troupe;
   using namespace troupe::nn;
-  const long max_steps = argc > 1 ? std::atol(argv[1]) : 0;
+  if (train::help_or_version(argc, argv, usage_text, std::cout)) return 0;
+  char* end = nullptr;
+  const long max_steps = argc > 1 ? std::strtol(argv[1], &end, 10) : 0;
+  if (argc > 2 || (argc > 1 && (*end != '\0' || max_steps < 0 || argv[1][0] == '\0'))) {
+    std::cerr << "custom_model: expected MAX_STEPS, an integer >= 0, got '" << (argc > 1 ? argv[argc - 1] : "")
+              << "'\n" << usage_text;
+    return 2;
+  }
 
   auto j = job()
                .model([] {

@@ -30,11 +30,28 @@ std::pair<troupe::tensor, std::vector<int32_t>> spirals(int n, uint32_t seed) {
   return {x, y};
 }
 
+const char* const usage_text =
+    "usage: in_memory [MAX_STEPS]\n"
+    "Trains an MLP on data this program generates (two interleaved spirals), with\n"
+    "no files: up to 40 epochs, stopping once the test accuracy reaches 99 %, or\n"
+    "after MAX_STEPS steps; prints the loss every 100 steps.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help                print this text and exit\n"
+    "  --version                 print \"in_memory VERSION\" and exit\n";
+
 } // namespace
 
 int main(int argc, char** argv) {
   using namespace troupe;
-  const long max_steps = argc > 1 ? std::atol(argv[1]) : 0;
+  if (train::help_or_version(argc, argv, usage_text, std::cout)) return 0;
+  char* end = nullptr;
+  const long max_steps = argc > 1 ? std::strtol(argv[1], &end, 10) : 0;
+  if (argc > 2 || (argc > 1 && (*end != '\0' || max_steps < 0 || argv[1][0] == '\0'))) {
+    std::cerr << "in_memory: expected MAX_STEPS, an integer >= 0, got '" << (argc > 1 ? argv[argc - 1] : "")
+              << "'\n" << usage_text;
+    return 2;
+  }
   auto [train_x, train_y] = spirals(4000, 1);
   auto [test_x, test_y] = spirals(1000, 2);
 

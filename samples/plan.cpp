@@ -23,13 +23,20 @@ int main(int argc, char** argv) {
   }
   command_line cl;
   try {
-    cl = parse_command_line(static_cast<int>(args.size()), args.data());
+    cl = parse_command_line(static_cast<int>(args.size()), args.data(), "troupe_plan");
     if (cl.help) {
-      std::cout << "usage: troupe_plan [trainer options] [--json]\n"
-                   "Prints the plan of the job the options describe, without training: for a pipeline\n"
-                   "(--pipeline-stages K), each stage's layers, device, predicted times and memory, and\n"
-                   "the predicted step time; --json prints one JSON object (field predicted_step_s).\n\n"
-                << cl.text;
+      usage_options u;
+      u.synopsis += " [--json]";
+      u.about =
+          "Prints the plan of the job the options describe (the trainer's options), without training: the "
+          "actors on each node and, for a pipeline (--pipeline-stages K), each stage's layers, device, predicted "
+          "times and memory, the predicted step time and the bottleneck.";
+      u.extra_options = {{"--json", "print the plan as one JSON object (field predicted_step_s)"}};
+      std::cout << usage("troupe_plan", u);
+      return 0;
+    }
+    if (cl.version) {
+      std::cout << "troupe_plan " << troupe::version() << "\n";
       return 0;
     }
   } catch (const std::exception& e) {

@@ -8,14 +8,31 @@
 
 #include <troupe/troupe.hpp>
 
+namespace {
+
+const char* const usage_text =
+    "usage: resume_evaluate DIR [MAX_STEPS]\n"
+    "Trains an MLP with ASGD on 2 workers for one epoch (or MAX_STEPS updates),\n"
+    "checkpointing to DIR/mlp.ckpt, goes on from the checkpoint for a second\n"
+    "epoch, then evaluates the checkpoint on its own.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help                print this text and exit\n"
+    "  --version                 print \"resume_evaluate VERSION\" and exit\n";
+
+} // namespace
+
 int main(int argc, char** argv) {
   using namespace troupe;
-  if (argc < 2) {
-    std::cerr << "usage: resume_evaluate DIR [MAX_STEPS]\n";
+  if (train::help_or_version(argc, argv, usage_text, std::cout)) return 0;
+  char* end = nullptr;
+  const long max_steps = argc > 2 ? std::strtol(argv[2], &end, 10) : 0;
+  if (argc < 2 || argc > 3 || argv[1][0] == '-' ||
+      (argc > 2 && (*end != '\0' || max_steps < 0 || argv[2][0] == '\0'))) {
+    std::cerr << "resume_evaluate: expected DIR [MAX_STEPS]\n" << usage_text;
     return 2;
   }
   const std::string checkpoint = std::string(argv[1]) + "/mlp.ckpt";
-  const long max_steps = argc > 2 ? std::atol(argv[2]) : 0;
   auto j = job()
                .model([] { return zoo::mlp(); }, "mlp")
                .data(data::fashion_mnist())

@@ -4,9 +4,29 @@
 //   troupe_trainer --algorithm ddc-asgd --workers 4 --dump-config > job.toml
 //   troupe_trainer --config job.toml --epochs 1
 //   troupe_trainer --config cluster.toml --node b    (one node of a cluster: see README)
+#include <filesystem>
 #include <iostream>
+#include <string>
 
 #include <troupe/troupe.hpp>
+
+namespace {
+
+// One line per output the run wrote ("metrics: /abs/run.jsonl"): those the job
+// names and this process wrote (on a cluster, node 0 writes them).
+void name_outputs(const troupe::settings& s, std::ostream& log) {
+  namespace fs = std::filesystem;
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"metrics", &s.metrics_out}, {"checkpoint", &s.checkpoint}, {"trace", &s.trace}};
+  for (const auto& [what, path] : outputs) {
+    std::error_code ec;
+    if (path->empty() || !fs::exists(*path, ec)) continue;
+    const fs::path absolute = fs::absolute(*path, ec);
+    log << what << ": " << (ec ? *path : absolute.string()) << "\n";
+  }
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
   using namespace troupe::train;
@@ -15,6 +35,10 @@ int main(int argc, char** argv) {
     cl = parse_command_line(argc, argv);
     if (cl.help) {
       std::cout << cl.text;
+      return 0;
+    }
+    if (cl.version) {
+      std::cout << "troupe_trainer " << troupe::version() << "\n";
       return 0;
     }
     if (cl.dump_config) {
@@ -31,5 +55,6 @@ int main(int argc, char** argv) {
     std::cerr << "\ntroupe_trainer: error: " << e.what() << "\n";  // after a progress bar's unfinished line
     return 1;
   }
+  name_outputs(cl.spec.train, std::cerr);
   return 0;
 }

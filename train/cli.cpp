@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <ostream>
 #include <vector>
 
 #include "tensor/error.hpp"
@@ -10,10 +11,54 @@ namespace troupe::train {
 
 namespace {
 
+constexpr std::size_t help_column = 28;
+
+// wrap(), the first line starting at `column` (where the caller's text ends).
+std::string wrap_from(const std::string& text, std::size_t column, std::size_t indent, std::size_t width) {
+  std::string out;
+  bool fresh = true;  // no word on this line yet
+  for (std::size_t pos = 0; pos < text.size();) {
+    if (text[pos] == ' ') {
+      ++pos;
+      continue;
+    }
+    if (text[pos] == '\n') {
+      out += '\n';
+      column = 0;
+      fresh = true;
+      ++pos;
+      continue;
+    }
+    const std::size_t end = std::min(text.find_first_of(" \n", pos), text.size());
+    const std::string word = text.substr(pos, end - pos);
+    pos = end;
+    if (!fresh && column + 1 + word.size() > width) {
+      out += '\n';
+      column = 0;
+      fresh = true;
+    }
+    if (column == 0 && !out.empty()) {  // a line after the first
+      out += std::string(indent, ' ');
+      column = indent;
+    }
+    if (!fresh) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    fresh = false;
+  }
+  return out;
+}
+
+// "  --name VALUE              help", the help wrapped under itself; a long
+// left part puts the help on the next line.
 std::string usage_line(const std::string& left, const std::string& help) {
   std::string line = "  " + left;
-  line.resize(std::max<std::size_t>(line.size() + 2, 28), ' ');
-  return line + help + "\n";
+  if (line.size() + 2 > help_column) line += "\n";
+  line += std::string(help_column - (line.back() == '\n' ? 0 : line.size()), ' ');
+  return line + wrap_from(help, help_column, help_column, 80) + "\n";
 }
 
 // The option that `arg` ("--workers", "--workers=4") names, when it is one of ours.
@@ -21,7 +66,8 @@ bool is_our_option(const std::string& arg) {
   if (arg == "-h") return true;
   if (arg.rfind("--", 0) != 0) return false;
   const std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
-  return name == "config" || name == "dump-config" || name == "node" || name == "help" || find_job_key(name) != nullptr;
+  return name == "config" || name == "dump-config" || name == "node" || name == "help" || name == "version" ||
+         find_job_key(name) != nullptr;
 }
 
 [[noreturn]] void missing_value(const std::string& option, const std::string& value_name) {
@@ -43,8 +89,29 @@ void check_value(const std::string& option, const std::string& value_name, const
   throw error(std::string(e.what()) + " (see --help)");
 }
 
-[[noreturn]] void unexpected(const std::string& arg) {
+// The first of CLI11's leftovers, `extra` (an argument and what followed it).
+[[noreturn]] void unexpected(const std::vector<std::string>& extra) {
+  const std::string& arg = extra.front();
   const std::string option = arg.substr(0, arg.find('='));
+  if (option.rfind("--", 0) == 0) {
+    const std::string value = arg.find('=') != std::string::npos ? arg.substr(arg.find('=') + 1)
+                              : extra.size() > 1                  ? extra[1]
+                                                                  : "";
+    std::vector<double> values;
+    for (std::size_t pos = 0; !value.empty() && pos <= value.size();) {
+      const std::size_t comma = std::min(value.find(',', pos), value.size());
+      char* end = nullptr;
+      const std::string item = value.substr(pos, comma - pos);
+      const double x = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end != '\0') {
+        values.clear();
+        break;
+      }
+      values.push_back(x);
+      pos = comma + 1;
+    }
+    if (std::string retired = retired_key(option.substr(2), values, true); !retired.empty()) throw error(retired);
+  }
   const std::size_t name_start = option.find_first_not_of('-');
   if (name_start == 0 || name_start == std::string::npos) {
     const bool toml = arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".toml") == 0;
@@ -53,7 +120,7 @@ void check_value(const std::string& option, const std::string& value_name, const
                                                : "the trainer takes options only; see --help";
     throw error("unexpected argument '" + arg + "' (" + hint + ")");
   }
-  std::vector<std::string> names{"config", "dump-config", "node", "help"};
+  std::vector<std::string> names{"config", "dump-config", "node", "help", "version"};
   for (const job_key& k : job_keys()) names.push_back(k.name);
   const std::string close = closest_name(option.substr(name_start), names);
   throw error("unknown option " + option + (close.empty() ? "" : " (did you mean --" + close + "?)") + "; see --help");
@@ -61,19 +128,51 @@ void check_value(const std::string& option, const std::string& value_name, const
 
 } // namespace
 
-std::string usage(const std::string& program) {
-  std::string out = "usage: " + program +
-                    " [--config FILE] [--name VALUE | --name=VALUE]...\n"
-                    "Trains a zoo model on Fashion-MNIST (or other IDX data): in one plain loop (--algorithm "
-                    "sequential),\nor on actors: data loaders, workers and parameter shards exchanging Cap'n Proto "
-                    "messages.\nA job file (TOML) holds the same keys without the dashes, e.g. workers = 4 and "
-                    "speeds = [1, 1, 2, 4].\n\noptions:\n";
+std::string usage(const std::string& program, const usage_options& options) {
+  const std::string about =
+      !options.about.empty()
+          ? options.about
+          : "Trains a zoo model on Fashion-MNIST (or other IDX data): in one plain loop (--algorithm sequential), "
+            "or on actors: data loaders, workers and parameter shards exchanging Cap'n Proto messages.\n"
+            "A job file (TOML) holds the same keys without the dashes, e.g. workers = 4 and worker-speeds = "
+            "[4, 4, 2, 1].";
+  std::string out = wrap("usage: " + program + " " + options.synopsis, 8 + program.size()) + "\n" + wrap(about) +
+                    "\n\noptions:\n";
   out += usage_line("--config FILE", "read the job file FILE first; the options given override its keys");
   for (const job_key& k : job_keys()) out += usage_line("--" + k.name + " " + k.value_name, k.help);
   out += usage_line("--node NAME", "which node of the job file's [cluster] this process is (under srun: Slurm says)");
   out += usage_line("--dump-config", "print the effective job file (--config and the options given) and exit");
-  out += usage_line("-h, --help", "this text");
+  for (const auto& [left, help] : options.extra_options) out += usage_line(left, help);
+  out += usage_line("-h, --help", "print this text and exit");
+  out += usage_line("--version", "print \"" + program + " VERSION\" and exit");
+  out += "\n" + wrap("job file [cluster] table: the nodes of a run on several processes (README, \"A cluster\"); "
+                     "job files only, no options:") +
+         "\n";
+  for (const job_key& k : cluster_keys()) out += usage_line(k.name + " = " + k.value_name, k.help);
+  out += usage_line("nodes = [...]",
+                    "one table per node: { name = \"a\", host = \"10.0.0.1\", port = 7001 }, and optionally "
+                    "workers = BOOL, shards = BOOL (whether it hosts them, default true), threads = N (0: all "
+                    "cores), devices = [{ kind = \"cpu\", speed = 1.0, memory-mb = 0 }] (a pipeline's devices)");
   return out;
+}
+
+std::string wrap(const std::string& text, std::size_t indent, std::size_t width) {
+  return wrap_from(text, 0, indent, width);
+}
+
+bool help_or_version(int argc, const char* const* argv, const std::string& usage, std::ostream& out) {
+  if (argc < 2) return false;
+  const std::string arg = argv[1];
+  if (arg == "--help" || arg == "-h") {
+    out << usage;
+    if (!usage.empty() && usage.back() != '\n') out << "\n";
+    return true;
+  }
+  if (arg != "--version") return false;
+  std::string name = argv[0];
+  if (const std::size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  out << name << " " << troupe::version() << "\n";
+  return true;
 }
 
 command_line parse_command_line(int argc, const char* const* argv, const std::string& program) {
@@ -91,6 +190,7 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
   app.add_flag("--dump-config", out.dump_config);
   CLI::Option* node_option = app.add_option("--node", out.node)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_flag("-h,--help", out.help);
+  app.add_flag("--version", out.version);
   for (std::size_t i = 0; i < keys.size(); ++i)
     options[i] = app.add_option("--" + keys[i].name, raw[i])->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // CLI11 reads "--name=" as "--name" alone and takes the next word as its value: give "" explicitly.
@@ -110,8 +210,10 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
   }
   if (out.help) {
     out.text = usage(program);
+    out.version = false;
     return out;
   }
+  if (out.version) return out;
 
   const bool has_config = config_option->count() > 0;
   if (has_config) check_value("--config", "FILE", config);
@@ -125,7 +227,7 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
       check_value("--" + keys[i].name, keys[i].value_name, raw[i]);
       any_option = true;
     }
-  if (std::vector<std::string> extra = app.remaining(); !extra.empty()) unexpected(extra.front());
+  if (std::vector<std::string> extra = app.remaining(); !extra.empty()) unexpected(extra);
 
   if (has_config) {
     if (config.empty()) missing_value("--config", "FILE");

@@ -1,10 +1,29 @@
 #include "train/job.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/error.hpp"
 
 namespace troupe {
+
+#ifndef TROUPE_VERSION
+#error "TROUPE_VERSION is the project's version, set by CMakeLists.txt"
+#endif
+#define TROUPE_STRING_OF(x) #x
+#define TROUPE_STRING(x) TROUPE_STRING_OF(x)
+const char* version() { return TROUPE_STRING(TROUPE_VERSION); }
+#undef TROUPE_STRING
+#undef TROUPE_STRING_OF
+
+std::vector<float> worker_slowdowns(const algorithm_settings& a) {
+  std::vector<float> out;
+  if (a.worker_speeds.empty()) return out;
+  float fastest = 0;
+  for (float v : a.worker_speeds) fastest = std::max(fastest, v);
+  for (float v : a.worker_speeds) out.push_back(v > 0 ? fastest / v : 1.0f);
+  return out;
+}
 
 namespace {
 
@@ -202,16 +221,17 @@ void validate(const settings& s) {
   if (a.prefetch < 1) bad("--prefetch must be at least 1, got " + n2s(a.prefetch));
   if (!(a.worker_lr >= 0.0f) || !std::isfinite(a.worker_lr)) bad("--worker-lr must be >= 0 (0: use --lr)");
   if (!(a.worker_momentum >= 0.0f && a.worker_momentum < 1.0f)) bad("--worker-momentum must be in [0, 1)");
-  if (!a.speeds.empty() && static_cast<int>(a.speeds.size()) != a.workers)
-    bad("--speeds: " + n2s(a.speeds.size()) + " factors for " + n2s(a.workers) +
-        " workers (give one per worker, e.g. 1,1,2,4)");
-  for (float f : a.speeds)
-    if (!(f >= 1.0f) || !std::isfinite(f)) bad("--speeds: every factor must be >= 1 (a slowdown), got " + n2s(f));
+  if (!a.worker_speeds.empty() && static_cast<int>(a.worker_speeds.size()) != a.workers)
+    bad("--worker-speeds: " + n2s(a.worker_speeds.size()) + " speeds for " + n2s(a.workers) +
+        " workers (give one per worker, larger is faster, e.g. 4,4,2,1)");
+  for (float v : a.worker_speeds)
+    if (!(v > 0.0f) || !std::isfinite(v)) bad("--worker-speeds: every speed must be > 0, got " + n2s(v));
   validate_pipeline(s);
   switch (a.kind) {
     case algorithm_kind::sequential:
-      if (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.speeds.empty())
-        bad("--workers, --shards, --push-every and --speeds need an asynchronous --algorithm (e.g. --algorithm asgd)");
+      if (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.worker_speeds.empty())
+        bad("--workers, --shards, --push-every and --worker-speeds need an asynchronous --algorithm (e.g. --algorithm "
+            "asgd)");
       break;
     case algorithm_kind::hogwild:
       if (a.shards != 1 || a.push_every != 1)

@@ -30,6 +30,14 @@ namespace troupe {
 using model::lr_schedule;
 using model::pipeline_schedule;
 
+/// troupe's version, "MAJOR.MINOR.PATCH": the project's version libtroupe was built from.
+const char* version();
+
+namespace detail {
+template <class T>
+inline constexpr bool always_false = false;
+} // namespace detail
+
 /// How a job trains: one plain loop, or data parallel on actors with a
 /// parameter-server update rule (docs/algorithms.md).
 enum class algorithm_kind { sequential, ssgd, asgd, sa_asgd, hogwild, dc_asgd_c, dc_asgd_a, ddc_asgd };
@@ -80,7 +88,14 @@ struct algorithm_settings {
   int push_every = 1;           ///< k local steps per push (multi-granular updates)
   float worker_lr = 0;          ///< local optimizer's lr with push_every > 1 (0: the job's lr)
   float worker_momentum = 0;    ///< local optimizer's momentum with push_every > 1
-  std::vector<float> speeds;    ///< per-worker slowdown factors >= 1 (empty: all 1)
+  /// Relative speeds of the workers, as of devices (larger: faster; empty:
+  /// all equal). Emulated: worker i is slowed by max(worker_speeds) /
+  /// worker_speeds[i], so that 4,4,2,1 runs two workers at full speed, one
+  /// at half and one at a quarter (worker_slowdowns()).
+  std::vector<float> worker_speeds;
+  /// The slowdowns worker_speeds implies (>= 1), which the plan emulates:
+  /// derived by troupe::job from worker_speeds; set worker_speeds instead.
+  std::vector<float> speeds;
   int prefetch = 2;             ///< batches a loader keeps in flight per worker
   bool overlap = true;          ///< push each shard's gradients during backward (pipelined execution); false: linear
   bool overlap_receive = true;  ///< with overlap: run each shard's layers forward as soon as its weights arrive (P3)
@@ -93,6 +108,10 @@ struct algorithm_settings {
   float tau_decay = 0.99f;      ///< DDC-ASGD v2: decay of the running mean of staleness
 };
 
+/// Each worker's slowdown factor (>= 1) from a.worker_speeds: the fastest
+/// worker's speed over its own (empty when worker_speeds is).
+std::vector<float> worker_slowdowns(const algorithm_settings& a);
+
 /// An algorithm with named setters: troupe::ddc_asgd().workers(8).shards(2).
 class algorithm {
 public:
@@ -104,7 +123,16 @@ public:
   algorithm& push_every(int k) { s_.push_every = k; return *this; }
   algorithm& worker_lr(float lr) { s_.worker_lr = lr; return *this; }
   algorithm& worker_momentum(float m) { s_.worker_momentum = m; return *this; }
-  algorithm& speeds(std::vector<float> factors) { s_.speeds = std::move(factors); return *this; }
+  /// Relative speeds of the workers, larger is faster (emulated; algorithm_settings::worker_speeds).
+  algorithm& worker_speeds(std::vector<float> speeds) { s_.worker_speeds = std::move(speeds); return *this; }
+  /// Replaced by worker_speeds(), where larger is faster as in device speeds.
+  template <class T = void>
+  algorithm& speeds(std::vector<float>) {
+    static_assert(detail::always_false<T>,
+                  "algorithm::speeds(slowdowns) was replaced by worker_speeds(speeds), where larger is faster as in "
+                  "device speeds: speeds({1, 1, 2, 4}) is worker_speeds({4, 4, 2, 1})");
+    return *this;
+  }
   algorithm& prefetch(int n) { s_.prefetch = n; return *this; }
   /// Pipelined execution (default): each parameter shard's gradients go out as
   /// soon as backward has produced them, while it goes on; false: after the
@@ -228,7 +256,11 @@ public:
   /// concurrent step); `name` identifies it in logs and metrics.
   job& model(model_factory make, std::string name = "custom");
   job& data(troupe::data::source d);
-  job& algorithm(const troupe::algorithm& a) { s_.algo = a.settings(); return *this; }
+  job& algorithm(const troupe::algorithm& a) {
+    s_.algo = a.settings();
+    s_.algo.speeds = worker_slowdowns(s_.algo);
+    return *this;
+  }
   job& epochs(int n) { s_.epochs = n; return *this; }
   job& batch_size(int64_t n) { s_.batch_size = n; return *this; }
   job& lr(float v) { s_.lr = v; return *this; }
@@ -265,7 +297,11 @@ public:
   /// Write the run's timeline (Chrome trace event format, for Perfetto) to `path`.
   job& trace(std::string path) { s_.trace = std::move(path); return *this; }
   /// All plain values at once (e.g. read from a job file).
-  job& configure(const troupe::settings& s) { s_ = s; return *this; }
+  job& configure(const troupe::settings& s) {
+    s_ = s;
+    s_.algo.speeds = worker_slowdowns(s_.algo);
+    return *this;
+  }
   /// The nodes of the run (a job file's [cluster] table); none: this process alone.
   job& cluster(train::cluster_spec c) { cluster_ = std::move(c); return *this; }
   /// Which node of the cluster this process is (--node); empty: from Slurm's

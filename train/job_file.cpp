@@ -324,8 +324,10 @@ std::vector<job_key> make_algorithm_keys() {
                  [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
       number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default 0)",
                  [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
-      numbers_key("speeds", "LIST", "per-worker slowdown factors, e.g. 1,1,2,4 (default all 1)",
-                  [](auto& s) -> auto& { return s.train.algo.speeds; }, at_least(1)),
+      numbers_key("worker-speeds", "LIST",
+                  "relative speeds of the workers, larger is faster as in --device-speeds, e.g. 4,4,2,1: the "
+                  "slower workers are slowed down to match (emulated; default all equal)",
+                  [](auto& s) -> auto& { return s.train.algo.worker_speeds; }, positive()),
       integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
                   [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
       boolean_key("overlap",
@@ -520,6 +522,12 @@ void apply_table(job_spec& spec, const toml::table& table, const section& sec, c
         throw error(at(path, node.source()) + prefix + name + ": expected " + key->expected + ", got " +
                     describe(node));
       continue;
+    }
+    if (sec.name.empty()) {
+      std::vector<double> values;
+      if (auto v = from_toml(node, value_kind::numbers)) values = std::get<std::vector<double>>(*v);
+      if (std::string retired = retired_key(name, values, false); !retired.empty())
+        throw error(at(path, k.source()) + retired);
     }
     const section* sub = sec.name.empty() ? find_section(name) : nullptr;
     if (sub && node.is_table()) {
@@ -738,6 +746,27 @@ const std::vector<job_key>& job_keys() {
 }
 
 const job_key* find_job_key(const std::string& name) { return find_in(job_keys(), name); }
+
+std::string retired_key(const std::string& name, const std::vector<double>& values, bool option) {
+  if (name != "speeds") return "";
+  std::vector<double> slowdowns = values;
+  const bool usable = !slowdowns.empty() && std::all_of(slowdowns.begin(), slowdowns.end(), [](double x) {
+    return std::isfinite(x) && x >= 1 && x <= FLT_MAX;
+  });
+  if (!usable) slowdowns = {1, 1, 2, 4};
+  const double slowest = *std::max_element(slowdowns.begin(), slowdowns.end());
+  std::vector<double> speeds;
+  for (double x : slowdowns) speeds.push_back(slowest / x);
+  auto list = [option](const std::vector<double>& xs) {
+    std::string out;
+    for (std::size_t i = 0; i < xs.size(); ++i) out += (i ? (option ? "," : ", ") : "") + shortest(static_cast<float>(xs[i]));
+    return option ? out : "[" + out + "]";
+  };
+  const std::string dash = option ? "--" : "", is = option ? " " : " = ";
+  return dash + "speeds was replaced by " + dash + "worker-speeds, where larger is faster as in " + dash +
+         "device-speeds: " + dash + "speeds" + is + list(slowdowns) + " is " + dash + "worker-speeds" + is +
+         list(speeds) + " (each worker's speed is the largest slowdown over its own)";
+}
 
 std::string closest_name(const std::string& name, const std::vector<std::string>& names) {
   std::string best;

@@ -7,7 +7,7 @@
 //   model = "cnn"
 //   algorithm = "ddc-asgd"
 //   workers = 4
-//   speeds = [1, 1, 2, 4]
+//   worker-speeds = [4, 4, 2, 1]
 //
 //   auto spec = troupe::train::read_job_file("job.toml");
 //   troupe::fit(troupe::train::make_job(spec));
@@ -74,6 +74,10 @@ const std::vector<job_key>& job_keys();
 const std::vector<job_key>& cluster_keys();
 /// The key called `name`, or nullptr.
 const job_key* find_job_key(const std::string& name);
+/// For a key troupe no longer reads ("speeds"), an error saying what replaced it and how to convert
+/// `values` (the old key's values, or an example when they are empty or not valid); "" for any other
+/// name. `option`: spelt as an option (--speeds 1,1,2,4) rather than as a job-file key.
+std::string retired_key(const std::string& name, const std::vector<double>& values, bool option);
 /// The key among `names` closest to a misspelt `name`, or "" when none is close.
 std::string closest_name(const std::string& name, const std::vector<std::string>& names);
 

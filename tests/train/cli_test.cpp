@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,24 @@ command_line parse(std::vector<std::string> args) {
   return parse_command_line(static_cast<int>(argv.size()), argv.data());
 }
 
+// `text` with every run of spaces and newlines as one space: what wrapping does not change.
+std::string unwrapped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool blank = c == ' ' || c == '\n';
+    if (!blank) out += c;
+    else if (!out.empty() && out.back() != ' ') out += ' ';
+  }
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
@@ -43,14 +62,14 @@ TEST_CASE("no options is the default job", "[cli]") {
 
 TEST_CASE("options take --name=value and --name value alike", "[cli]") {
   const command_line a = parse({"--model=mlp", "--epochs=3", "--lr=0.1", "--algorithm=asgd", "--workers=2",
-                                "--speeds=1,2.5", "--checkpoint=a=b.bin"});
+                                "--worker-speeds=1,2.5", "--checkpoint=a=b.bin"});
   const command_line b = parse({"--model", "mlp", "--epochs", "3", "--lr", "0.1", "--algorithm", "asgd", "--workers",
-                                "2", "--speeds", "1,2.5", "--checkpoint", "a=b.bin"});
+                                "2", "--worker-speeds", "1,2.5", "--checkpoint", "a=b.bin"});
   CHECK(differences(a.spec, b.spec).empty());
   CHECK(a.spec.model == "mlp");
   CHECK(a.spec.train.epochs == 3);
   CHECK(a.spec.train.lr == 0.1f);
-  CHECK(a.spec.train.algo.speeds == std::vector<float>{1.0f, 2.5f});
+  CHECK(a.spec.train.algo.worker_speeds == std::vector<float>{1.0f, 2.5f});
   CHECK(a.spec.train.checkpoint == "a=b.bin");
 }
 
@@ -85,7 +104,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"push-every", "4", "push_every"},
       {"worker-lr", "0.05", "worker_lr"},
       {"worker-momentum", "0.5", "worker_momentum"},
-      {"speeds", "2", "speeds"},
+      {"worker-speeds", "2", "worker_speeds"},
       {"prefetch", "4", "prefetch"},
       {"overlap", "false", "overlap"},
       {"overlap-receive", "false", "overlap_receive"},
@@ -170,8 +189,8 @@ TEST_CASE("a bad value names the option, what it expects and what it got", "[cli
   CHECK_THROWS_MATCHES(parse({"--lr", "0.1x"}), error, message(Equals("--lr: expected a number > 0, got '0.1x'")));
   CHECK_THROWS_MATCHES(parse({"--epochs", "2.5"}), error, message(StartsWith("--epochs: expected an integer")));
   CHECK_THROWS_MATCHES(parse({"--epochs="}), error, message(Equals("--epochs: expected an integer >= 1, got ''")));
-  CHECK_THROWS_MATCHES(parse({"--speeds", "1,,2"}), error,
-                       message(Equals("--speeds: expected a list of numbers >= 1, got '1,,2'")));
+  CHECK_THROWS_MATCHES(parse({"--worker-speeds", "1,,2"}), error,
+                       message(Equals("--worker-speeds: expected a list of numbers > 0, got '1,,2'")));
   CHECK_THROWS_MATCHES(parse({"--evaluate", "maybe"}), error,
                        message(Equals("--evaluate: expected true or false, got 'maybe'")));
   CHECK_THROWS_MATCHES(parse({"--algorithm", "fast"}), error, message(StartsWith("--algorithm: expected one of sequential")));
@@ -181,24 +200,24 @@ TEST_CASE("booleans and lists have a command-line spelling", "[cli]") {
   CHECK_FALSE(parse({"--evaluate", "false"}).spec.train.evaluate);
   CHECK_FALSE(parse({"--evaluate=no"}).spec.train.evaluate);
   CHECK(parse({"--evaluate=true"}).spec.train.evaluate);
-  CHECK(parse({"--algorithm=asgd", "--workers=4", "--speeds", "1, 1, 2, 4"}).spec.train.algo.speeds ==
-        std::vector<float>{1, 1, 2, 4});
-  CHECK(parse({"--speeds="}).spec.train.algo.speeds.empty());
+  CHECK(parse({"--algorithm=asgd", "--workers=4", "--worker-speeds", "4, 4, 2, 1"}).spec.train.algo.worker_speeds ==
+        std::vector<float>{4, 4, 2, 1});
+  CHECK(parse({"--worker-speeds="}).spec.train.algo.worker_speeds.empty());
 }
 
 TEST_CASE("the command line validates like the job file", "[cli]") {
   CHECK_THROWS_MATCHES(parse({"--model=vgg"}), error,
                        message(Equals("unknown model 'vgg' (choose mlp, cnn or resnet)")));
   CHECK_THROWS_MATCHES(parse({"--workers", "2"}), error,
-                       message(StartsWith("--workers, --shards, --push-every and --speeds need an asynchronous")));
+                       message(StartsWith("--workers, --shards, --push-every and --worker-speeds need an asynchronous")));
   testing::temp_dir dir;
   const std::string path = dir.file("job.toml");
-  write_file(path, "algorithm = \"asgd\"\nworkers = 2\nspeeds = [1, 2]\n");
+  write_file(path, "algorithm = \"asgd\"\nworkers = 2\nworker-speeds = [2, 1]\n");
   CHECK_THROWS_MATCHES(parse({"--config", path, "--workers", "3"}), error,
-                       message(Equals(path + " + command line: --speeds: 2 factors for 3 workers (give one per "
-                                             "worker, e.g. 1,1,2,4)")));
-  write_file(path, "algorithm = \"asgd\"\nworkers = 2\nspeeds = [1, 2, 3]\n");
-  CHECK_THROWS_MATCHES(parse({"--config", path}), error, message(StartsWith(path + ": --speeds: 3 factors")));
+                       message(Equals(path + " + command line: --worker-speeds: 2 speeds for 3 workers (give one per "
+                                             "worker, larger is faster, e.g. 4,4,2,1)")));
+  write_file(path, "algorithm = \"asgd\"\nworkers = 2\nworker-speeds = [3, 2, 1]\n");
+  CHECK_THROWS_MATCHES(parse({"--config", path}), error, message(StartsWith(path + ": --worker-speeds: 3 speeds")));
   CHECK(parse({"--config", path, "--workers", "3"}).spec.train.algo.workers == 3);
   write_file(path, "wokers = 2\n");
   CHECK_THROWS_MATCHES(parse({"--config", path}), error, message(StartsWith(path + ":1: unknown key 'wokers'")));
@@ -213,24 +232,113 @@ TEST_CASE("the usage of --help lists every key", "[cli]") {
     REQUIRE(cl.help);
     CHECK(cl.text == usage());
   }
-  const std::string text = usage();
+  const std::string text = unwrapped(usage());
   for (const job_key& k : job_keys()) {
     INFO(k.name);
-    CHECK_THAT(text, Contains("  --" + k.name + " " + k.value_name + " "));
-    CHECK_THAT(text, Contains(k.help + "\n"));
+    CHECK_THAT(text, Contains(" --" + k.name + " " + k.value_name + " " + unwrapped(k.help) + " "));
   }
-  CHECK_THAT(text, Contains("  --config FILE "));
-  CHECK_THAT(text, Contains("  --dump-config "));
-  CHECK_THAT(text, Contains("--help "));
+  CHECK_THAT(text, Contains(" --config FILE "));
+  CHECK_THAT(text, Contains(" --dump-config "));
+  CHECK_THAT(text, Contains(" -h, --help print this text and exit "));
+  CHECK_THAT(text, Contains(" --version print \"troupe_trainer VERSION\" and exit "));
   CHECK_THAT(text, Contains("A job file (TOML) holds the same keys"));
   CHECK_THAT(usage("my_trainer"), StartsWith("usage: my_trainer "));
 }
 
 TEST_CASE("the --dump-config flag is set, and its job file reads back to the same job", "[cli]") {
-  const command_line cl = parse({"--dump-config", "--algorithm", "ddc-asgd", "--workers", "4", "--speeds", "1,1,2,4",
+  const command_line cl = parse({"--dump-config", "--algorithm", "ddc-asgd", "--workers", "4", "--worker-speeds", "4,4,2,1",
                                  "--lr", "0.03"});
   CHECK(cl.dump_config);
   CHECK_FALSE(cl.help);
   CHECK(differences(parse_job_file(to_job_file(cl.spec), "dump.toml"), cl.spec).empty());
   CHECK_FALSE(parse({"--epochs", "2"}).dump_config);
+}
+
+TEST_CASE("the usage fits a terminal: every line at most 80 columns", "[cli]") {
+  for (const std::string& text :
+       {usage(), usage("troupe_plan", usage_options{"[--config FILE] [--name VALUE]... [--json]", "Prints a plan.",
+                                                    {{"--json", "print the plan as one JSON object"}}})}) {
+    const std::vector<std::string> lines = lines_of(text);
+    REQUIRE(lines.size() > 20);
+    for (const std::string& line : lines) {
+      INFO(line);
+      CHECK(line.size() <= 80);
+      CHECK((line.empty() || line.back() != ' '));
+    }
+  }
+  // A help wrapped under itself: the lines after the first start in the help column.
+  const std::vector<std::string> lines = lines_of(usage());
+  bool continued = false;
+  for (std::size_t i = 1; i < lines.size(); ++i)
+    if (lines[i - 1].rfind("  --overlap-receive BOOL", 0) == 0) {
+      CHECK(lines[i].rfind(std::string(28, ' '), 0) == 0);
+      CHECK(lines[i][28] != ' ');
+      continued = true;
+    }
+  CHECK(continued);
+}
+
+TEST_CASE("wrap breaks at spaces with a hanging indent", "[cli]") {
+  CHECK(wrap("one two three four", 4, 10) == "one two\n    three\n    four");
+  CHECK(wrap("a\nb c", 2, 80) == "a\n  b c");
+  CHECK(wrap("unbreakable-word-longer-than-the-line x", 2, 10) == "unbreakable-word-longer-than-the-line\n  x");
+  CHECK(wrap("", 2, 10).empty());
+}
+
+TEST_CASE("the usage lists the job file's [cluster] keys", "[cli]") {
+  const std::string text = unwrapped(usage());
+  CHECK_THAT(text, Contains("[cluster]"));
+  REQUIRE_FALSE(cluster_keys().empty());
+  for (const job_key& k : cluster_keys()) {
+    INFO(k.name);
+    CHECK_THAT(text, Contains(" " + k.name + " = " + k.value_name + " " + unwrapped(k.help) + " "));
+  }
+  CHECK_THAT(text, Contains(" nodes = [...] one table per node: { name = "));
+}
+
+TEST_CASE("--version is a flag; --help wins over it", "[cli]") {
+  CHECK(parse({"--version"}).version);
+  CHECK(parse({"--epochs", "0", "--version"}).version);  // nothing validated: the version only
+  CHECK_FALSE(parse({"--epochs", "2"}).version);
+  const command_line both = parse({"--version", "--help"});
+  CHECK(both.help);
+  CHECK_FALSE(both.version);
+  CHECK_THAT(std::string(troupe::version()), Catch::Matchers::Matches("[0-9]+\\.[0-9]+\\.[0-9]+"));
+}
+
+TEST_CASE("a program's own arguments: help_or_version answers --help, -h and --version only", "[cli]") {
+  const char* help[] = {"/usr/bin/my_tool", "--help"};
+  const char* h[] = {"my_tool", "-h"};
+  const char* version[] = {"/opt/x/bin/my_tool", "--version"};
+  const char* other[] = {"my_tool", "run.ckpt"};
+  const char* none[] = {"my_tool"};
+  std::ostringstream out;
+  CHECK(help_or_version(2, help, "usage: my_tool FILE\n", out));
+  CHECK(out.str() == "usage: my_tool FILE\n");
+  out.str("");
+  CHECK(help_or_version(2, h, "usage: my_tool FILE", out));
+  CHECK(out.str() == "usage: my_tool FILE\n");
+  out.str("");
+  CHECK(help_or_version(2, version, "usage", out));
+  CHECK(out.str() == std::string("my_tool ") + troupe::version() + "\n");
+  out.str("");
+  CHECK_FALSE(help_or_version(2, other, "usage", out));
+  CHECK_FALSE(help_or_version(1, none, "usage", out));
+  CHECK(out.str().empty());
+}
+
+TEST_CASE("the old --speeds is refused, saying what replaced it and how to convert", "[cli]") {
+  const std::string what = "--speeds was replaced by --worker-speeds, where larger is faster as in --device-speeds: ";
+  CHECK_THROWS_MATCHES(parse({"--algorithm", "asgd", "--workers", "4", "--speeds", "1,1,2,4"}), error,
+                       message(Equals(what + "--speeds 1,1,2,4 is --worker-speeds 4,4,2,1 (each worker's speed is the "
+                                             "largest slowdown over its own)")));
+  CHECK_THROWS_MATCHES(parse({"--speeds=1,1.5"}), error,
+                       message(StartsWith(what + "--speeds 1,1.5 is --worker-speeds 1.5,1 ")));
+  CHECK_THROWS_MATCHES(parse({"--speeds"}), error, message(StartsWith(what + "--speeds 1,1,2,4 is --worker-speeds 4,4,2,1")));
+}
+
+TEST_CASE("--worker-speeds gives the slowdowns --speeds gave", "[cli]") {
+  // --speeds 1,1,2,4 slowed the third worker 2x and the fourth 4x: --worker-speeds 4,4,2,1 does the same.
+  const command_line cl = parse({"--model", "mlp", "--algorithm", "asgd", "--workers", "4", "--worker-speeds", "4,4,2,1"});
+  CHECK(make_job(cl.spec).config().algo.speeds == std::vector<float>{1, 1, 2, 4});
 }

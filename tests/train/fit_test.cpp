@@ -436,7 +436,7 @@ TEST_CASE("asynchronous algorithms train with several workers and report stalene
 TEST_CASE("push-every, shards and speed factors run, staleness grows with slow workers", "[actors][fit]") {
   larger_data d;
   std::ostringstream log;
-  job j = mlp_job(d.dir.path(), dc_asgd_a().workers(3).shards(3).push_every(2).speeds({1, 1, 3})).momentum(0).threads(2)
+  job j = mlp_job(d.dir.path(), dc_asgd_a().workers(3).shards(3).push_every(2).worker_speeds({3, 3, 1})).momentum(0).threads(2)
               .metrics_out(d.dir.file("m.jsonl"));
   history h = fit(j, log);
   REQUIRE(h.size() == 2);
@@ -487,7 +487,7 @@ TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actor
   auto fails = [&](const job& j, const std::string& what) {
     CHECK_THROWS_MATCHES(fit(j, log), troupe::error, message(Contains(what)));
   };
-  fails(mlp_job(d.dir.path(), asgd().workers(2).speeds({1, 2, 4})), "--speeds: 3 factors for 2 workers");
+  fails(mlp_job(d.dir.path(), asgd().workers(2).worker_speeds({4, 2, 1})), "--worker-speeds: 3 speeds for 2 workers");
   fails(mlp_job(d.dir.path(), asgd().workers(2).shards(9)), "exceeds the model's 6");
   fails(mlp_job(d.dir.path(), sequential_sgd().workers(2)), "need an asynchronous --algorithm");
   fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");
@@ -752,7 +752,7 @@ TEST_CASE("pipeline options are checked", "[train][fit][pipeline]") {
                        message(Contains("a hybrid's stages push to parameter shards")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).shards(2)).pipeline(2), log), troupe::error,
                        message(Contains("the shards follow the stages")));
-  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).speeds({1, 2})).pipeline(2), log), troupe::error,
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).worker_speeds({2, 1})).pipeline(2), log), troupe::error,
                        message(Contains("--device-speeds")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(2, 64), log), troupe::error,
                        message(Contains("--micro-batches 64 exceeds --batch-size 32")));

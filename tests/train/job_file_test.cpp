@@ -74,7 +74,7 @@ TEST_CASE("to_job_file writes every key with a one-line comment", "[job_file]") 
     const std::string line = text.substr(line_start + 1, text.find('\n', line_start + 1) - line_start - 1);
     CHECK_THAT(line, Contains("# " + k.help));
   }
-  CHECK_THAT(text, Contains("speeds = []"));
+  CHECK_THAT(text, Contains("worker-speeds = []"));
   CHECK_THAT(text, Contains("lr = 0.02 "));
   CHECK_THAT(text, Contains("epochs = 5 "));
   CHECK_THAT(text, Contains("algorithm = \"sequential\""));
@@ -98,7 +98,7 @@ TEST_CASE("a job file sets the keys it holds and keeps base's values for the oth
       "workers = 4\n"
       "batch-size = 32\n"
       "momentum = 0     # an integer where a float goes\n"
-      "speeds = [1, 1.5, 2, 4]\n"
+      "worker-speeds = [1, 1.5, 2, 4]\n"
       "evaluate = false\n"
       "lr-schedule = \"constant\"\n",
       base);
@@ -107,7 +107,7 @@ TEST_CASE("a job file sets the keys it holds and keeps base's values for the oth
   CHECK(s.train.algo.workers == 4);
   CHECK(s.train.batch_size == 32);
   CHECK(s.train.momentum == 0.0f);
-  CHECK(s.train.algo.speeds == std::vector<float>{1.0f, 1.5f, 2.0f, 4.0f});
+  CHECK(s.train.algo.worker_speeds == std::vector<float>{1.0f, 1.5f, 2.0f, 4.0f});
   CHECK_FALSE(s.train.evaluate);
   CHECK(s.train.schedule == model::lr_schedule::constant);
   CHECK(s.train.epochs == 9);
@@ -130,10 +130,10 @@ TEST_CASE("a value of the wrong type names file, line, key, what was expected an
   CHECK_THROWS_MATCHES(parse("evaluate = 1\n"), error,
                        message(Equals("job.toml:1: evaluate: expected true or false, got 1")));
   CHECK_THROWS_MATCHES(parse("model = 3\n"), error, message(Equals("job.toml:1: model: expected a string, got 3")));
-  CHECK_THROWS_MATCHES(parse("speeds = \"1,2\"\n"), error,
-                       message(Equals("job.toml:1: speeds: expected a list of numbers >= 1, got \"1,2\"")));
-  CHECK_THROWS_MATCHES(parse("speeds = [1, \"x\"]\n"), error,
-                       message(Equals("job.toml:1: speeds: expected a list of numbers >= 1, got [1, \"x\"]")));
+  CHECK_THROWS_MATCHES(parse("worker-speeds = \"1,2\"\n"), error,
+                       message(Equals("job.toml:1: worker-speeds: expected a list of numbers > 0, got \"1,2\"")));
+  CHECK_THROWS_MATCHES(parse("worker-speeds = [1, \"x\"]\n"), error,
+                       message(Equals("job.toml:1: worker-speeds: expected a list of numbers > 0, got [1, \"x\"]")));
   CHECK_THROWS_MATCHES(parse("epochs = [1]\n"), error,
                        message(Equals("job.toml:1: epochs: expected an integer >= 1, got [1]")));
 }
@@ -149,8 +149,8 @@ TEST_CASE("a value out of range names file, line and key", "[job_file]") {
                        message(Equals("job.toml:1: weight-decay: expected a number >= 0, got -0.1")));
   CHECK_THROWS_MATCHES(parse("lr = 1e300\n"), error,
                        message(Equals("job.toml:1: lr: expected a number > 0, got 1e+300")));
-  CHECK_THROWS_MATCHES(parse("speeds = [1, 0.5]\n"), error,
-                       message(Equals("job.toml:1: speeds: expected a list of numbers >= 1, got [1, 0.5]")));
+  CHECK_THROWS_MATCHES(parse("worker-speeds = [1, 0]\n"), error,
+                       message(Equals("job.toml:1: worker-speeds: expected a list of numbers > 0, got [1, 0]")));
   CHECK_THROWS_MATCHES(parse("threads = 3000000000\n"), error, message(StartsWith("job.toml:1: threads: expected")));
   CHECK_THROWS_MATCHES(parse("seed = -1\n"), error,
                        message(Equals("job.toml:1: seed: expected an integer >= 0, got -1")));
@@ -208,11 +208,35 @@ TEST_CASE("read_job_file reads a file and names it in errors", "[job_file]") {
 }
 
 TEST_CASE("settings that do not combine are named after the file", "[job_file]") {
-  CHECK_THROWS_MATCHES(parse("algorithm = \"asgd\"\nworkers = 2\nspeeds = [1, 2, 4]\n"), error,
-                       message(Equals("job.toml: --speeds: 3 factors for 2 workers (give one per worker, e.g. 1,1,2,4)")));
+  CHECK_THROWS_MATCHES(parse("algorithm = \"asgd\"\nworkers = 2\nworker-speeds = [4, 2, 1]\n"), error,
+                       message(Equals("job.toml: --worker-speeds: 3 speeds for 2 workers (give one per worker, larger "
+                                      "is faster, e.g. 4,4,2,1)")));
   CHECK_THROWS_MATCHES(parse("workers = 2\n"), error,
-                       message(StartsWith("job.toml: --workers, --shards, --push-every and --speeds need an "
+                       message(StartsWith("job.toml: --workers, --shards, --push-every and --worker-speeds need an "
                                           "asynchronous --algorithm")));
+}
+
+TEST_CASE("the old speeds key is refused, saying what replaced it and how to convert", "[job_file]") {
+  CHECK_THROWS_MATCHES(parse("algorithm = \"asgd\"\nworkers = 4\nspeeds = [1, 1, 2, 4]\n"), error,
+                       message(Equals("job.toml:3: speeds was replaced by worker-speeds, where larger is faster as in "
+                                      "device-speeds: speeds = [1, 1, 2, 4] is worker-speeds = [4, 4, 2, 1] (each "
+                                      "worker's speed is the largest slowdown over its own)")));
+  // Values that were never valid slowdowns: the example instead.
+  CHECK_THROWS_MATCHES(parse("speeds = \"fast\"\n"), error,
+                       message(StartsWith("job.toml:1: speeds was replaced by worker-speeds, where larger is faster as "
+                                          "in device-speeds: speeds = [1, 1, 2, 4] is worker-speeds = [4, 4, 2, 1]")));
+}
+
+TEST_CASE("worker-speeds reach the slowdowns the old speeds gave", "[job_file]") {
+  // speeds = [1, 1, 2, 4] slowed the last two workers 2x and 4x; worker-speeds = [4, 4, 2, 1] does the same.
+  const job_spec s = parse("model = \"mlp\"\nalgorithm = \"asgd\"\nworkers = 4\nworker-speeds = [4, 4, 2, 1]\n");
+  CHECK(worker_slowdowns(s.train.algo) == std::vector<float>{1, 1, 2, 4});
+  CHECK(make_job(s).config().algo.speeds == std::vector<float>{1, 1, 2, 4});
+  // Only the ratios count: 3, 1.5 slows the second worker 2x; none given, none slowed.
+  CHECK(worker_slowdowns(troupe::asgd().workers(2).worker_speeds({3, 1.5f}).settings()) == std::vector<float>{1, 2});
+  CHECK(worker_slowdowns(troupe::asgd().workers(2).settings()).empty());
+  CHECK(troupe::job().algorithm(troupe::asgd().workers(2).worker_speeds({1, 4})).config().algo.speeds ==
+        std::vector<float>{4, 1});
 }
 
 TEST_CASE("an unknown zoo model is named after the file, with the choices", "[job_file]") {
@@ -226,7 +250,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
       "seed",       "threads",     "data-dir",   "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
-      "speeds",     "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay",
+      "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay",
       "pipeline-stages", "micro-batches", "schedule", "pipeline-cuts", "stash",
       "placement", "device-speeds", "device-memory", "stage-devices", "link-cost", "profile-cache", "trace"};
   std::vector<std::string> table;

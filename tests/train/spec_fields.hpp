@@ -33,7 +33,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
   const settings& t = s.train;
   const algorithm_settings& a = t.algo;
   std::string speeds = "[";
-  for (float f : a.speeds) speeds += exact(f) + " ";
+  for (float f : a.worker_speeds) speeds += exact(f) + " ";
   std::string cuts = "[";
   for (int c : t.pipeline.cuts) cuts += std::to_string(c) + " ";
   const train::cluster_spec& c = s.cluster;
@@ -69,7 +69,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"push_every", std::to_string(a.push_every)},
       {"worker_lr", exact(a.worker_lr)},
       {"worker_momentum", exact(a.worker_momentum)},
-      {"speeds", speeds + "]"},
+      {"worker_speeds", speeds + "]"},
       {"prefetch", std::to_string(a.prefetch)},
       {"overlap", a.overlap ? "true" : "false"},
       {"overlap_receive", a.overlap_receive ? "true" : "false"},
@@ -152,7 +152,7 @@ inline train::job_spec everything_changed() {
   a.push_every = 3;
   a.worker_lr = 0.05f;
   a.worker_momentum = 0.3f;
-  a.speeds = {1.0f, 1.5f, 2.0f, 4.0f};
+  a.worker_speeds = {1.0f, 1.5f, 2.0f, 4.0f};
   a.prefetch = 5;
   a.overlap = false;
   a.overlap_receive = false;

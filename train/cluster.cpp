@@ -198,6 +198,9 @@ int slurm_tasks_here(const std::map<std::string, std::string>& env) {
 int default_threads(const std::map<std::string, std::string>& env, int cores, int same_host) {
   const std::string per_task = get(env, "SLURM_CPUS_PER_TASK");
   if (!per_task.empty()) return std::max(1, parse_count(per_task, "SLURM_CPUS_PER_TASK"));
+  // Slurm's CPUs for this job on this host, where its tasks are not confined to them.
+  const std::string on_node = get(env, "SLURM_CPUS_ON_NODE");
+  if (!on_node.empty()) cores = std::min(cores, std::max(1, parse_count(on_node, "SLURM_CPUS_ON_NODE")));
   const int sharing = std::max({1, same_host, slurm_tasks_here(env)});
   return std::max(1, cores / sharing);
 }

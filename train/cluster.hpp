@@ -40,9 +40,9 @@ int slurm_tasks_here(const std::map<std::string, std::string>& env);
 
 /// The threads a process takes where neither the job nor its node sets
 /// `threads`: SLURM_CPUS_PER_TASK when Slurm sets it; else `cores` (the CPUs
-/// it may run on) shared evenly by the processes on its host, Slurm's tasks
-/// there or `same_host` (the job file's nodes there), whichever is more. At
-/// least 1.
+/// it may run on; no more than SLURM_CPUS_ON_NODE, the job's CPUs on this
+/// host) shared evenly by the processes on its host, Slurm's tasks there or
+/// `same_host` (the job file's nodes there), whichever is more. At least 1.
 int default_threads(const std::map<std::string, std::string>& env, int cores, int same_host = 1);
 
 /// Whether two [cluster] hosts are the same machine: the same name or

@@ -162,6 +162,11 @@ TEST_CASE("cluster: threads come from Slurm's CPUs per task, else the cores shar
   CHECK(slurm_tasks_here(three_on_one) == 3);
   CHECK(default_threads(three_on_one, 2) == 1);
   CHECK(default_threads(three_on_one, 12) == 4);
+  // The job's CPUs on this host (SLURM_CPUS_ON_NODE) bound the cores: 4 of a host of 64, for 2 tasks.
+  const env_map four_cpus{{"SLURM_CPUS_ON_NODE", "4"}, {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_NODEID", "0"}};
+  CHECK(default_threads(four_cpus, 64) == 2);
+  CHECK(default_threads(four_cpus, 2) == 1);  // fewer CPUs to run on than allocated: those
+  CHECK(default_threads({{"SLURM_CPUS_ON_NODE", "1"}, {"SLURM_TASKS_PER_NODE", "3"}}, 2) == 1);  // --overcommit
   // Hosts of 2, 2, 2 and 1 tasks: this process's host is the one SLURM_NODEID names.
   CHECK(default_threads({{"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "1"}}, 16) == 8);
   CHECK(default_threads({{"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}}, 16) == 16);

@@ -10,7 +10,7 @@
 // io thread). Medians over the repetitions; the ratio is the median of the
 // per-repetition ratios troupe / raw.
 //
-//   build/bench/troupe_transfer_bench [--reps N] [--sizes 4K,1M,16M,100M|none] [--pings N] [--host 127.0.0.1]
+//   build/bench/troupe_transfer_bench [--reps N] [--sizes 4K,1M,16M,100M|none] [--pings N] [--host 127.0.0.1] [--encrypt]
 //       [--sender-host ADDR --receiver-netns NAME]
 // With --receiver-netns the receiver joins network namespace NAME
 // (/var/run/netns/NAME, root only) before it opens a socket, so that the bytes
@@ -54,6 +54,7 @@ struct config {
   std::string host = "127.0.0.1";  // the receiver's address
   std::string sender_host;          // the sender's (empty: host)
   std::string receiver_netns;       // the receiver's network namespace (empty: this one)
+  bool encrypt = false;             // frames' payloads encrypted too (always authenticated)
 };
 
 std::size_t parse_size(const std::string& s) {
@@ -148,6 +149,7 @@ transport_options options_for(const config& cfg, const std::vector<uint16_t>& po
   o.max_frame_bytes = uint64_t(1) << 30;
   o.max_queue_bytes = uint64_t(4) << 30;
   o.pool_bytes = std::size_t(1) << 30;
+  o.encrypt = cfg.encrypt;
   return o;
 }
 
@@ -443,6 +445,8 @@ int main(int argc, char** argv) {
       cfg.sender_host = value();
     } else if (a == "--receiver-netns") {
       cfg.receiver_netns = value();
+    } else if (a == "--encrypt") {
+      cfg.encrypt = true;
     } else if (a == "--sizes") {
       cfg.sizes.clear();
       std::stringstream ss(value());
@@ -450,7 +454,7 @@ int main(int argc, char** argv) {
         if (x != "none") cfg.sizes.push_back(parse_size(x));
     } else {
       std::cerr << "usage: troupe_transfer_bench [--reps N] [--sizes 4K,1M,16M,100M|none] [--pings N] [--host ADDR] "
-                   "[--sender-host ADDR --receiver-netns NAME]\n";
+                   "[--sender-host ADDR --receiver-netns NAME] [--encrypt]\n";
       return 2;
     }
   }

@@ -219,6 +219,12 @@ void out_frame::seal(frame_cipher& c) {
   sealed = true;
 }
 
+std::size_t out_frame::plain_bytes() const {
+  std::size_t n = head.size();
+  for (auto& s : segments) n += s.size() * sizeof(capnp::word);
+  return n;
+}
+
 std::size_t out_frame::bytes() const {
   std::size_t n = 0;
   for_each_piece([&](const std::byte*, std::size_t b) { n += b; });

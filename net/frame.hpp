@@ -120,6 +120,8 @@ struct out_frame {
   void seal(frame_cipher& c);
   /// Size on the wire.
   std::size_t bytes() const;
+  /// Size of the header, table and segments (what a queue accounts; no tag).
+  std::size_t plain_bytes() const;
   /// Calls f(const std::byte* data, std::size_t bytes) for each piece the wire carries, in order.
   template <typename F>
   void for_each_piece(F&& f) const {

@@ -615,7 +615,7 @@ struct transport::impl {
     std::lock_guard<std::mutex> lock(p.m);
     uint64_t bytes = 0;
     while (!p.unacked.empty() && p.unacked.front().f.sequence <= seq) {
-      bytes += p.unacked.front().f.bytes();
+      bytes += p.unacked.front().f.plain_bytes();
       p.unacked.pop_front();
     }
     p.queued_bytes -= std::min(bytes, p.queued_bytes);
@@ -862,10 +862,12 @@ struct transport::impl {
       std::lock_guard<std::mutex> lock(p.m);
       for (auto& q : l->in_flight)
         if (q.f.kind == frame_kind::message) {
-          if (q.f.sequence <= p.acked)
-            p.queued_bytes -= std::min<uint64_t>(q.f.bytes(), p.queued_bytes);
-          else
+          if (q.f.sequence <= p.acked) {
+            p.queued_bytes -= std::min<uint64_t>(q.f.plain_bytes(), p.queued_bytes);
+          } else {
+            q.f.cipher = {};  // a resend seals it again, under the next link's key
             p.unacked.push_back(std::move(q));
+          }
         }
       l->in_flight.clear();
       l->writing = false;
@@ -984,7 +986,7 @@ struct transport::impl {
       return false;
     }
     queued q{make_message_frame(destination, m, 1), priority};
-    const uint64_t bytes = q.f.bytes();
+    const uint64_t bytes = q.f.plain_bytes();
     if (bytes > opt.max_frame_bytes)
       throw error("transport::send: a message of " + std::to_string(bytes) + " bytes exceeds max_frame_bytes (" +
                   std::to_string(opt.max_frame_bytes) + ")");

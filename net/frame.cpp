@@ -197,22 +197,21 @@ void out_frame::set_sequence(uint64_t s) {
   store<uint64_t>(head.data() + off_sequence, s);
 }
 
-void out_frame::seal(frame_cipher& c) {
+void out_frame::seal(frame_cipher& c, const std::shared_ptr<buffer_pool>& pool) {
   c.begin();
   const std::size_t table = kind == frame_kind::message ? segment_table_bytes(static_cast<uint32_t>(segments.size())) : 0;
   c.authenticate(head.data(), frame_header_bytes + table);
-  if (c.confidential()) {
-    std::size_t total = 0;
-    for (auto& s : segments) total += s.size() * sizeof(capnp::word);
-    cipher.resize(total);
-  } else {
-    cipher.clear();
+  cipher.reset();
+  cipher_bytes = 0;
+  if (c.confidential() && !segments.empty()) {
+    for (auto& s : segments) cipher_bytes += s.size() * sizeof(capnp::word);
+    cipher = (pool ? pool : buffer_pool::create(0))->acquire(cipher_bytes);
   }
   std::size_t at = 0;
   for (auto& s : segments) {
     const auto* p = reinterpret_cast<const std::byte*>(s.begin());
     const std::size_t n = s.size() * sizeof(capnp::word);
-    c.payload(p, c.confidential() ? cipher.data() + at : const_cast<std::byte*>(p), n);
+    c.payload(p, cipher ? cipher->data() + at : const_cast<std::byte*>(p), n);
     at += n;
   }
   tag = c.finish();

@@ -110,14 +110,16 @@ struct out_frame {
   frame_kind kind = frame_kind::heartbeat;
   bool sealed = false;             ///< seal() ran: the tag (and `cipher`) follow
   frame_tag tag{};                 ///< sealed: written after the payload
-  std::vector<std::byte> cipher;   ///< sealed by a confidential cipher: the segments encrypted
+  std::shared_ptr<pooled_buffer> cipher;  ///< sealed by a confidential cipher: the segments encrypted
+  std::size_t cipher_bytes = 0;
 
   /// Sets the acknowledgement field in the header (before seal()).
   void set_ack(uint64_t ack);
   /// Sets the sequence number (message frames; before seal()).
   void set_sequence(uint64_t sequence);
-  /// Protects the frame as it is now with the next frame number of `c`.
-  void seal(frame_cipher& c);
+  /// Protects the frame as it is now with the next frame number of `c`; a
+  /// confidential cipher encrypts the segments into a buffer of `pool` (null: a fresh one).
+  void seal(frame_cipher& c, const std::shared_ptr<buffer_pool>& pool = nullptr);
   /// Size on the wire.
   std::size_t bytes() const;
   /// Size of the header, table and segments (what a queue accounts; no tag).
@@ -126,8 +128,8 @@ struct out_frame {
   template <typename F>
   void for_each_piece(F&& f) const {
     f(head.data(), head.size());
-    if (sealed && !cipher.empty()) {
-      f(cipher.data(), cipher.size());
+    if (sealed && cipher) {
+      f(cipher->data(), cipher_bytes);
     } else {
       for (auto& s : segments) f(reinterpret_cast<const std::byte*>(s.begin()), s.size() * sizeof(capnp::word));
     }

@@ -153,6 +153,7 @@ struct transport::impl {
   std::list<link_ptr> silent;  // pending links that have not sent a valid hello yet, oldest first
   std::vector<asio::ip::address> node_addresses;  // of every node: the only sources accepted (empty: any)
   std::shared_ptr<buffer_pool> pool;
+  std::shared_ptr<buffer_pool> send_pool;  // encrypted payloads (encrypt = true)
   auth_identity me;
   uint64_t incarnation = 0;
   std::mt19937_64 rng;
@@ -180,6 +181,7 @@ struct transport::impl {
     incarnation = random_id();
     rng.seed(opt.faults.seed * 0x9e3779b97f4a7c15ull + opt.self);
     pool = buffer_pool::create(opt.pool_bytes);
+    send_pool = buffer_pool::create(opt.encrypt ? opt.pool_bytes : 0);
     for (std::size_t i = 0; i < n; ++i) {
       peers.push_back(std::make_unique<peer>(io));
       peers.back()->node = static_cast<uint32_t>(i);
@@ -805,7 +807,7 @@ struct transport::impl {
     l->buffers.clear();
     l->copies.clear();
     auto add = [&](out_frame& f) {
-      if (l->sealer && sealed_kind(f.kind)) f.seal(*l->sealer);
+      if (l->sealer && sealed_kind(f.kind)) f.seal(*l->sealer, send_pool);
       f.for_each_piece([&](const std::byte* d, std::size_t n) { l->buffers.emplace_back(d, n); });
     };
     for (auto& q : l->in_flight) {
@@ -865,7 +867,7 @@ struct transport::impl {
           if (q.f.sequence <= p.acked) {
             p.queued_bytes -= std::min<uint64_t>(q.f.plain_bytes(), p.queued_bytes);
           } else {
-            q.f.cipher = {};  // a resend seals it again, under the next link's key
+            q.f.cipher.reset();  // a resend seals it again, under the next link's key
             p.unacked.push_back(std::move(q));
           }
         }
@@ -1032,7 +1034,7 @@ struct transport::impl {
   bool write_now(peer& p, queued&& q) {
     const link_ptr& l = p.current;
     q.f.set_ack(p.ack_out.load(std::memory_order_relaxed));
-    if (l->sealer) q.f.seal(*l->sealer);
+    if (l->sealer) q.f.seal(*l->sealer, send_pool);
     std::vector<iovec> iov;
     iov.reserve(2 + q.f.segments.size());
     q.f.for_each_piece(

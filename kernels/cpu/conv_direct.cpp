@@ -213,6 +213,8 @@ constexpr std::array<dw_fn, sizeof...(G)> dw_table(std::integer_sequence<int, G.
   return {&dw_tile<S, K, NV, G + 1>...};
 }
 
+static_assert(dw_max_rows(7, 1) >= 1, "a weight-gradient tile must cover at least one kernel row");
+
 template <int S, int K, int NV>
 dw_fn dw_kernel(int rows) {
   static constexpr auto table = dw_table<S, K, NV>(std::make_integer_sequence<int, dw_max_rows(K, NV)>());
@@ -239,7 +241,9 @@ void dw_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, int
               const float* dyt, int64_t ocp, float* dwt) {
   const int64_t plane = hp * wp, rows = c * k;
   for (int64_t ob = 0; ob < ocp;) {
-    const int nv = ocp - ob >= 2 * W ? 2 : 1;
+    // Two vectors of output channels per tile only where the registers hold a row of both
+    // (not for 7x7 with 16 registers: AVX2).
+    const int nv = ocp - ob >= 2 * W && dw_max_rows(static_cast<int>(k), 2) >= 1 ? 2 : 1;
     const int64_t most = dw_max_rows(static_cast<int>(k), nv);
     for (int64_t r = 0; r < rows;) {
       const int64_t g = std::min(most, rows - r);

@@ -1,8 +1,19 @@
 #include "actors/messages.hpp"
 
+#include "kernels/kernels.hpp"
+
 #include <cmath>
 
 namespace troupe::actors {
+
+net::reader_limits with_scan(net::reader_limits l, const kernels::context& ctx) {
+  l.finite_scan = [](const void* c, const float* data, int64_t n) {
+    return kernels::all_finite(*static_cast<const kernels::context*>(c), data, n);
+  };
+  l.scan_context = &ctx;
+  return l;
+}
+
 
 namespace {
 

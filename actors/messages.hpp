@@ -7,11 +7,18 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/context.hpp"
 #include "model/layout.hpp"
 #include "net/message.hpp"
 #include "train/epoch_accumulator.hpp"
 
 namespace troupe::actors {
+
+/// `l` whose NaN/Inf scan of tensor payloads runs on the receiver's kernel
+/// threads (kernels::all_finite with `ctx`, which must outlive the limits).
+net::reader_limits with_scan(net::reader_limits l, const kernels::context& ctx);
+/// net::peer_limits() with the receiver's scan.
+inline net::reader_limits receiver_limits(const kernels::context& ctx) { return with_scan(net::peer_limits(), ctx); }
 
 /// A request for shard `shard`'s parameters; `with_state`: the reply carries
 /// the update rule's state too (for a checkpoint).

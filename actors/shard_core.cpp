@@ -4,6 +4,7 @@
 #include <cstring>
 #include <ostream>
 
+#include "actors/messages.hpp"
 #include "kernels/kernels.hpp"
 #include "net/tensor_codec.hpp"
 
@@ -38,7 +39,6 @@ shard_core::shard_core(const train::shard_plan& p, const std::vector<named_tenso
   ctx_ = kernels::context::with_threads(1);
   current_ = build_params(p_.address, flat.data(), 0, false, false, &w_);
   ctx_ = ctx;
-  limits_.threads = ctx_.threads;
   rule_ = model::make_update_rule(cfg_, n_, ctx_);
 }
 
@@ -197,7 +197,7 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
   try {
     from = net::read_header(m).source;
     known = true;
-    net::envelope_reader r(m, limits_);
+    net::envelope_reader r(m, with_scan(limits_, ctx_));
     switch (r.root().which()) {
       case wire::Envelope::PULL_PARAMS: return on_pull(r, from);
       case wire::Envelope::PUSH_GRADIENT: {

@@ -40,9 +40,7 @@ std::vector<outgoing> stage_core::start() {
 }
 
 void stage_core::take(const net::message& m) {
-  net::reader_limits limits = net::peer_limits();
-  limits.threads = ctx_.threads;
-  net::envelope_reader r(m, limits);
+  net::envelope_reader r(m, receiver_limits(ctx_));
   switch (r.root().which()) {
     case wire::Envelope::BATCH:
       if (!first()) reject(net::reject_reason::unknown_kind, track_ + ": a Batch for a stage that is not the first");

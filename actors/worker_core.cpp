@@ -38,7 +38,6 @@ public:
         waiting_(static_cast<int>(c.shards.size())) {
     for (const auto& s : c_.shards) shapes_.push_back(c_.layout.shapes(s.range.first, s.range.last));
     limits_ = net::peer_limits();
-    limits_.threads = c.threads;
   }
 
   std::vector<outgoing> pulls() const {
@@ -65,7 +64,7 @@ public:
   /// when it answers a push, its staleness.
   accepted accept(const net::message& m, staleness_tally& tally, bool& report_due,
                   const std::vector<bool>* in_use = nullptr) {
-    net::envelope_reader r(m, limits_);
+    net::envelope_reader r(m, with_scan(limits_, ctx_));
     if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
     auto p = r.root().getParams();
     const uint32_t s = p.getShard();
@@ -117,6 +116,7 @@ public:
 
 private:
   shard_source_config c_;
+  kernels::context ctx_ = kernels::context::with_threads(c_.threads);  // the NaN scan's threads
   net::reader_limits limits_;
   std::vector<std::vector<shape>> shapes_;  // per shard: its tensors' shapes
   std::vector<uint64_t> version_;           // per shard: version of the parameters held
@@ -413,9 +413,7 @@ worker_core::step_out worker_core::step(const net::message& m) {
   if (!can_step())
     throw error(net::to_string(p_.address) + (run_ ? ": step() while a step waits for its weights"
                                                    : ": step() before its parameters arrived"));
-  net::reader_limits limits = net::peer_limits();
-  limits.threads = ctx_.threads;
-  net::envelope_reader r(m, limits);
+  net::envelope_reader r(m, receiver_limits(ctx_));
   if (r.root().which() != wire::Envelope::BATCH)
     reject(net::reject_reason::unknown_kind, net::to_string(p_.address) + ": expected a Batch");
   auto b = r.root().getBatch();

@@ -94,6 +94,12 @@ void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool r
 
 // ---------------------------------------------------------------- activations
 
+/// Whether data[0, n) holds only finite values (no NaN, no Inf): the check a
+/// receiver runs on every tensor payload. Large arrays are scanned on
+/// ctx.threads threads, one range each, the ranges of the other parallel
+/// loops (each thread reads mostly what it wrote last).
+bool all_finite(const context& ctx, const float* data, int64_t n);
+
 /// Activation backward passes take the forward output y.
 void relu_forward(const context& ctx, const tensor& x, tensor& y);
 void relu_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx);

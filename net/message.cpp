@@ -5,8 +5,6 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
-#include <omp.h>
-
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -219,41 +217,26 @@ float* payload(wire::FlatTensors::Builder b) { return reinterpret_cast<float*>(b
 
 namespace {
 
-/// Nonzero when bits[0, n) holds a NaN or Inf: the floats whose exponent bits
-/// are all ones. An integer reduction over the bits vectorizes where
-/// std::isfinite does not.
-uint32_t non_finite_bits(const uint32_t* bits, int64_t n) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
-  return bad;
-}
-
-/// Throws message_error (non_finite) when data[0, n) holds a NaN or Inf.
-/// Large arrays are scanned by every kernel thread, one range each: the ranges
-/// of the kernels' parallel loops (same grain), so that each thread reads
-/// mostly what it wrote last, e.g. a shard's update of these parameters.
-void check_finite(const float* data, int64_t n, const std::string& what, int threads) {
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(data);
-  uint32_t bad = 0;
-  constexpr int64_t grain = int64_t(1) << 15;  // kernels::detail::parallel_grain
-  if (threads <= 0) threads = omp_get_max_threads();
-#pragma omp parallel reduction(| : bad) if (n > grain) num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-    bad |= non_finite_bits(bits + begin, end - begin);
+/// Throws message_error (non_finite) when data[0, n) holds a NaN or Inf:
+/// with the receiver's scan (its kernel threads) when it gave one.
+void check_finite(const float* data, int64_t n, const std::string& what, const reader_limits& l) {
+  bool finite = true;
+  if (l.finite_scan) {
+    finite = l.finite_scan(l.scan_context, data, n);
+  } else {
+    for (int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(data[i]);
   }
-  if (bad) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
+  if (!finite) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
 }
 
 void check_tensor(wire::Tensor::Reader r, const std::string& what, const reader_limits& l) {
   tensor_view v = view(r, what);
-  if (l.check_finite) check_finite(v.data, v.numel(), what, l.threads);
+  if (l.check_finite) check_finite(v.data, v.numel(), what, l);
 }
 
 void check_flat(wire::FlatTensors::Reader r, const std::string& what, const reader_limits& l) {
   flat_view v = view(r, what);
-  if (l.check_finite) check_finite(v.data, v.numel, what, l.threads);
+  if (l.check_finite) check_finite(v.data, v.numel, what, l);
 }
 
 void check_header(wire::Envelope::Reader root) {

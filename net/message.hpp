@@ -88,7 +88,10 @@ struct reader_limits {
   uint64_t max_bytes = uint64_t(512) << 20;  ///< larger messages are rejected unread
   int nesting_limit = 16;
   bool check_finite = true;                  ///< scan tensor payloads for NaN/Inf
-  int threads = 0;                           ///< threads of the NaN scan of large payloads (0: OpenMP's default)
+  /// The scan, the receiver's: true when data[0, n) is all finite; called with
+  /// scan_context. Null: a plain loop on the reading thread.
+  bool (*finite_scan)(const void* scan_context, const float* data, int64_t n) = nullptr;
+  const void* scan_context = nullptr;
 };
 
 /// Limits for messages of troupe's own peers: parameters and batches can be large.

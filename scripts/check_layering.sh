@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Enforces the layering table of DESIGN.md on every #include of troupe's
-# sources: a lower folder never includes a higher one, and third-party
-# headers (CAF, Cap'n Proto, Asio, CUDA) stay in the folders allowed to use them.
+# sources: a lower folder never includes a higher one, and every third-party
+# header (CAF, Cap'n Proto, Asio, OpenSSL, OpenMP, BLAS, Eigen, zlib, toml++,
+# CLI11, JSON, CUDA) stays in the folders allowed to use it.
 #   scripts/check_layering.sh [ROOT]     (default: the repository)
 # Prints every violation as FILE:LINE: what; exits 1 when there is one.
 set -euo pipefail
@@ -20,17 +21,22 @@ declare -A allowed=(
   [include]="tensor kernels model data net train actors"
   [samples]=""
 )
-# folder -> third-party header families it must not include.
-declare -A forbidden=(
-  [tensor]="caf capnp kj asio cuda"
-  [kernels]="caf capnp kj asio"
-  [model]="caf capnp kj asio cuda"
-  [data]="caf capnp kj asio cuda"
-  [net]="caf cuda"
-  [train]="caf cuda"
-  [actors]="cuda"
-  [include]="caf cuda"
-  [samples]="caf capnp kj asio cuda"
+# third-party header family -> the folders that may include it (tests/ and bench/ may include anything).
+declare -A users=(
+  [caf]="actors"
+  [capnp]="net train actors"
+  [kj]="net train actors"
+  [asio]="net"
+  [boost]="net"
+  [openssl]="net"
+  [omp]="kernels"
+  [blas]="kernels"
+  [eigen]="tensor kernels"
+  [zlib]="data"
+  [tomlpp]="train"
+  [cli11]="train"
+  [json]="train"
+  [cuda]="kernels/cuda"
 )
 project="tensor kernels model data net train actors samples bench tests include"
 
@@ -40,7 +46,16 @@ family() {  # the third-party family of an include path, or nothing
     capnp/*) echo capnp ;;
     kj/*) echo kj ;;
     boost/asio*|asio.hpp|asio/*) echo asio ;;
-    cuda*|cublas*|thrust/*|cub/*) echo cuda ;;
+    boost/*) echo boost ;;
+    openssl/*) echo openssl ;;
+    omp.h) echo omp ;;
+    cblas.h|openblas*|lapacke*) echo blas ;;
+    Eigen/*|eigen3/*|unsupported/Eigen/*) echo eigen ;;
+    zlib.h) echo zlib ;;
+    toml++/*) echo tomlpp ;;
+    CLI/*) echo cli11 ;;
+    nlohmann/*) echo json ;;
+    cuda*|cublas*|cudnn*|thrust/*|cub/*) echo cuda ;;
   esac
 }
 
@@ -55,10 +70,10 @@ for folder in "${!allowed[@]}"; do
       top=${path%%/*}
       fam=$(family "$path")
       if [ -n "$fam" ]; then
-        # CUDA is allowed inside kernels/cuda only.
-        if [[ " ${forbidden[$folder]} " == *" $fam "* ]] || { [ "$fam" = cuda ] && [[ "$file" != kernels/cuda/* ]]; }; then
-          report "$file:$line: includes <$path>: $fam headers are not allowed in $folder/ (DESIGN.md, layering)"
-        fi
+        ok=0
+        for user in ${users[$fam]}; do [[ "$file" == "$user"/* ]] && ok=1; done
+        [ "$ok" = 1 ] ||
+          report "$file:$line: includes <$path>: $fam headers belong to ${users[$fam]}/ only, not $folder/ (DESIGN.md, layering)"
         continue
       fi
       [[ " $project " == *" $top "* ]] || continue  # the standard library, Eigen, toml++, ...

@@ -57,6 +57,20 @@ void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool r
   });
 }
 
+bool all_finite(const context& ctx, const float* data, int64_t n) {
+  // The floats whose exponent bits are all ones: an integer reduction over
+  // the bits vectorizes where std::isfinite does not.
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(data);
+  uint32_t bad = 0;
+#pragma omp parallel reduction(| : bad) if (detail::split(ctx, n)) num_threads(detail::threads(ctx))
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    for (int64_t i = begin; i < end; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 void relu_forward(const context& ctx, const tensor& x, tensor& y) {
   map1(ctx, x, y, [](float v) { return std::max(v, 0.0f); });
 }

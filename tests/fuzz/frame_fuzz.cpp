@@ -51,7 +51,6 @@ std::vector<std::byte> wrapped(const uint8_t* data, std::size_t size) {
 void open_envelope(const message& m) {
   reader_limits limits;
   limits.max_bytes = 1 << 20;
-  limits.threads = 1;
   try {
     envelope_reader r(m, limits);
     (void)read_header(m);

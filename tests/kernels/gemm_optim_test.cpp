@@ -213,3 +213,22 @@ TEST_CASE("a context's thread count: 0 is every core, a negative one is an error
   std::vector<float> x(1 << 16, 1.0f), y(1 << 16, 0.0f);
   CHECK_THROWS_WITH(k::axpy(zero, 1 << 16, 1.0f, x.data(), y.data()), Catch::Contains("must be >= 1"));
 }
+
+TEST_CASE("all_finite finds a NaN or an Inf anywhere, on 1 to 3 threads", "[kernels]") {
+  std::vector<float> v(100000, 0.5f);
+  for (int threads : {1, 2, 3}) {
+    INFO(threads << " thread(s)");
+    const auto ctx = k::context::with_threads(threads);
+    CHECK(k::all_finite(ctx, v.data(), static_cast<int64_t>(v.size())));
+    for (std::size_t at : {std::size_t(0), v.size() / 2, v.size() - 1})
+      for (float bad : {INFINITY, -INFINITY, NAN}) {
+        v[at] = bad;
+        CHECK_FALSE(k::all_finite(ctx, v.data(), static_cast<int64_t>(v.size())));
+        v[at] = 0.5f;
+      }
+    v[5] = 3.4e38f;  // the largest floats are finite
+    CHECK(k::all_finite(ctx, v.data(), static_cast<int64_t>(v.size())));
+    v[5] = 0.5f;
+  }
+  CHECK(k::all_finite(k::context{}, v.data(), 0));
+}

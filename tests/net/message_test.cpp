@@ -237,15 +237,23 @@ TEST_CASE("malformed, oversized, unknown-version, bad and non-finite messages ar
     // A payload large enough to be split between threads, bad only in its last element.
     tensor big = tensor::full({100000}, 0.5f);
     big.at(99999) = INFINITY;
-    for (int threads : {1, 2, 3}) {
-      INFO(threads << " thread(s)");
-      reader_limits l;
-      l.threads = threads;
-      CHECK(feed(push_gradient({big}), l) == reject_reason::non_finite);
-      big.at(99999) = 0.5f;
-      CHECK_NOTHROW(envelope_reader(push_gradient({big}), l));
-      big.at(99999) = INFINITY;
-    }
+    // The reader's own loop, and a receiver's scan (kernels::all_finite in the actors), called once per tensor.
+    reader_limits l;
+    CHECK(feed(push_gradient({big}), l) == reject_reason::non_finite);
+    int scans = 0;
+    l.finite_scan = [](const void* c, const float* data, int64_t n) {
+      ++*static_cast<int*>(const_cast<void*>(c));
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(data[i])) return false;
+      return true;
+    };
+    l.scan_context = &scans;
+    CHECK(feed(push_gradient({big}), l) == reject_reason::non_finite);
+    CHECK(scans == 1);
+    big.at(99999) = 0.5f;
+    CHECK_NOTHROW(envelope_reader(push_gradient({big}), l));
+    CHECK(scans == 2);
+    big.at(99999) = INFINITY;
   }
   SECTION("batch labels that do not match the images") {
     auto b = make_builder();
@@ -264,7 +272,7 @@ TEST_CASE("peer limits admit larger messages than the defaults and keep the NaN 
   CHECK(peer.max_bytes > def.max_bytes);
   CHECK(peer.max_bytes == uint64_t(1) << 30);
   CHECK(peer.check_finite);
-  CHECK(def.threads == 0);
+  CHECK(def.finite_scan == nullptr);
 }
 
 TEST_CASE("a message can be changed in place only while it has one holder", "[net][message]") {

@@ -296,7 +296,7 @@ TEST_CASE("the usage lists the job file's [cluster] keys", "[cli]") {
   CHECK_THAT(text, Contains(" nodes = [...] one table per node: { name = "));
 }
 
-TEST_CASE("--version is a flag; --help wins over it", "[cli]") {
+TEST_CASE("cli: --version is a flag; --help wins over it", "[cli]") {
   CHECK(parse({"--version"}).version);
   CHECK(parse({"--epochs", "0", "--version"}).version);  // nothing validated: the version only
   CHECK_FALSE(parse({"--epochs", "2"}).version);
@@ -337,7 +337,7 @@ TEST_CASE("the old --speeds is refused, saying what replaced it and how to conve
   CHECK_THROWS_MATCHES(parse({"--speeds"}), error, message(StartsWith(what + "--speeds 1,1,2,4 is --worker-speeds 4,4,2,1")));
 }
 
-TEST_CASE("--worker-speeds gives the slowdowns --speeds gave", "[cli]") {
+TEST_CASE("cli: --worker-speeds gives the slowdowns --speeds gave", "[cli]") {
   // --speeds 1,1,2,4 slowed the third worker 2x and the fourth 4x: --worker-speeds 4,4,2,1 does the same.
   const command_line cl = parse({"--model", "mlp", "--algorithm", "asgd", "--workers", "4", "--worker-speeds", "4,4,2,1"});
   CHECK(make_job(cl.spec).config().algo.speeds == std::vector<float>{1, 1, 2, 4});

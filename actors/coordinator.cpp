@@ -97,11 +97,12 @@ void stop_all(coordinator_t* self) {
   self->delayed_send(self, stop_wait, stop_timeout_atom::value);
 }
 
-void abort_run(coordinator_t* self, const std::string& why) {
+void abort_run(coordinator_t* self, const std::string& why, failure kind = failure::other) {
   auto& st = self->state;
   if (st.done) return;
   st.done = true;
   st.s.result->error = why;
+  st.s.result->kind = kind;
   stop_all(self);
 }
 
@@ -247,7 +248,8 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
   if (!stages.empty()) {
     abort_run(self, who + " was lost (" + why + "); it ran pipeline stage(s) " + stages +
                         ": the pipeline cannot go on. Run the same command on every node to start again" +
-                        (st.s.job->config().checkpoint.empty() ? "." : " from the last checkpoint."));
+                        (st.s.job->config().checkpoint.empty() ? "." : " from the last checkpoint."),
+              failure::lost_node);
     return;
   }
   if (!shards.empty()) {
@@ -263,14 +265,15 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
     return;
   }
   if (st.s.job->config().algo.kind == algorithm_kind::ssgd) {
-    abort_run(self, who + " was lost (" + why + "): SSGD waits for every worker in each round and cannot go on without it");
+    abort_run(self, who + " was lost (" + why + "): SSGD waits for every worker in each round and cannot go on without it",
+              failure::lost_node);
     return;
   }
   st.lost.insert(node);
   int lost_workers = 0, left = 0;
   for (const auto& w : st.s.plan.workers) (st.lost.count(w.address.node) ? lost_workers : left) += 1;
   if (left == 0) {
-    abort_run(self, who + " was lost (" + why + "): no worker is left");
+    abort_run(self, who + " was lost (" + why + "): no worker is left", failure::lost_node);
     return;
   }
   st.acc->set_lost_workers(lost_workers);
@@ -363,7 +366,8 @@ void on_watchdog(coordinator_t* self) {
   if (st.done) return;
   if (clock_type::now() - st.last_progress > stall_timeout) {
     abort_run(self, "no progress for " + std::to_string(stall_timeout.count()) + " s: no worker reported a step" +
-                        (st.pending.empty() ? std::string() : " and the evaluator did not answer"));
+                        (st.pending.empty() ? std::string() : " and the evaluator did not answer"),
+              failure::timeout);
     return;
   }
   self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
@@ -390,7 +394,7 @@ void on_message(coordinator_t* self, const net::message& m) {
         auto c = r.root().getControl();
         const net::address from = net::read_address(r.root().getSource());
         switch (c.getKind()) {
-          case wire::Control::Kind::ERROR: abort_run(self, c.getDetail()); break;
+          case wire::Control::Kind::ERROR: abort_run(self, c.getDetail(), failure_from(c.getAmount())); break;
           case wire::Control::Kind::JOIN: on_join(self, from.node); break;
           case wire::Control::Kind::LOST: on_lost(self, c.getAmount(), c.getDetail()); break;
           case wire::Control::Kind::STOPPED: st.gone.insert(from.node); break;  // a node whose actors all stopped
@@ -402,7 +406,7 @@ void on_message(coordinator_t* self, const net::message& m) {
         break;
     }
   } catch (const std::exception& e) {
-    abort_run(self, std::string("coordinator: ") + e.what());
+    abort_run(self, std::string("coordinator: ") + e.what(), failure_of(e));
   }
 }
 

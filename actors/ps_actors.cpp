@@ -40,9 +40,11 @@ control_view read_control(const net::message& m) {
 /// Tells the coordinator why this actor fails, then stops it.
 template <class Self>
 void fail(Self* self, const directory& dir, const net::address& me, const net::address& coordinator,
-          const std::string& why) {
+          const std::string& why, failure kind = failure::other) {
   try {
-    send_to(dir, coordinator, make_control(me, coordinator, wire::Control::Kind::ERROR, 0, why));
+    // The failure's kind travels in `amount`: fit throws its type.
+    send_to(dir, coordinator,
+            make_control(me, coordinator, wire::Control::Kind::ERROR, static_cast<uint32_t>(kind), why));
   } catch (const std::exception&) {
     // No coordinator to tell: the down message says it.
   }
@@ -222,7 +224,8 @@ caf::behavior worker_actor(worker_actor_t* self, std::shared_ptr<worker_core> co
         try {
           worker_try_step(self);
         } catch (const std::exception& e) {
-          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what());
+          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what(),
+               failure_of(e));
         }
       },
       [self](const net::message& m) {
@@ -232,7 +235,8 @@ caf::behavior worker_actor(worker_actor_t* self, std::shared_ptr<worker_core> co
         } catch (const std::exception& e) {
           // A malformed reply or a diverged step cannot be trained on: the
           // worker fails loudly rather than hang.
-          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what());
+          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what(),
+               failure_of(e));
         }
       },
   };
@@ -356,7 +360,8 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
           stage_send(self, st.held);
           stage_step(self);
         } catch (const std::exception& e) {
-          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what());
+          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what(),
+               failure_of(e));
         }
       },
       [self](const net::message& m) {
@@ -387,7 +392,7 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
           }
           stage_step(self);
         } catch (const std::exception& e) {
-          fail(self, *st.dir, me, st.coordinator, net::to_string(me) + ": " + e.what());
+          fail(self, *st.dir, me, st.coordinator, net::to_string(me) + ": " + e.what(), failure_of(e));
         }
       },
   };
@@ -440,7 +445,8 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
         if (st.core->active() && st.core->request().epoch == epoch)
           fail(self, *st.dir, st.core->address(), st.coordinator,
                "evaluator: no Params from " + st.core->missing() + " within " +
-                   std::to_string(snapshot_timeout.count()) + " s of the snapshot of epoch " + std::to_string(epoch));
+                   std::to_string(snapshot_timeout.count()) + " s of the snapshot of epoch " + std::to_string(epoch),
+               failure::timeout);
       },
       [self](const net::message& m) {
         auto& st = self->state;
@@ -461,7 +467,7 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
               break;
           }
         } catch (const std::exception& e) {
-          fail(self, *st.dir, st.core->address(), st.coordinator, std::string("evaluator: ") + e.what());
+          fail(self, *st.dir, st.core->address(), st.coordinator, std::string("evaluator: ") + e.what(), failure_of(e));
         }
       },
   };

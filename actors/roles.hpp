@@ -61,6 +61,7 @@ caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<evaluator_cor
 struct outcome {
   history epochs;
   std::string error;
+  failure kind = failure::other;  ///< what fit throws for `error`
 };
 
 /// What the coordinator needs; it shares the job and the outcome with the runtime.

@@ -381,7 +381,7 @@ history run_on_actors(const job& j, std::ostream& log) {
     wait_for(sys, last, *dir);
   }  // the actor system waits for every actor here
   if (trace) trace->write();
-  if (!result->error.empty()) throw error(result->error);
+  if (!result->error.empty()) throw_failure(result->kind, result->error);
   return result->epochs;
 }
 
@@ -460,7 +460,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     for (const std::string& line : r.rejections->flush()) log << line << "\n";
     if (r.trace) r.trace->write();
   }
-  if (!result->error.empty()) throw error(result->error);
+  if (!result->error.empty()) throw_failure(result->kind, result->error);
   return result->epochs;
 }
 

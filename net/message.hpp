@@ -33,9 +33,9 @@ constexpr int reject_reasons = 7;
 const char* to_string(reject_reason r);
 
 /// A rejected message: the reason (to count) and a message for the log.
-class message_error : public error {
+class message_error : public bad_message_error {
 public:
-  message_error(reject_reason r, const std::string& what) : error(what), reason_(r) {}
+  message_error(reject_reason r, const std::string& what) : bad_message_error(what), reason_(r) {}
   reject_reason reason() const { return reason_; }
 
 private:

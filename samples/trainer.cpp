@@ -52,8 +52,12 @@ int main(int argc, char** argv) {
   try {
     troupe::fit(make_job(cl.spec).node(cl.node), std::cerr);
   } catch (const std::exception& e) {
-    std::cerr << "\ntroupe_trainer: error: " << e.what() << "\n";  // after a progress bar's unfinished line
-    return 1;
+    // The exit status says the kind of failure (--help lists them): a script or
+    // a scheduler can requeue after a lost node and not after a diverged run.
+    const troupe::failure f = troupe::failure_of(e);
+    std::cerr << "\ntroupe_trainer: error" << (f == troupe::failure::other ? "" : std::string(" (") + troupe::to_string(f) + ")")
+              << ": " << e.what() << "\n";  // after a progress bar's unfinished line
+    return troupe::exit_status(f);
   }
   name_outputs(cl.spec.train, std::cerr);
   return 0;

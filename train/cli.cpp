@@ -153,6 +153,10 @@ std::string usage(const std::string& program, const usage_options& options) {
                     "one table per node: { name = \"a\", host = \"10.0.0.1\", port = 7001 }, and optionally "
                     "workers = BOOL, shards = BOOL (whether it hosts them, default true), threads = N (0: all "
                     "cores), devices = [{ kind = \"cpu\", speed = 1.0, memory-mb = 0 }] (a pipeline's devices)");
+  out += "\n" + wrap("exit status: 0 done, 1 an error, 2 a bad command line or job file, 3 the run diverged, 4 a bad "
+                     "message, 5 a lost node the run cannot go on without, 6 a timeout (a node that did not join, "
+                     "no progress)") +
+         "\n";
   return out;
 }
 

@@ -241,8 +241,8 @@ float softmax_cross_entropy(const context& ctx, const tensor& logits,
   }
   float loss = static_cast<float>(total / n);
   if (!std::isfinite(loss))
-    throw error(std::string(k) + ": loss is not finite (" + std::to_string(loss) +
-                "); the model diverged: lower the learning rate");
+    throw diverged_error(std::string(k) + ": loss is not finite (" + std::to_string(loss) +
+                         "); the model diverged: lower the learning rate");
   return loss;
 }
 

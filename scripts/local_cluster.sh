@@ -17,7 +17,9 @@
 #                      e.g. "shards workers": node 0 the parameter shards, node 1 the workers
 #   TROUPE_NETNS=1      (root) each node in a network namespace of its own, all joined by veth pairs to a
 #                      bridge, so that the traffic crosses a real network stack; TROUPE_NETNS_RATE (e.g. 1gbit)
-#                      limits each node's link with tbf. The namespaces are removed at the end.
+#                      limits each node's link with tbf. The namespaces are removed at the end, also when
+#                      the script is interrupted (INT, TERM). TROUPE_NETNS_TAG (a number < 10000, default
+#                      from the pid) names them: trp<tag>n<i> and trp<tag>br.
 # Node i's output goes to DIR/node<i>.log; node 0's is also printed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,7 +37,8 @@ if [ -n "${TROUPE_CLUSTER_DIR:-}" ]; then dir=$TROUPE_CLUSTER_DIR; mkdir -p "$di
 
 # With TROUPE_NETNS: namespaces trp<tag>n<i> at 10.77.<tag % 250>.<i + 1>, a bridge in trp<tag>br.
 netns=${TROUPE_NETNS:-0}
-tag=$(( $$ % 10000 ))
+tag=${TROUPE_NETNS_TAG:-$(( $$ % 10000 ))}
+[[ "$tag" =~ ^[0-9]{1,4}$ ]] || { echo "local_cluster.sh: TROUPE_NETNS_TAG must be a number below 10000" >&2; exit 2; }
 subnet=10.77.$(( tag % 250 ))
 host_of() { if [ "$netns" = 1 ]; then echo "$subnet.$(( $1 + 1 ))"; else echo 127.0.0.1; fi; }
 # Runs in a background subshell: exec, so that its pid is the node's.
@@ -62,6 +65,16 @@ netns_up() {
     fi
   done
 }
+# Whatever happens from here on, the nodes are stopped and the namespaces removed.
+pids=()
+node0=
+cleanup() {
+  for pid in "${pids[@]}" $node0; do kill "$pid" 2>/dev/null || true; done
+  netns_down
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if [ "$netns" = 1 ]; then
   if ! netns_up; then
     netns_down
@@ -108,12 +121,6 @@ fi
 
 extra=()
 [ -n "${TROUPE_CHECKPOINT_EVERY:-}" ] && extra+=(--checkpoint-every-steps "$TROUPE_CHECKPOINT_EVERY")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  netns_down
-}
-trap cleanup INT TERM
 for i in $(seq 1 $(( n - 1 ))); do
   run_on "$i" "$trainer" --config "$dir/cluster.toml" --node "node$i" "$@" "${extra[@]}" >> "$dir/node$i.log" 2>&1 &
   pids+=($!)

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Installs every Debian package troupe needs (idempotent), then configures and builds.
-#   scripts/setup.sh            packages + build
-#   scripts/setup.sh --bench    also the libtorch baseline (large) used by bench/
+#   scripts/setup.sh            packages to build, train and run the README's commands + build
+#   scripts/setup.sh --test     also what only the tests need (scripts/test.sh passes it)
+#   scripts/setup.sh --bench    also the libtorch baseline (large) and iperf3 used by bench/
 #   scripts/setup.sh --no-build packages only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-with_bench=0; build=1
+with_bench=0; with_test=0; build=1
 for a in "$@"; do
   case "$a" in
     --bench) with_bench=1 ;;
+    --test) with_test=1 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -22,11 +24,16 @@ packages=(
   libeigen3-dev libboost-dev catch2 zlib1g-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp libopenblas-openmp-dev
-  dataset-fashion-mnist gnuplot-nox
-  # test-only: a one-machine Slurm, network namespaces, the libFuzzer target's clang (scripts/fuzz_frame.sh)
-  slurm-wlm munge iproute2 clang libclang-rt-14-dev
+  dataset-fashion-mnist
+  # programs that scripts and the README's commands run: bench/trace_stats.py and trace_timeline.py
+  # (python3, gnuplot), scripts/local_cluster.sh (ss; ip and tc with TROUPE_NETNS)
+  python3 gnuplot-nox iproute2
 )
-[ "$with_bench" = 1 ] && packages+=(libtorch-dev)
+# Only the tests: a one-machine Slurm (tests/scripts/slurm.sh: slurmctld, slurmd, munged, srun; pgrep),
+# the libFuzzer target's clang (scripts/fuzz_frame.sh).
+test_packages=(slurm-wlm munge procps clang libclang-rt-14-dev)
+[ "$with_test" = 1 ] && packages+=("${test_packages[@]}")
+[ "$with_bench" = 1 ] && packages+=(libtorch-dev iperf3)
 
 sudo_cmd=()
 if [ "$(id -u)" != 0 ]; then

@@ -1,13 +1,34 @@
 #!/usr/bin/env bash
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
-#   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns | other_job
+#   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
+#              | netns_skips | other_job
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/../../scripts/local_cluster.sh
 export TROUPE_TRAINER=$build/troupe_trainer
-tmp=$(mktemp -d); trap 'kill $(cat "$tmp"/c/node*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d)
+# Network namespaces of this test (scenario netns): local_cluster.sh names them after this tag.
+export TROUPE_NETNS_TAG=$(( $$ % 10000 ))
+netns_mounted=1
+cleanup() {
+  kill $(cat "$tmp"/c/node*.pid 2>/dev/null) 2>/dev/null || true
+  rm -rf "$tmp"
+  if [ "$scenario" = netns ] && [ "$(id -u)" = 0 ] && command -v ip > /dev/null; then
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^trp(p$$|${TROUPE_NETNS_TAG}(n[0-9]+|br))\$"); do
+      ip netns del "$ns" 2>/dev/null || true
+    done
+    ip link del "trpp$$a" 2>/dev/null || true
+    # `ip netns add` mounts /run/netns: unmount it if it was not mounted before and no namespace is left in it.
+    if [ "$netns_mounted" = 0 ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+      umount /run/netns 2>/dev/null || true
+    fi
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 mlp=(--model mlp --progress none)
 
 accuracy() { grep -o '"test_accuracy":[0-9.]*' "$1" | tail -1 | cut -d: -f2; }
@@ -24,6 +45,19 @@ one_and_nodes() {
   close "$one" "$nodes" "$2" || fail "accuracies differ by more than $2"
 }
 close() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { x = a - b; if (x < 0) x = -x; exit !(x <= d) }'; }
+# Prints why network namespaces cannot be made here (nothing when they can); removes what it made.
+netns_probe() {
+  [ "$(id -u)" = 0 ] || { echo "they need root"; return; }
+  command -v ip > /dev/null || { echo "ip is not installed (iproute2)"; return; }
+  local ns=trpp$$ err
+  err=$(timeout 10 ip netns add "$ns" 2>&1) || { echo "ip netns add: $(echo $err)"; return; }
+  err=$(timeout 20 sh -c "ip -n $ns link add br0 type bridge && ip link add ${ns}a type veth peer name ${ns}b &&
+    ip link set ${ns}a netns $ns && ip -n $ns link set ${ns}a up && ip -n $ns link set lo up &&
+    ip netns exec $ns tc qdisc replace dev ${ns}a root tbf rate 1gbit burst 256kb latency 50ms" 2>&1) ||
+    echo "a bridge, a veth pair or tbf in a namespace: $(echo $err)"
+  ip link del "${ns}a" 2>/dev/null
+  ip netns del "$ns" 2>/dev/null || echo "ip netns del failed"
+}
 
 case "$scenario" in
 three_nodes)
@@ -124,14 +158,44 @@ kill_shard)
 netns)
   # The three-node job with each node in a network namespace of its own, joined by veth pairs through a
   # bridge (1 Gbit/s each, tbf): the traffic crosses a real network stack. Skipped where ip netns is not allowed.
-  if ! { [ "$(id -u)" = 0 ] && ip netns add "trp_probe$$" 2>/dev/null && ip netns del "trp_probe$$"; }; then
-    echo "skipped: network namespaces need root and ip netns (iproute2)"; exit 77
-  fi
-  TROUPE_NETNS=1 TROUPE_NETNS_RATE=1gbit TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm asgd \
+  # Probes by doing what local_cluster.sh does (a namespace, a bridge, a veth pair, a tbf qdisc), and
+  # skips saying why where that fails (no root, no iproute2, a container whose / is not a mount point).
+  mountpoint -q /run/netns 2>/dev/null || netns_mounted=0
+  reason=$(netns_probe)
+  [ -z "$reason" ] || { echo "skipped: network namespaces cannot be made here: $reason"; exit 77; }
+  # Its own limit, below CTest's, so that the namespaces are removed whatever happens.
+  TROUPE_NETNS=1 TROUPE_NETNS_RATE=1gbit TROUPE_CLUSTER_DIR=$tmp/c timeout -k 5 150 "$cluster" 3 "${mlp[@]}" --algorithm asgd \
     --workers 3 --shards 2 --epochs 1 --metrics-out "$tmp/m.jsonl" || fail "the job across namespaces"
   grep -q 'host = "10.77.' "$tmp/c/cluster.toml" || fail "the nodes were not in namespaces"
+  left=$(ip netns list | awk '{print $1}' | grep -E "^trp${TROUPE_NETNS_TAG}(n[0-9]+|br)\$" || true)
+  [ -z "$left" ] || fail "namespaces left behind: $left"
   acc=$(accuracy "$tmp/m.jsonl"); echo "accuracy across namespaces: $acc"
   close "$acc" 0.83 0.02 || fail "accuracy $acc outside [0.81, 0.85]"
+  ;;
+netns_skips)
+  # Where namespaces cannot be made, the netns scenario is skipped at once with the reason on one line and
+  # leaves nothing behind: a `tc` without tbf (the probe has made a namespace, a bridge and a veth pair with
+  # the real `ip` and must remove them), then an `ip` that fails as in a container whose / is not a mount point.
+  if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then echo "skipped: needs root and iproute2"; exit 77; fi
+  mkdir -p "$tmp/tc" "$tmp/ip"
+  printf '#!/bin/sh\necho "Error: Specified qdisc kind is unknown." >&2\nexit 2\n' > "$tmp/tc/tc"
+  printf '#!/bin/sh\necho "mount --make-shared /run/netns failed: Invalid argument" >&2\nexit 1\n' > "$tmp/ip/ip"
+  chmod +x "$tmp/tc/tc" "$tmp/ip/ip"
+  mounted_before=$(mountpoint -q /run/netns && echo yes || echo no)
+  links_before=$(ip -o link show | grep -c .)
+  for fake in tc ip; do
+    status=0
+    PATH=$tmp/$fake:$PATH timeout 60 "$0" "$build" netns > "$tmp/$fake.out" 2>&1 || status=$?
+    echo "with a failing $fake: exit $status: $(cat "$tmp/$fake.out")"
+    [ "$status" = 77 ] || fail "with a failing $fake: exit status $status, not 77 (skipped)"
+    [ "$(wc -l < "$tmp/$fake.out")" = 1 ] || fail "with a failing $fake: not one line"
+  done
+  grep -q '^skipped: .*tbf in a namespace: Error: Specified qdisc kind is unknown' "$tmp/tc.out" || fail "the tbf failure is not the reason"
+  grep -q '^skipped: .*ip netns add: mount --make-shared /run/netns failed' "$tmp/ip.out" || fail "the ip netns failure is not the reason"
+  left=$(ip netns list | awk '{print $1}' | grep -E '^trpp[0-9]+$' || true)
+  [ -z "$left" ] || fail "namespaces left behind: $left"
+  [ "$(ip -o link show | grep -c .)" = "$links_before" ] || fail "links left behind: $(ip -o link show | grep trpp)"
+  [ "$(mountpoint -q /run/netns && echo yes || echo no)" = "$mounted_before" ] || fail "/run/netns mounted: $mounted_before before"
   ;;
 other_job)
   # Two nodes of different jobs (another epoch count) refuse each other; the coordinator's node names
@@ -167,6 +231,27 @@ rejoin)
   wait $runner || true  # local_cluster.sh reports the killed first node2
   wait $again || fail "the restarted node2 did not end cleanly"
   grep -q '"epoch":10' "$tmp/m.jsonl" || fail "the job did not finish"
+  grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
+  ;;
+sigstop_rejoin)
+  # A worker node frozen for longer than the peer timeout (SIGSTOP, then SIGCONT) finds, when it comes
+  # back, that it was dropped, and joins the run again by itself: it reconnects, joins, gets the current
+  # parameters and its data back; the run finishes with it and its process exits 0.
+  TROUPE_PEER_TIMEOUT=1 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm asgd --workers 3 --shards 1 \
+    --epochs 1 --max-steps 500 --metrics-out "$tmp/m.jsonl" > /dev/null 2> "$tmp/runner.err" &
+  runner=$!
+  wait_for "$tmp/c/node2.log" 60 "joined the run" || fail "node2 did not join"
+  victim=$(cat "$tmp/c/node2.pid")
+  kill -STOP "$victim"
+  wait_for "$tmp/c/node0.log" 20 "node node2 was lost" || { kill -CONT "$victim"; fail "the frozen node2 was not declared lost"; }
+  kill -CONT "$victim"
+  wait_for "$tmp/c/node2.log" 30 "node node2: joined the run again" || fail "node2 did not join the run again by itself"
+  wait_for "$tmp/c/node0.log" 30 "node node2 joined again" || fail "the coordinator did not take node2 back"
+  wait $runner || fail "the run failed (see above)"
+  cat "$tmp/runner.err"
+  grep -q "a node ended with status" "$tmp/runner.err" && fail "node2 did not exit 0: $(cat "$tmp/runner.err")"
+  grep -q "error" "$tmp/c/node2.log" && fail "node2 logged an error: $(grep error "$tmp/c/node2.log")"
+  grep -q '"epoch":1' "$tmp/m.jsonl" || fail "the run did not record its epoch"
   grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;

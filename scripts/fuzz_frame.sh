@@ -6,7 +6,7 @@
 #   scripts/fuzz_frame.sh BUILD_DIR [SECONDS]
 # BUILD_DIR is a configured and built tree (it holds the generated
 # *.capnp.c++). Exits 77 (CTest: skipped) when clang++ or libFuzzer is missing:
-#   apt-get install clang libclang-rt-14-dev
+#   scripts/setup.sh --test --no-build     (clang libclang-rt-14-dev)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: fuzz_frame.sh BUILD_DIR [SECONDS]}" && pwd)
@@ -15,14 +15,14 @@ out=$build/fuzz
 clang=${CLANGXX:-clang++}
 
 if ! command -v "$clang" >/dev/null; then
-  echo "fuzz_frame: $clang not found: skipped (apt-get install clang libclang-rt-14-dev)"
+  echo "fuzz_frame: $clang not found: skipped (scripts/setup.sh --test installs clang, libclang-rt-14-dev)"
   exit 77
 fi
 mkdir -p "$out/include" "$out/corpus"
 probe=$out/probe.cpp
 echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > "$probe"
 if ! "$clang" -fsanitize=fuzzer,address "$probe" -o "$out/probe" 2>"$out/probe.log"; then
-  echo "fuzz_frame: $clang cannot build a libFuzzer target: skipped (apt-get install libclang-rt-14-dev)"
+  echo "fuzz_frame: $clang cannot build a libFuzzer target: skipped (scripts/setup.sh --test installs libclang-rt-14-dev)"
   sed 's/^/  /' "$out/probe.log" | head -5
   exit 77
 fi

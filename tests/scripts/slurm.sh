@@ -2,7 +2,7 @@
 # A real one-machine Slurm (Debian's slurm-wlm and munge): starts munged,
 # slurmctld and slurmd with a private configuration, runs a 3-task troupe job
 # through `srun` (each task takes its node from Slurm's environment: no node
-# list written by hand), stops the daemons.
+# list written by hand), then the same job with scripts/troupe.sbatch, and stops the daemons.
 #   tests/scripts/slurm.sh BUILD_DIR           the job
 #   tests/scripts/slurm.sh BUILD_DIR --skips   the skip path, with a slurmd that does not start and a host
 #                                              name that does not resolve: skipped at once, nothing left
@@ -144,4 +144,15 @@ cat "$tmp/out.log"
 [ "$status" = 0 ] || fail "srun exited with $status"
 grep -q '"workers":3' "$tmp/m.jsonl" || fail "no metrics record"
 grep -q "node task1 (2 of 3)" "$tmp/out.log" || fail "the tasks did not take their nodes from Slurm"
+
+# The same job as a batch job, as the README gives it for a node with fewer CPUs than tasks.
+sed -e "s|^metrics-out = .*|metrics-out = \"$tmp/batch.jsonl\"|" -e "s|^slurm-port = .*|slurm-port = $(( port + 20 ))|" \
+  "$tmp/job.toml" > "$tmp/batch.toml"
+echo "sbatch --ntasks=3 --overcommit scripts/troupe.sbatch batch.toml"
+TROUPE_TRAINER=$build/troupe_trainer timeout 150 sbatch --wait --ntasks=3 --overcommit -t 3 --output "$tmp/batch-%j.log" \
+  "$here/../../scripts/troupe.sbatch" "$tmp/batch.toml" > "$tmp/sbatch.out" 2>&1
+status=$?
+cat "$tmp/sbatch.out" "$tmp"/batch-*.log 2> /dev/null
+[ "$status" = 0 ] || fail "sbatch exited with $status"
+grep -q '"workers":3' "$tmp/batch.jsonl" || fail "no metrics record from the batch job"
 echo "ok: slurm"

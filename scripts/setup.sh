@@ -4,16 +4,18 @@
 #   scripts/setup.sh --test     also what only the tests need (scripts/test.sh passes it)
 #   scripts/setup.sh --bench    also the libtorch baseline (large) and iperf3 used by bench/
 #   scripts/setup.sh --no-build packages only
+#   scripts/setup.sh --list     print the packages (with --test, --bench: theirs too) and do nothing else
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-with_bench=0; with_test=0; build=1
+with_bench=0; with_test=0; build=1; list=0
 for a in "$@"; do
   case "$a" in
     --bench) with_bench=1 ;;
     --test) with_test=1 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --list) list=1 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +36,7 @@ packages=(
 test_packages=(slurm-wlm munge procps clang libclang-rt-14-dev)
 [ "$with_test" = 1 ] && packages+=("${test_packages[@]}")
 [ "$with_bench" = 1 ] && packages+=(libtorch-dev iperf3)
+if [ "$list" = 1 ]; then printf '%s\n' "${packages[@]}"; exit 0; fi
 
 sudo_cmd=()
 if [ "$(id -u)" != 0 ]; then

@@ -94,6 +94,7 @@ void evaluator_core::write_checkpoint() {
   c.architecture = net_.architecture();
   c.epoch = req_.epochs_done;
   c.step = req_.steps;
+  c.epoch_samples = req_.epoch_samples;
   c.params = net_.state();
   c.optimizer_kind = c_.algorithm;
   c.optimizer = std::move(rule_state_);

@@ -1,5 +1,7 @@
 #include "actors/loader_core.hpp"
 
+#include <algorithm>
+
 #include "net/tensor_codec.hpp"
 
 namespace troupe::actors {
@@ -15,6 +17,16 @@ void loader_core::restart(int epoch) {
   if (epoch == epoch_) return;
   epoch_ = epoch;
   batches_.start_epoch(epoch_);
+}
+
+int64_t loader_core::skip_trained(int64_t epoch_samples, int64_t samples_per_epoch) {
+  if (epoch_samples <= 0 || samples_per_epoch <= 0) return 0;
+  const int64_t part = p_.end - p_.begin;
+  const int64_t share = std::min(epoch_samples, samples_per_epoch) * part / samples_per_epoch;
+  int64_t skipped = 0;
+  data::batch b;
+  while (skipped < share && batches_.next(b)) skipped += b.size();
+  return skipped;
 }
 
 net::message loader_core::next() {

@@ -30,6 +30,14 @@ public:
   /// Goes on at the start of epoch `epoch` (a worker that joins a running
   /// job); nothing changes when the loader is in that epoch already.
   void restart(int epoch);
+  /// A run resumed inside an epoch, `epoch_samples` of its `samples_per_epoch`
+  /// trained already: skips this loader's share of them (its part's fraction,
+  /// rounded up to whole batches), so that the epoch trains the rest. With one
+  /// loader this is exact. With several, asynchronous workers did not train at
+  /// one pace, so their loaders were not equally far: each skips the same
+  /// fraction of its part, and the samples skipped are close to, not exactly,
+  /// those trained. Returns the samples skipped.
+  int64_t skip_trained(int64_t epoch_samples, int64_t samples_per_epoch);
   int epoch() const { return epoch_; }
   int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
   const net::address& address() const { return p_.address; }

@@ -95,12 +95,14 @@ net::message make_snapshot(const net::address& from, const net::address& to, con
   m.setEvaluate(s.evaluate);
   m.setCheckpoint(s.checkpoint);
   m.setPeriodic(s.periodic);
+  m.setEpochSamples(s.epoch_samples);
   return net::message::from_builder(std::move(b));
 }
 
 snapshot_request read_snapshot(const net::envelope_reader& r) {
   auto m = r.root().getSnapshot();
-  return {m.getEpoch(), m.getEpochsDone(), m.getSteps(), m.getEvaluate(), m.getCheckpoint(), m.getPeriodic()};
+  return {m.getEpoch(), m.getEpochsDone(), m.getSteps(), m.getEvaluate(), m.getCheckpoint(), m.getPeriodic(),
+          m.getEpochSamples()};
 }
 
 net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e) {

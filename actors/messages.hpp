@@ -45,6 +45,9 @@ struct snapshot_request {
   uint64_t steps = 0;
   bool evaluate = true, checkpoint = false;
   bool periodic = false;     ///< a checkpoint between epochs, not an epoch's record
+  /// Samples of epoch epochs_done + 1 trained so far: a run resumed from the
+  /// checkpoint trains the rest of that epoch.
+  uint64_t epoch_samples = 0;
 };
 net::message make_snapshot(const net::address& from, const net::address& to, const snapshot_request& s);
 snapshot_request read_snapshot(const net::envelope_reader& r);

@@ -150,6 +150,7 @@ struct Snapshot {
   evaluate @3 :Bool;
   checkpoint @4 :Bool;
   periodic @5 :Bool;                 # a checkpoint between epochs (checkpoint-every-*), not an epoch's record
+  epochSamples @6 :UInt64;           # samples of epoch epochsDone + 1 trained so far (a resumed run skips them)
 }
 
 # Evaluator -> coordinator: what a Snapshot produced.

@@ -150,6 +150,36 @@ TEST_CASE("evaluator: a snapshot of two shards, evaluated and checkpointed with 
   CHECK(net::load_checkpoint(path).step == 7u);  // not rewritten
 }
 
+// Bug (issue 21, item 18): a checkpoint inside an epoch did not say how far
+// into it the run was: a resumed run on actors trained the epoch from its start.
+TEST_CASE("evaluator: a checkpoint inside an epoch records the samples of the epoch trained", "[actors][evaluator]") {
+  temp_dir dir;
+  const std::string path = dir.file("mid.ckpt");
+  evaluator_core e(two_shard_config(path), tiny_model());
+  snapshot_request sent;
+  sent.epoch = 2;
+  sent.epochs_done = 1;
+  sent.steps = 13;
+  sent.epoch_samples = 96;
+  sent.evaluate = false;
+  sent.checkpoint = true;
+  sent.periodic = true;
+  // As the coordinator's Snapshot carries it.
+  const net::message m = make_snapshot(coordinator_addr(), evaluator_addr(), sent);
+  const snapshot_request req = read_snapshot(net::envelope_reader(m));
+  CHECK(req.epoch_samples == 96u);
+  CHECK(req.periodic);
+  e.begin(req);
+  e.on_params(weight_params(3));
+  e.on_params(bias_params(3));
+  REQUIRE(e.complete());
+  CHECK(e.finish().checkpointed);
+  const net::checkpoint c = net::load_checkpoint(path);
+  CHECK(c.epoch == 1u);
+  CHECK(c.step == 13u);
+  CHECK(c.epoch_samples == 96u);
+}
+
 TEST_CASE("evaluator: a Params before any snapshot is ignored (a late answer to a pull asked again)", "[actors][evaluator]") {
   evaluator_core e(two_shard_config(), tiny_model());
   CHECK_FALSE(e.on_params(weight_params(1)));

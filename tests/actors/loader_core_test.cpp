@@ -111,3 +111,51 @@ TEST_CASE("loader: an empty part of the data is an error when a batch is due", "
   loader_core loader(ds, data::normalization{}, 2, plan_of(1, 2, 2, 1));
   CHECK_THROWS_MATCHES(loader.next(), troupe::error, testing::message(Contains("its part of the data is empty")));
 }
+
+// Bug (issue 21, item 18): a run on actors resumed from a checkpoint inside an
+// epoch started that epoch's batches over in its loaders.
+TEST_CASE("loader: a run resumed inside an epoch skips the loader's share of the samples trained", "[actors][loader]") {
+  data::image_dataset ds;
+  ds.count = 12;
+  ds.height = 1;
+  ds.width = 2;
+  for (int64_t i = 0; i < ds.count * 2; ++i) ds.pixels.push_back(static_cast<uint8_t>(i * 7 % 251));
+  for (int64_t i = 0; i < ds.count; ++i) ds.labels.push_back(static_cast<uint8_t>(i % 10));
+  const data::normalization norm{{0.5f}, {0.25f}};
+  // Loader 1 of 2: samples [6, 12) in batches of 2, 3 per epoch.
+  const train::loader_plan p = plan_of(1, 6, 12, 5);
+  // The batches of epoch 2 after the first `skipped` ones.
+  auto rest_of_epoch = [&](int skipped) {
+    data::batcher ref(ds, 2, norm, p.seed, true, p.begin, p.end);
+    ref.start_epoch(2);
+    std::vector<std::vector<int32_t>> labels;
+    for (data::batch b; ref.next(b);) labels.push_back(b.labels);
+    labels.erase(labels.begin(), labels.begin() + skipped);
+    return labels;
+  };
+  auto labels_of = [](const net::message& m) {
+    net::envelope_reader r(m);
+    std::vector<int32_t> out;
+    for (int32_t l : r.root().getBatch().getLabels()) out.push_back(l);
+    return std::pair{r.root().getBatch().getEpoch(), out};
+  };
+  struct resume {
+    int64_t epoch_samples, expect_skipped;
+    int batches_skipped;
+  };
+  // 8 of the epoch's 12 samples: this loader's half is 4, 2 batches. 6 of 12:
+  // 3, rounded up to whole batches. None: nothing skipped.
+  for (resume r : {resume{8, 4, 2}, resume{6, 4, 2}, resume{2, 2, 1}, resume{0, 0, 0}}) {
+    INFO(r.epoch_samples << " samples trained");
+    loader_core loader(ds, norm, 2, p, 2);
+    CHECK(loader.skip_trained(r.epoch_samples, 12) == r.expect_skipped);
+    for (const std::vector<int32_t>& want : rest_of_epoch(r.batches_skipped)) {
+      const auto [epoch, got] = labels_of(loader.next());
+      CHECK(epoch == 2u);
+      CHECK(got == want);
+    }
+    // The next epoch is whole.
+    for (int i = 0; i < 3; ++i) CHECK(labels_of(loader.next()).first == 3u);
+    CHECK(loader.epoch() == 3);
+  }
+}

@@ -5,13 +5,15 @@
 #include "kernels/kernels.hpp"
 #include "net/checkpoint.hpp"
 #include "train/loop.hpp"
+#include "train/plan.hpp"
 
 namespace troupe {
 
 evaluation evaluate(const job& j, const std::string& path, std::ostream& log) {
   j.validate();
   const settings& s = j.config();
-  const kernels::context ctx = kernels::context::with_threads(s.threads);
+  // threads = 0: this process's share of the cores (Slurm's CPUs per task), as the loop takes, not every core.
+  const kernels::context ctx = kernels::context::with_threads(train::topology::local(s.threads).nodes[0].threads);
   const train::loaded_data d = train::load_data(j, log);
   model::model net = j.build_model(d.sets.train.sample_shape());
   const net::checkpoint c = net::load_checkpoint(path);

@@ -376,7 +376,9 @@ std::vector<job_key> make_keys() {
                  std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
       integer_key("seed", "N", "seed for initialisation and shuffling (default 1)",
                   [](auto& s) -> auto& { return s.train.seed; }, 0),
-      integer_key("threads", "N", "CPU threads, 0 = all cores (default 0)",
+      integer_key("threads", "N",
+                  "CPU threads; 0: this process's share of the cores (Slurm's CPUs per task, else its CPUs divided by "
+                  "the processes on its host) (default 0)",
                   [](auto& s) -> auto& { return s.train.threads; }, 0),
       text_key("data-dir", "DIR", "directory with the IDX files (default " + data::default_fashion_mnist_dir() + ")",
                [](auto& s) -> auto& { return s.data_dir; }),

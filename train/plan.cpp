@@ -327,8 +327,10 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
     if (n.threads < 1) throw error("node " + n.name + ": threads must be at least 1, got " + std::to_string(n.threads));
   const algorithm_settings& a = s.algo;
   const int workers = a.workers;
-  if (!a.speeds.empty() && static_cast<int>(a.speeds.size()) != workers)
-    throw error("--speeds: " + std::to_string(a.speeds.size()) + " factors for " + std::to_string(workers) + " workers");
+  const std::vector<float> slowdowns = worker_slowdowns(a);
+  if (!slowdowns.empty() && static_cast<int>(slowdowns.size()) != workers)
+    throw error("--worker-speeds: " + std::to_string(slowdowns.size()) + " speeds for " + std::to_string(workers) +
+                " workers (give one per worker)");
   if (train_samples < workers)
     throw error("--workers " + std::to_string(workers) + " exceeds the " + std::to_string(train_samples) +
                 " training samples");
@@ -349,7 +351,9 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
                     std::string(model::to_string(s.pipeline.schedule)));
       if (a.shards != 1) throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
       if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
-      if (!a.speeds.empty()) throw error(with + "--speeds slows workers; slow a stage's device with --device-speeds");
+      if (!slowdowns.empty())
+        throw error(with + "--worker-speeds sets data-parallel workers' speeds; set a stage's device speed with "
+                           "--device-speeds");
     }
     if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
     plan_pipeline(p, s, t, layout, train_samples, *profile, costs);
@@ -368,7 +372,7 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
     l.end = train_samples * (i + 1) / workers;
     l.seed = s.seed + 1000003ull * static_cast<uint64_t>(i);
     p.loaders.push_back(l);
-    p.workers.push_back({l.worker, l.address, 1, a.speeds.empty() ? 1.0f : a.speeds[i]});
+    p.workers.push_back({l.worker, l.address, 1, slowdowns.empty() ? 1.0f : slowdowns[static_cast<std::size_t>(i)]});
     ++p.nodes[node].workers;
     p.batches_per_epoch += batches(l.end - l.begin, s.batch_size);
   }

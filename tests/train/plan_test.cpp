@@ -244,12 +244,17 @@ TEST_CASE("plan: Hogwild! shares one buffer on one node, speeds, shard count err
   CHECK_THROWS_MATCHES(make_plan(with(algorithm_kind::hogwild, 2), nodes({node("a", 1), node("b", 1)}), four_tensors(),
                                  10),
                        troupe::error, testing::message(Contains("runs on one node, the topology has 2")));
+  // Bug: the plan read the slowdowns troupe::job derives, not the settings'
+  // worker speeds: settings made without a job ran every worker at full speed.
   settings s = with(algorithm_kind::asgd, 2);
-  s.algo.speeds = {1.0f, 2.5f};
+  s.algo.worker_speeds = {5.0f, 2.0f};  // larger is faster: worker 1 is 2.5 times slower
   const plan p = make_plan(s, topology::local(2), four_tensors(), 10);
   CHECK(p.workers[0].speed == 1.0f);
   CHECK(p.workers[1].speed == 2.5f);
   CHECK_THAT(p.describe(), Contains("2.5"));
+  s.algo.worker_speeds = {4.0f, 2.0f, 1.0f};
+  CHECK_THROWS_MATCHES(make_plan(s, topology::local(2), four_tensors(), 10), troupe::error,
+                       testing::message(Contains("--worker-speeds: 3 speeds for 2 workers")));
   CHECK_THROWS_MATCHES(make_plan(with(algorithm_kind::asgd, 1, 5), topology::local(1), four_tensors(), 10),
                        troupe::error, testing::message(Contains("--shards 5 exceeds the model's 4")));
 }

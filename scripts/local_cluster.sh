@@ -72,9 +72,10 @@ cleanup() {
   for pid in "${pids[@]}" $node0; do kill "$pid" 2>/dev/null || true; done
   netns_down
 }
+interrupted() { echo "local_cluster.sh: interrupted; the nodes' logs are in $dir" >&2; exit "$1"; }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 if [ "$netns" = 1 ]; then
   if ! netns_up; then
     netns_down

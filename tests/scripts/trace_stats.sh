@@ -4,6 +4,7 @@
 # x 2 actions x 1 ms at least (no timing beyond that floor is asserted).
 set -euo pipefail
 build=$1 src=$2
+command -v python3 > /dev/null || { echo "FAILED: python3 is not installed (scripts/setup.sh installs it)"; exit 1; }
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 "$build/bench/troupe_pipeline_bubble" --stages 2 --micro-batches 2 --steps 2 --op-ms 1 --trace "$d/t.json" >/dev/null

@@ -11,6 +11,7 @@
 #include <ostream>
 
 #include "actors/messages.hpp"
+#include "actors/node_actor.hpp"
 #include "actors/roles.hpp"
 #include "model/optimizer.hpp"
 #include "train/epoch_accumulator.hpp"
@@ -49,6 +50,7 @@ struct coordinator_state {
   std::set<uint32_t> lost;               // worker nodes lost (they may join again)
   std::set<uint32_t> gone;               // nodes whose actors stopped or whose link is down
   std::set<uint32_t> stopping;           // other nodes asked to stop, not yet stopped
+  std::unique_ptr<link_watch> links;     // this node's links, for the join timeout's verdict
   bool started = false, finishing = false, done = false;
 };
 using coordinator_t = caf::stateful_actor<coordinator_state>;
@@ -238,8 +240,15 @@ void start_node(coordinator_t* self, uint32_t node) {
 void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
   auto& st = self->state;
   st.gone.insert(node);
-  if (st.finishing || st.lost.count(node)) return;
+  st.links->down(node, why);
   const std::string who = "node " + node_name(self, node);
+  if (!st.started && !st.done) {
+    // Nothing is lost yet: the node may join again (the same command) within the join timeout.
+    st.joined.erase(node);
+    *st.s.log << who << " was lost before training started (" << why << "); waiting for it to join again" << std::endl;
+    return;
+  }
+  if (st.finishing || st.lost.count(node)) return;
   std::string shards, stages;
   for (const auto& s : st.s.plan.shards)
     if (s.address.node == node) shards += (shards.empty() ? "" : ", ") + std::to_string(s.address.index);
@@ -257,11 +266,8 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
     abort_run(self, who + " was lost (" + why + "); it held parameter shard(s) " + shards + ". " +
                         (ckpt.empty() ? std::string("The job writes no checkpoint (--checkpoint): it must start over.")
                                       : "Run the same command on every node to resume from the last checkpoint, " + ckpt +
-                                            "."));
-    return;
-  }
-  if (!st.started) {
-    abort_run(self, who + " was lost before training started (" + why + ")");
+                                            "."),
+              failure::lost_node);
     return;
   }
   if (st.s.job->config().algo.kind == algorithm_kind::ssgd) {
@@ -279,7 +285,12 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
   st.acc->set_lost_workers(lost_workers);
   st.progress->finish_line();
   *st.s.log << who << " was lost (" << why << "): training goes on with " << left << " of "
-            << st.s.plan.workers.size() << " workers; the same command on that node joins it again" << std::endl;
+            << st.s.plan.workers.size() << " workers; it joins again by itself when it comes back (or the same "
+            << "command on that node)" << std::endl;
+  // Should the node still be there (a freeze, a partition, a join that overtook this loss), it
+  // learns that its workers were dropped, and joins again, when its link is back.
+  const net::address node_actor{node, net::role::node, 0};
+  send_to(*st.dir, node_actor, make_control(me(self), node_actor, wire::Control::Kind::LOST, node, why));
 }
 
 void on_start(coordinator_t* self);
@@ -323,6 +334,7 @@ void on_start(coordinator_t* self) {
   for (const auto& [a, h] : st.dir->locals())
     if (a != me(self)) self->monitor(h);
   st.started = true;
+  if (st.s.node_names.size() > 1) *st.s.log << "every node joined: training starts" << std::endl;
   for (std::size_t n = 0; n < st.s.node_names.size(); ++n) start_node(self, static_cast<uint32_t>(n));
   self->delayed_send(self, std::chrono::seconds(10), watchdog_atom::value);
   if (st.s.node_names.size() > 1) self->delayed_send(self, start_again, start_again_atom::value);
@@ -332,15 +344,26 @@ void on_start(coordinator_t* self) {
 void on_join_timeout(coordinator_t* self) {
   auto& st = self->state;
   if (st.started || st.done) return;
-  // This node joins once its links to all others are up: name the others.
-  std::string missing;
-  for (uint32_t n = 0; n < st.s.node_names.size(); ++n)
-    if (!st.joined.count(n) && n != me(self).node) missing += (missing.empty() ? "" : ", ") + node_name(self, n);
-  if (missing.empty()) missing = node_name(self, me(self).node);
+  // Of the nodes that did not join, those without a link to this node are
+  // to blame (the others wait for links to them); each with what its link saw.
+  std::vector<uint32_t> missing;
+  std::vector<bool> linked(st.s.node_names.size());
+  for (uint32_t n = 0; n < st.s.node_names.size(); ++n) {
+    linked[n] = st.links->is_up(n);
+    if (!st.joined.count(n) && n != me(self).node) missing.push_back(n);
+  }
   std::ostringstream t;
   t << st.s.join_timeout_s;
-  abort_run(self, "node(s) " + missing + " did not join within " + t.str() +
-                      " s (are they started, with the same job file and secret, and reachable?)");
+  if (missing.empty()) {
+    abort_run(self, "node(s) " + node_name(self, me(self).node) + " did not join within " + t.str() + " s",
+              failure::timeout);
+    return;
+  }
+  const std::vector<uint32_t> blamed = to_blame(missing, linked);
+  std::string names;
+  for (uint32_t n : blamed) names += (names.empty() ? "" : ", ") + node_name(self, n);
+  abort_run(self, "node(s) " + names + " did not join within " + t.str() + " s: " + st.links->describe(blamed),
+            failure::timeout);
 }
 
 /// Nodes whose workers (or pipeline replicas' first stages) have not reported yet get their start again.
@@ -417,6 +440,7 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
   st.start = st.last_progress = clock_type::now();
   const settings& s = st.s.job->config();
   st.progress = std::make_unique<train::progress_reporter>(*st.s.log, s.progress);
+  st.links = std::make_unique<link_watch>(st.s.node_names, me(self).node);
   self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(st.s.join_timeout_s * 1000)),
                      join_timeout_atom::value);
   self->set_down_handler([self](caf::down_msg& d) {
@@ -426,6 +450,10 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
   });
   return {
       [self](join_timeout_atom) { on_join_timeout(self); },
+      // This node's links, from its node actor: what the join timeout reports.
+      [self](peer_up_atom, uint32_t node) { self->state.links->up(node); },
+      [self](peer_refused_atom, uint32_t node, const std::string& endpoint, const std::string& reason,
+             const std::string& what) { self->state.links->refused(node, endpoint, reason, what); },
       [self](start_again_atom) { on_start_again(self); },
       [self](stop_timeout_atom) {
         if (!self->state.stopping.empty()) self->quit();

@@ -12,6 +12,7 @@
 
 #include "actors/fit.hpp"
 #include "actors/messages.hpp"
+#include "actors/node_actor.hpp"
 #include "actors/roles.hpp"
 #include "model/cost_profile.hpp"
 #include "net/checkpoint.hpp"
@@ -444,8 +445,12 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
       caf::anon_send(*node_actor, peer_down_atom::value, node, why, goodbye);
     };
     r.rejections = std::make_shared<net::rejection_log>();
-    h.on_rejected = [&log, rejections = r.rejections](const net::rejection& x) {
+    h.on_rejected = [&log, rejections = r.rejections, node_actor, nodes = to.nodes](const net::rejection& x) {
       for (const std::string& line : rejections->add(x, net::rejection_log::clock::now())) log << line << std::endl;
+      // A handshake refused with a node (dialed, or claimed unauthenticated): the join timeout names it.
+      if (!x.authenticated && x.node >= 0 && static_cast<std::size_t>(x.node) < nodes.size())
+        caf::anon_send(*node_actor, peer_refused_atom::value, static_cast<uint32_t>(x.node),
+                       nodes[x.node].host + ":" + std::to_string(nodes[x.node].port), x.reason, x.what);
     };
     net::transport link(to, h);
     for (uint32_t n = 0; n < c.nodes.size(); ++n)

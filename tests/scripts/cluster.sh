@@ -2,7 +2,7 @@
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
 #   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
-#              | netns_skips | other_job
+#              | netns_skips | other_job | sigstop_rejoin
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -237,18 +237,25 @@ sigstop_rejoin)
   # A worker node frozen for longer than the peer timeout (SIGSTOP, then SIGCONT) finds, when it comes
   # back, that it was dropped, and joins the run again by itself: it reconnects, joins, gets the current
   # parameters and its data back; the run finishes with it and its process exits 0.
-  TROUPE_PEER_TIMEOUT=1 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm asgd --workers 3 --shards 1 \
-    --epochs 1 --max-steps 500 --metrics-out "$tmp/m.jsonl" > /dev/null 2> "$tmp/runner.err" &
+  # The workers on nodes 1 and 2, the shard on node 0, every frame held back 20 ms: each step crosses the
+  # links and is slow enough that the run is still going when node2 is back.
+  TROUPE_NODE_ROLES="shards workers workers" TROUPE_FAULT_DELAY=1 TROUPE_PEER_TIMEOUT=1 TROUPE_CLUSTER_DIR=$tmp/c \
+    TROUPE_CHECKPOINT_EVERY=40 "$cluster" 3 "${mlp[@]}" --algorithm asgd --workers 2 --shards 1 --epochs 1 \
+    --max-steps 400 --checkpoint "$tmp/run.ckpt" --metrics-out "$tmp/m.jsonl" > /dev/null 2> "$tmp/runner.err" &
   runner=$!
-  wait_for "$tmp/c/node2.log" 60 "joined the run" || fail "node2 did not join"
+  # Frozen once both workers train (a first checkpoint: 40 steps), not while the first starts are on the way.
+  wait_for "$tmp/c/node0.log" 60 "training starts" || fail "training did not start"
+  for _ in $(seq 1 300); do [ -f "$tmp/run.ckpt" ] && break; sleep 0.1; done
+  [ -f "$tmp/run.ckpt" ] || fail "no checkpoint within 30 s"
   victim=$(cat "$tmp/c/node2.pid")
   kill -STOP "$victim"
-  wait_for "$tmp/c/node0.log" 20 "node node2 was lost" || { kill -CONT "$victim"; fail "the frozen node2 was not declared lost"; }
+  wait_for "$tmp/c/node0.log" 20 "node node2 was lost (" || { kill -CONT "$victim"; fail "the frozen node2 was not declared lost"; }
   kill -CONT "$victim"
   wait_for "$tmp/c/node2.log" 30 "node node2: joined the run again" || fail "node2 did not join the run again by itself"
   wait_for "$tmp/c/node0.log" 30 "node node2 joined again" || fail "the coordinator did not take node2 back"
   wait $runner || fail "the run failed (see above)"
-  cat "$tmp/runner.err"
+  grep "node2" "$tmp/c/node0.log" "$tmp/c/node2.log"
+  grep -q "samples trained per worker: min 0 " "$tmp/c/node0.log" && fail "a worker trained no sample"
   grep -q "a node ended with status" "$tmp/runner.err" && fail "node2 did not exit 0: $(cat "$tmp/runner.err")"
   grep -q "error" "$tmp/c/node2.log" && fail "node2 logged an error: $(grep error "$tmp/c/node2.log")"
   grep -q '"epoch":1' "$tmp/m.jsonl" || fail "the run did not record its epoch"

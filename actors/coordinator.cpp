@@ -113,11 +113,14 @@ void close_epoch(coordinator_t* self) {
   auto& st = self->state;
   const settings& s = st.s.job->config();
   const double lr = model::scheduled_lr(s.lr, s.schedule, st.acc->steps(), st.s.plan.total_updates);
+  const int64_t epoch_samples = st.acc->epoch_samples();
   epoch_metrics m = st.acc->close_epoch(lr, clock_type::now());
   snapshot_request req;
   req.epoch = static_cast<uint32_t>(m.epoch);
-  // Only a finished epoch counts: a run cut inside an epoch redoes it on resume.
-  req.epochs_done = static_cast<uint32_t>(st.acc->last_closed_complete() ? m.epoch : m.epoch - 1);
+  // A run cut inside an epoch records where in it: a resumed run trains the rest.
+  const bool complete = st.acc->last_closed_complete();
+  req.epochs_done = static_cast<uint32_t>(complete ? m.epoch : m.epoch - 1);
+  req.epoch_samples = complete ? 0 : static_cast<uint64_t>(epoch_samples);
   req.steps = static_cast<uint64_t>(m.steps);
   req.evaluate = s.evaluate;
   req.checkpoint = !s.checkpoint.empty();
@@ -131,7 +134,8 @@ void maybe_checkpoint(coordinator_t* self) {
   if (!st.periodic.due(st.acc->steps(), clock_type::now())) return;
   snapshot_request req;
   req.epoch = static_cast<uint32_t>(st.acc->epoch() + 1);
-  req.epochs_done = static_cast<uint32_t>(st.acc->epoch());  // the epoch in progress redoes on resume
+  req.epochs_done = static_cast<uint32_t>(st.acc->epoch());  // epochs done: not the one in progress
+  req.epoch_samples = static_cast<uint64_t>(st.acc->epoch_samples());  // a resumed run trains the rest of it
   req.steps = static_cast<uint64_t>(st.acc->steps());
   req.evaluate = false;
   req.checkpoint = true;
@@ -327,7 +331,8 @@ void on_start(coordinator_t* self) {
       train::epoch_accumulator::limits{st.s.plan.samples_per_epoch, st.s.plan.batches_per_epoch, s.epochs,
                                        st.s.first_epoch, st.s.first_steps, s.max_steps,
                                        static_cast<int>(st.s.plan.stages.empty() ? st.s.plan.workers.size()
-                                                                                 : st.s.plan.pipeline_replicas)},
+                                                                                 : st.s.plan.pipeline_replicas),
+                                       st.s.first_epoch_samples},
       clock_type::now());
   st.metrics = std::make_unique<train::metrics_file>(s.metrics_out, st.s.resuming);
   st.periodic = train::checkpoint_clock(s.checkpoint_every_steps, s.checkpoint_every_s, st.acc->steps(), clock_type::now());

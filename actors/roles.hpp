@@ -78,6 +78,8 @@ struct coordinator_setup {
   std::shared_ptr<outcome> result;
   /// A cluster: what this node's transport refused (for the records); null in one process.
   std::shared_ptr<const net::rejection_log> rejections;
+  /// Samples of epoch first_epoch + 1 trained before a resume (a checkpoint inside an epoch).
+  int64_t first_epoch_samples = 0;
 };
 
 /// Owns epochs and the run's end: waits until every node has joined, sums

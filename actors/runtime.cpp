@@ -34,6 +34,7 @@ struct starting_point {
   model::model net;
   int first_epoch = 0;
   int64_t first_steps = 0;
+  int64_t epoch_samples = 0;  ///< of epoch first_epoch + 1, trained before the checkpoint
   bool resuming = false;
   net::checkpoint checkpoint;
 };
@@ -48,7 +49,17 @@ starting_point load(const job& j, std::ostream& log) {
     p.net.load_state(p.checkpoint.architecture, p.checkpoint.params);
     p.first_epoch = static_cast<int>(p.checkpoint.epoch);
     p.first_steps = static_cast<int64_t>(p.checkpoint.step);
-    log << "resumed from " << j.config().checkpoint << " after epoch " << p.first_epoch << "\n";
+    p.epoch_samples = static_cast<int64_t>(p.checkpoint.epoch_samples);
+    log << "resumed from " << j.config().checkpoint << " after epoch " << p.first_epoch << " (" << p.first_steps
+        << " steps)";
+    if (p.epoch_samples >= p.data->sets.train.count) {
+      log << "; its position inside epoch " << p.first_epoch + 1 << " (" << p.epoch_samples
+          << " samples) is past this data set's end: that epoch starts over";
+      p.epoch_samples = 0;
+    } else if (p.epoch_samples > 0) {
+      log << ", " << p.epoch_samples << " samples into epoch " << p.first_epoch + 1;
+    }
+    log << "\n";
   }
   return p;
 }
@@ -187,6 +198,7 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
     if (k == 0) {
       auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size, lp,
                                                   r.start.first_epoch);
+      loader->skip_trained(r.start.epoch_samples, r.p.samples_per_epoch);
       loader->trace(r.trace);
       locals.push_back(spawn_loader(sys, loader, r.dir));
       r.dir->add(lp.address, locals.back());
@@ -228,6 +240,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
     if (w.address.node != r.self) continue;
     auto loader = std::make_shared<loader_core>(r.start.data->sets.train, r.start.data->norm, s.batch_size,
                                                 r.p.loaders[i], r.start.first_epoch);
+    loader->skip_trained(r.start.epoch_samples, r.p.samples_per_epoch);
     loader->trace(r.trace);
     locals.push_back(spawn_loader(sys, loader, r.dir));
     r.dir->add(r.p.loaders[i].address, locals.back());
@@ -250,7 +263,8 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
     auto evaluator = std::make_shared<evaluator_core>(std::move(ec), std::move(r.start.net));
     r.dir->add(r.p.evaluator, spawn_evaluator(sys, evaluator, r.p.coordinator, r.dir));
     coordinator_setup cs{shared_job, r.p,          r.info,          r.start.first_epoch, r.start.first_steps,
-                         r.start.resuming, r.node_names, r.join_timeout_s, &r.log,      r.result, r.rejections};
+                         r.start.resuming, r.node_names, r.join_timeout_s, &r.log,      r.result, r.rejections,
+                         r.start.epoch_samples};
     coordinator = spawn_coordinator(sys, std::move(cs), r.dir);
     r.dir->add(r.p.coordinator, coordinator);
   }

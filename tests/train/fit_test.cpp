@@ -559,8 +559,41 @@ TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors"
     CHECK(seen.step > 0);
     CHECK(seen.step <= 31);
     CHECK(seen.step % 5 == 0);
+    CHECK(seen.epoch_samples == seen.step * 32);  // how far into the epoch: a resumed run trains the rest
     if (!actors) CHECK(seen.step == 30);
   }
+}
+
+// Bug (issue 21, item 18): on actors a run resumed from a checkpoint inside an
+// epoch started that epoch over in its loaders and counted its samples from 0,
+// so the epoch recorded the steps before the checkpoint twice (5 + 32 for an
+// epoch of 32).
+TEST_CASE("an asynchronous run resumed inside an epoch trains the rest of it: the epoch records its own steps",
+          "[actors][fit]") {
+  larger_data d;  // 32 steps per epoch
+  const std::string ckpt = d.dir.file("mid.ckpt");
+  std::ostringstream log;
+  const job base = mlp_job(d.dir.path(), asgd()).momentum(0).threads(2).evaluate(false).checkpoint(ckpt);
+  const history cut = fit(job(base).max_steps(5), log);
+  REQUIRE(cut.size() == 1);
+  CHECK(cut[0].steps == 5);
+  const net::checkpoint c = net::load_checkpoint(ckpt);
+  CHECK(c.epoch == 0);
+  CHECK(c.step == 5);
+  CHECK(c.epoch_samples == 5 * 32);
+
+  std::vector<int> steps_in(3, 0);  // steps reported per epoch
+  job rest = base;
+  rest.on_step([&](const step_event& e) { ++steps_in.at(static_cast<std::size_t>(e.epoch)); });
+  const history h = fit(rest, log);
+  CHECK_THAT(log.str(), Contains("resumed from " + ckpt + " after epoch 0 (5 steps), 160 samples into epoch 1"));
+  REQUIRE(h.size() == 2);
+  CHECK(h[0].epoch == 1);
+  CHECK(h[0].steps == 32);  // 5 before the checkpoint, 27 after
+  CHECK(h[1].steps == 64);
+  CHECK(steps_in[1] == 27);
+  CHECK(steps_in[2] == 32);
+  CHECK(net::load_checkpoint(ckpt).epoch_samples == 0);  // whole epochs done
 }
 
 TEST_CASE("a GPipe pipeline reproduces the sequential loop's losses for 100 steps", "[actors][fit][pipeline]") {

@@ -205,7 +205,7 @@ void validate(const settings& s) {
   if (!(s.momentum >= 0.0f && s.momentum < 1.0f)) bad("--momentum must be in [0, 1), got " + n2s(s.momentum));
   if (!(s.weight_decay >= 0.0f) || !std::isfinite(s.weight_decay))
     bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
-  if (s.threads < 0) bad("--threads must be >= 0 (0 = all cores), got " + n2s(s.threads));
+  if (s.threads < 0) bad("--threads must be >= 0 (0: this process's share of the cores), got " + n2s(s.threads));
   if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
   if (!(s.validation_fraction >= 0 && s.validation_fraction < 1))
     bad("--validation-fraction must be in [0, 1), got " + n2s(s.validation_fraction));

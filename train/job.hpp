@@ -93,9 +93,6 @@ struct algorithm_settings {
   /// worker_speeds[i], so that 4,4,2,1 runs two workers at full speed, one
   /// at half and one at a quarter (worker_slowdowns()).
   std::vector<float> worker_speeds;
-  /// The slowdowns worker_speeds implies (>= 1), which the plan emulates:
-  /// derived by troupe::job from worker_speeds; set worker_speeds instead.
-  std::vector<float> speeds;
   int prefetch = 2;             ///< batches a loader keeps in flight per worker
   bool overlap = true;          ///< push each shard's gradients during backward (pipelined execution); false: linear
   bool overlap_receive = true;  ///< with overlap: run each shard's layers forward as soon as its weights arrive (P3)
@@ -204,7 +201,7 @@ struct settings {
   float weight_decay = 0.0f;      ///< L2 weight decay of the sequential loop
   lr_schedule schedule = lr_schedule::cosine;
   uint64_t seed = 1;              ///< initialisation, shuffling, dropout
-  int threads = 0;                ///< CPU threads, 0: all cores
+  int threads = 0;                ///< CPU threads, 0: this process's share of the cores
   std::string checkpoint;         ///< resume from it when it exists; written after every epoch
   int64_t checkpoint_every_steps = 0;  ///< also write it every this many steps (0: per epoch only)
   double checkpoint_every_s = 0;       ///< also write it every this many seconds (0: per epoch only)
@@ -258,7 +255,6 @@ public:
   job& data(troupe::data::source d);
   job& algorithm(const troupe::algorithm& a) {
     s_.algo = a.settings();
-    s_.algo.speeds = worker_slowdowns(s_.algo);
     return *this;
   }
   job& epochs(int n) { s_.epochs = n; return *this; }
@@ -299,7 +295,6 @@ public:
   /// All plain values at once (e.g. read from a job file).
   job& configure(const troupe::settings& s) {
     s_ = s;
-    s_.algo.speeds = worker_slowdowns(s_.algo);
     return *this;
   }
   /// The nodes of the run (a job file's [cluster] table); none: this process alone.

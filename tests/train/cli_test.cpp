@@ -340,5 +340,5 @@ TEST_CASE("the old --speeds is refused, saying what replaced it and how to conve
 TEST_CASE("cli: --worker-speeds gives the slowdowns --speeds gave", "[cli]") {
   // --speeds 1,1,2,4 slowed the third worker 2x and the fourth 4x: --worker-speeds 4,4,2,1 does the same.
   const command_line cl = parse({"--model", "mlp", "--algorithm", "asgd", "--workers", "4", "--worker-speeds", "4,4,2,1"});
-  CHECK(make_job(cl.spec).config().algo.speeds == std::vector<float>{1, 1, 2, 4});
+  CHECK(worker_slowdowns(make_job(cl.spec).config().algo) == std::vector<float>{1, 1, 2, 4});
 }

@@ -231,11 +231,11 @@ TEST_CASE("worker-speeds reach the slowdowns the old speeds gave", "[job_file]")
   // speeds = [1, 1, 2, 4] slowed the last two workers 2x and 4x; worker-speeds = [4, 4, 2, 1] does the same.
   const job_spec s = parse("model = \"mlp\"\nalgorithm = \"asgd\"\nworkers = 4\nworker-speeds = [4, 4, 2, 1]\n");
   CHECK(worker_slowdowns(s.train.algo) == std::vector<float>{1, 1, 2, 4});
-  CHECK(make_job(s).config().algo.speeds == std::vector<float>{1, 1, 2, 4});
+  CHECK(worker_slowdowns(make_job(s).config().algo) == std::vector<float>{1, 1, 2, 4});
   // Only the ratios count: 3, 1.5 slows the second worker 2x; none given, none slowed.
   CHECK(worker_slowdowns(troupe::asgd().workers(2).worker_speeds({3, 1.5f}).settings()) == std::vector<float>{1, 2});
   CHECK(worker_slowdowns(troupe::asgd().workers(2).settings()).empty());
-  CHECK(troupe::job().algorithm(troupe::asgd().workers(2).worker_speeds({1, 4})).config().algo.speeds ==
+  CHECK(worker_slowdowns(troupe::job().algorithm(troupe::asgd().workers(2).worker_speeds({1, 4})).config().algo) ==
         std::vector<float>{4, 1});
 }
 

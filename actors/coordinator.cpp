@@ -274,8 +274,9 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
               failure::lost_node);
     return;
   }
-  if (st.s.job->config().algo.kind == algorithm_kind::ssgd) {
-    abort_run(self, who + " was lost (" + why + "): SSGD waits for every worker in each round and cannot go on without it",
+  if (!traits(st.s.job->config().algo.kind).survives_lost_workers()) {
+    abort_run(self, who + " was lost (" + why + "): " + to_string(st.s.job->config().algo.kind) +
+                        " waits for every worker in each round and cannot go on without it",
               failure::lost_node);
     return;
   }

@@ -155,7 +155,7 @@ void spawn_stages(caf::actor_system& sys, node_run& r, const std::shared_ptr<con
   // Mini-batches of the run. A hybrid's replicas go on until the coordinator
   // has counted the run's samples (an epoch ends on every replica's samples
   // together, as data-parallel workers'): each may take up to all of them.
-  int64_t steps = r.p.total_updates * (s.algo.kind == algorithm_kind::ssgd ? r.p.pipeline_replicas : 1) -
+  int64_t steps = r.p.total_updates * (traits(s.algo.kind).synchronous ? r.p.pipeline_replicas : 1) -
                   r.start.first_steps;
   if (s.max_steps > 0) steps = std::min(steps, s.max_steps - r.start.first_steps);
   // A resumed run takes at least one step, as workers and the sequential loop do
@@ -251,7 +251,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_run& r) {
                     s.algo.overlap_receive);
     if (r.trace) core->trace(r.trace, net::to_string(w.address));
     // SSGD's rounds wait for every worker: a pull during one would not end it, so no retry.
-    const auto retry = s.algo.kind == algorithm_kind::ssgd ? std::chrono::milliseconds(0) : r.reply_timeout;
+    const auto retry = traits(s.algo.kind).retries_pulls() ? r.reply_timeout : std::chrono::milliseconds(0);
     locals.push_back(spawn_worker(sys, core, r.p.loaders[i].address, r.p.coordinator, s.algo.prefetch, retry, r.dir));
     r.dir->add(w.address, locals.back());
   }
@@ -382,7 +382,7 @@ history run_on_actors(const job& j, std::ostream& log) {
   if (start.first_epoch >= s.epochs) return {};
   const model::param_layout layout = start.net.layout();
   const train::plan p = plan_of(j, start, topo, layout, true, log);
-  auto hw = s.algo.kind == algorithm_kind::hogwild ? make_hogwild(start.net) : nullptr;
+  auto hw = traits(s.algo.kind).shared_memory ? make_hogwild(start.net) : nullptr;
   log_plan(j, p, layout, log);
   auto result = std::make_shared<outcome>();
   auto trace = s.trace.empty() ? nullptr : std::make_shared<train::tracer>(s.trace, 0);

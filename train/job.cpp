@@ -48,41 +48,51 @@ const std::vector<progress_mode> progress_modes{progress_mode::automatic, progre
 
 } // namespace
 
-const char* to_string(algorithm_kind k) {
-  switch (k) {
-    case algorithm_kind::sequential: return "sequential";
-    case algorithm_kind::ssgd: return "ssgd";
-    case algorithm_kind::asgd: return "asgd";
-    case algorithm_kind::sa_asgd: return "sa-asgd";
-    case algorithm_kind::hogwild: return "hogwild";
-    case algorithm_kind::dc_asgd_c: return "dc-asgd-c";
-    case algorithm_kind::dc_asgd_a: return "dc-asgd-a";
-    case algorithm_kind::ddc_asgd: return "ddc-asgd";
-  }
-  return "unknown";
+namespace {
+
+// Every algorithm, once: the order is all_algorithms()'s.
+const std::vector<algorithm_traits>& algorithm_table() {
+  using k = algorithm_kind;
+  using r = model::rule_kind;
+  //                     kind            name         actors synchronous shards shared  rule
+  static const std::vector<algorithm_traits> table{
+      {k::sequential, "sequential", false, false, false, false, r::asgd},
+      {k::ssgd, "ssgd", true, true, true, false, r::ssgd},
+      {k::asgd, "asgd", true, false, true, false, r::asgd},
+      {k::sa_asgd, "sa-asgd", true, false, true, false, r::sa_asgd},
+      {k::hogwild, "hogwild", true, false, false, true, r::asgd},
+      {k::dc_asgd_c, "dc-asgd-c", true, false, true, false, r::dc_asgd_c},
+      {k::dc_asgd_a, "dc-asgd-a", true, false, true, false, r::dc_asgd_a},
+      {k::ddc_asgd, "ddc-asgd", true, false, true, false, r::ddc_asgd},
+  };
+  return table;
 }
 
+} // namespace
+
+const algorithm_traits& traits(algorithm_kind k) {
+  for (const algorithm_traits& t : algorithm_table())
+    if (t.kind == k) return t;
+  throw error("unknown algorithm kind " + std::to_string(static_cast<int>(k)));
+}
+
+const char* to_string(algorithm_kind k) { return traits(k).name; }
+
 const std::vector<algorithm_kind>& all_algorithms() {
-  using k = algorithm_kind;
-  static const std::vector<k> all{k::sequential, k::ssgd,      k::asgd,      k::sa_asgd,
-                                  k::hogwild,    k::dc_asgd_c, k::dc_asgd_a, k::ddc_asgd};
+  static const std::vector<algorithm_kind> all = [] {
+    std::vector<algorithm_kind> v;
+    for (const algorithm_traits& t : algorithm_table()) v.push_back(t.kind);
+    return v;
+  }();
   return all;
 }
 
-bool runs_on_actors(algorithm_kind k) { return k != algorithm_kind::sequential; }
+bool runs_on_actors(algorithm_kind k) { return traits(k).on_actors; }
 
 model::rule_kind rule_of(algorithm_kind k) {
-  using r = model::rule_kind;
-  switch (k) {
-    case algorithm_kind::ssgd: return r::ssgd;
-    case algorithm_kind::asgd: return r::asgd;
-    case algorithm_kind::sa_asgd: return r::sa_asgd;
-    case algorithm_kind::dc_asgd_c: return r::dc_asgd_c;
-    case algorithm_kind::dc_asgd_a: return r::dc_asgd_a;
-    case algorithm_kind::ddc_asgd: return r::ddc_asgd;
-    default: break;
-  }
-  throw error(std::string("algorithm ") + to_string(k) + " has no parameter-server update rule");
+  const algorithm_traits& t = traits(k);
+  if (!t.shards) throw error(std::string("algorithm ") + t.name + " has no parameter-server update rule");
+  return t.rule;
 }
 
 const char* to_string(progress_mode p) {
@@ -227,20 +237,15 @@ void validate(const settings& s) {
   for (float v : a.worker_speeds)
     if (!(v > 0.0f) || !std::isfinite(v)) bad("--worker-speeds: every speed must be > 0, got " + n2s(v));
   validate_pipeline(s);
-  switch (a.kind) {
-    case algorithm_kind::sequential:
-      if (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.worker_speeds.empty())
-        bad("--workers, --shards, --push-every and --worker-speeds need an asynchronous --algorithm (e.g. --algorithm "
-            "asgd)");
-      break;
-    case algorithm_kind::hogwild:
-      if (a.shards != 1 || a.push_every != 1)
-        bad("--algorithm hogwild shares one buffer in this process: --shards and --push-every do not apply");
-      break;
-    default:
-      if (a.kind == algorithm_kind::ssgd && a.push_every != 1) bad("--algorithm ssgd takes --push-every 1");
-      model::validate(rule_config(s));
-  }
+  const algorithm_traits& t = traits(a.kind);
+  if (!t.on_actors && (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.worker_speeds.empty()))
+    bad("--workers, --shards, --push-every and --worker-speeds need an asynchronous --algorithm (e.g. --algorithm "
+        "asgd)");
+  if (t.shared_memory && (a.shards != 1 || a.push_every != 1))
+    bad(std::string("--algorithm ") + t.name +
+        " shares one buffer in this process: --shards and --push-every do not apply");
+  if (t.synchronous && a.push_every != 1) bad(std::string("--algorithm ") + t.name + " takes --push-every 1");
+  if (t.shards) model::validate(rule_config(s));
 }
 
 job& job::model(model_factory make, std::string name) {

@@ -796,7 +796,7 @@ void validate(const job_spec& spec) {
     throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
   troupe::validate(spec.train);
   validate(spec.cluster);
-  if (spec.train.algo.kind == algorithm_kind::hogwild && !spec.cluster.single_process())
+  if (traits(spec.train.algo.kind).shared_memory && !spec.cluster.single_process())
     throw error("--algorithm hogwild shares one buffer in one process: it cannot run on a cluster of " +
                 std::to_string(spec.cluster.nodes.size()) + " nodes");
 }

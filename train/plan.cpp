@@ -151,7 +151,7 @@ model::placement place_stages(const settings& s, const model::model::layer_profi
 /// and the threads of the nodes and stages.
 void add_replicas(plan& p, const settings& s, const topology& t, std::vector<stage_plan> one, int64_t train_samples) {
   const int k_stages = static_cast<int>(one.size());
-  const bool hybrid = s.algo.kind != algorithm_kind::sequential;
+  const bool hybrid = traits(s.algo.kind).on_actors;
   const int replicas = hybrid ? s.algo.workers : 1;
   p.pipeline_replicas = replicas;
   if (hybrid) {
@@ -183,7 +183,7 @@ void add_replicas(plan& p, const settings& s, const topology& t, std::vector<sta
     p.batches_per_epoch += batches(l.end - l.begin, s.batch_size);
   }
   int64_t updates = p.batches_per_epoch * s.epochs;
-  if (s.algo.kind == algorithm_kind::ssgd) updates /= replicas;
+  if (traits(s.algo.kind).synchronous) updates /= replicas;  // a round is one update of every replica
   p.total_updates = std::max<int64_t>(1, updates);
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     node_plan& np = p.nodes[n];
@@ -341,9 +341,9 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   p.samples_per_epoch = train_samples;
   if (s.pipeline.stages > 1) {
     // A hybrid: --workers replicas of the pipeline, each stage pushing to the shard of its parameters.
-    if (a.kind != algorithm_kind::sequential) {
+    if (traits(a.kind).on_actors) {
       const std::string with = "--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) + ": ";
-      if (a.kind == algorithm_kind::hogwild)
+      if (!traits(a.kind).shards)
         throw error(with + "a hybrid's stages push to parameter shards; use another asynchronous algorithm, or "
                            "sequential (each stage updates its own parameters)");
       if (s.pipeline.schedule != model::pipeline_schedule::gpipe)
@@ -386,7 +386,7 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   for (auto& w : p.workers)
     w.threads = std::max(1, t.nodes[w.address.node].threads / p.nodes[w.address.node].workers);
 
-  if (a.kind != algorithm_kind::hogwild) {
+  if (traits(a.kind).shards) {
     const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
     const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards);
     for (std::size_t i = 0; i < ranges.size(); ++i) {
@@ -395,11 +395,11 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
       ++p.nodes[node].shards;
     }
   } else if (t.nodes.size() != 1) {
-    throw error("--algorithm hogwild shares one buffer in one process: it runs on one node, the topology has " +
+    throw error(std::string("--algorithm ") + to_string(a.kind) + " shares one buffer in one process: it runs on one node, the topology has " +
                 std::to_string(t.nodes.size()));
   }
   int64_t updates = p.batches_per_epoch * s.epochs / a.push_every;
-  if (a.kind == algorithm_kind::ssgd) updates /= workers;
+  if (traits(a.kind).synchronous) updates /= workers;  // a round is one update of every worker
   p.total_updates = std::max<int64_t>(1, updates);
   return p;
 }

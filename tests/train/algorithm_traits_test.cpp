@@ -1,0 +1,45 @@
+// The algorithm table: every algorithm declared once, with what the plan, the
+// runtime and the coordinator ask of it.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+
+#include "train/job.hpp"
+
+using namespace troupe;
+
+TEST_CASE("algorithm traits: one row per algorithm, names unique and parsed back", "[train][algorithms]") {
+  std::set<std::string> names;
+  for (algorithm_kind k : all_algorithms()) {
+    const algorithm_traits& t = traits(k);
+    INFO(t.name);
+    CHECK(t.kind == k);
+    CHECK(names.insert(t.name).second);
+    CHECK(std::string(to_string(k)) == t.name);
+    CHECK(runs_on_actors(k) == t.on_actors);
+    if (t.shards)
+      CHECK(rule_of(k) == t.rule);
+    else
+      CHECK_THROWS_AS(rule_of(k), error);
+    CHECK_FALSE((t.shards && t.shared_memory));  // parameters live in one place
+    CHECK(t.survives_lost_workers() == (t.on_actors && !t.synchronous));
+  }
+  CHECK(names.size() == 8);
+}
+
+TEST_CASE("algorithm traits: the special cases are traits, not names", "[train][algorithms]") {
+  CHECK_FALSE(traits(algorithm_kind::sequential).on_actors);
+  CHECK(traits(algorithm_kind::ssgd).synchronous);
+  CHECK_FALSE(traits(algorithm_kind::ssgd).survives_lost_workers());
+  CHECK_FALSE(traits(algorithm_kind::ssgd).retries_pulls());
+  CHECK(traits(algorithm_kind::hogwild).shared_memory);
+  CHECK_FALSE(traits(algorithm_kind::hogwild).shards);
+  for (algorithm_kind k : {algorithm_kind::asgd, algorithm_kind::sa_asgd, algorithm_kind::dc_asgd_c,
+                           algorithm_kind::dc_asgd_a, algorithm_kind::ddc_asgd}) {
+    CHECK(traits(k).shards);
+    CHECK(traits(k).survives_lost_workers());
+    CHECK(traits(k).retries_pulls());
+  }
+  CHECK(rule_of(algorithm_kind::ddc_asgd) == model::rule_kind::ddc_asgd);
+}

@@ -16,7 +16,7 @@ namespace troupe::actors {
 
 std::string describe_refusal(const std::string& reason) {
   if (reason == "bad_mac") return "wrong secret (handshake HMAC mismatch)";
-  if (reason == "refused") return "the handshake was refused by the other side";
+  if (reason == "refused") return "the other side refused the handshake";
   if (reason == "wrong_job") return "another job (the job files or data differ)";
   if (reason == "wrong_schema") return "another schema version (another troupe build)";
   if (reason == "wrong_node") return "a wrong node index (check the node list)";
@@ -39,7 +39,8 @@ void link_watch::down(uint32_t node, const std::string& why) {
 
 void link_watch::refused(uint32_t node, const std::string& endpoint, const std::string& reason,
                          const std::string& what) {
-  peer& p = peers_[node];
+  if (node == no_node) anonymous_from_ = endpoint;
+  peer& p = node == no_node ? anonymous_ : peers_[node];
   if (!endpoint.empty()) p.endpoint = endpoint;
   ++p.refusals;
   p.reason = reason;
@@ -83,6 +84,10 @@ std::string link_watch::why_missing(uint32_t node) const {
 std::string link_watch::describe(const std::vector<uint32_t>& nodes) const {
   std::string s;
   for (uint32_t n : nodes) s += (s.empty() ? "" : "; ") + name(n) + ": " + why_missing(n);
+  if (anonymous_.refusals > 0)
+    s += (s.empty() ? "" : "; ") + std::string("refused before they named a node: ") +
+         std::to_string(anonymous_.refusals) + " connection(s), the last from " + anonymous_from_ + ": " +
+         describe_refusal(anonymous_.reason) + ": " + anonymous_.what;
   return s;
 }
 
@@ -243,10 +248,11 @@ void on_join_timeout(node_t* self, uint64_t attempt) {
     self->delayed_send(self, verdict_wait, join_timeout_atom::value, attempt);
     return;
   }
+  std::string names;
+  for (uint32_t n : missing) names += (names.empty() ? "" : ", ") + name_of(self, n);
   fail(self, "node " + name_of(self, st.s.self) + ": " +
-                 (missing.empty() ? std::string("the coordinator did not answer the join")
-                                  : "no link to node(s) " + st.links->describe(missing)) +
-                 " within " + t + " s (are they started, with the same job file and secret, and reachable?)",
+                 (missing.empty() ? "the coordinator did not answer the join within " + t + " s"
+                                  : "no link to node(s) " + names + " within " + t + " s: " + st.links->describe(missing)),
        failure::timeout);
 }
 
@@ -294,7 +300,11 @@ caf::behavior node_actor(node_t* self, node_setup setup, std::shared_ptr<const d
         maybe_join(self);  // a cluster of one node joins at once
       },
       [self](peer_up_atom, uint32_t node) {
-        self->state.links->up(node);
+        auto& st = self->state;
+        st.links->up(node);
+        if (!st.member && st.s.log)  // joining: which links are up so far
+          *st.s.log << "node " << name_of(self, st.s.self) << ": linked with node " << name_of(self, node) << " ("
+                    << st.links->up_count() << " of " << st.s.node_names.size() - 1 << ")" << std::endl;
         tell_local_coordinator(self, peer_up_atom::value, node);
         maybe_join(self);
       },

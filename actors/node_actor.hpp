@@ -16,7 +16,9 @@ namespace troupe::actors {
 
 /// The transport refused a connection of, or claiming to be, a node:
 /// (peer_refused_atom, node, its configured "host:port", reason, sentence).
+/// A refusal of a connection that named no node has node `no_node` and its remote address.
 using peer_refused_atom = caf::atom_constant<caf::atom("peerrefuse")>;
+constexpr uint32_t no_node = ~uint32_t(0);
 
 /// A transport's short rejection reason ("bad_mac", "wrong_job", ...) as
 /// words an operator acts on; an unknown reason as it is.
@@ -29,7 +31,8 @@ public:
 
   void up(uint32_t node);
   void down(uint32_t node, const std::string& why);
-  /// A refused connection of (or claiming to be) `node`, configured at `endpoint`.
+  /// A refused connection of (or claiming to be) `node`, configured at `endpoint`; `no_node`: a
+  /// connection from `endpoint` refused before it named a node.
   void refused(uint32_t node, const std::string& endpoint, const std::string& reason, const std::string& what);
 
   bool is_up(uint32_t node) const;
@@ -39,7 +42,7 @@ public:
   std::string name(uint32_t node) const;
   /// Why there is no link to `node` (or none came): its refusals, its loss, or that nothing came.
   std::string why_missing(uint32_t node) const;
-  /// "a (...): why; b: why" for every node of `nodes`.
+  /// "a (...): why; b: why" for every node of `nodes`, then the refusals that named no node.
   std::string describe(const std::vector<uint32_t>& nodes) const;
 
 private:
@@ -52,6 +55,8 @@ private:
   std::vector<std::string> names_;
   uint32_t self_;
   std::map<uint32_t, peer> peers_;
+  peer anonymous_;  // refusals of connections that named no node
+  std::string anonymous_from_;
 };
 
 /// The nodes a join timeout blames: of those that did not join (`missing`),

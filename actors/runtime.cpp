@@ -461,10 +461,14 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     r.rejections = std::make_shared<net::rejection_log>();
     h.on_rejected = [&log, rejections = r.rejections, node_actor, nodes = to.nodes](const net::rejection& x) {
       for (const std::string& line : rejections->add(x, net::rejection_log::clock::now())) log << line << std::endl;
-      // A handshake refused with a node (dialed, or claimed unauthenticated): the join timeout names it.
-      if (!x.authenticated && x.node >= 0 && static_cast<std::size_t>(x.node) < nodes.size())
+      // A refused handshake, with the node dialed or claimed (unauthenticated), or its remote address
+      // where it named none: the join timeout says it.
+      if (x.authenticated) return;
+      if (x.node >= 0 && static_cast<std::size_t>(x.node) < nodes.size())
         caf::anon_send(*node_actor, peer_refused_atom::value, static_cast<uint32_t>(x.node),
                        nodes[x.node].host + ":" + std::to_string(nodes[x.node].port), x.reason, x.what);
+      else
+        caf::anon_send(*node_actor, peer_refused_atom::value, no_node, x.remote, x.reason, x.what);
     };
     net::transport link(to, h);
     for (uint32_t n = 0; n < c.nodes.size(); ++n)

@@ -25,6 +25,10 @@ TEST_CASE("a refused node is named with its address and the reason", "[node_acto
   CHECK(s.find("claiming to be) node c were refused (2 times)") != std::string::npos);
   CHECK(s.find("wrong secret") != std::string::npos);
   CHECK(w.describe({1}).find("b: its link is up, but it did not join") == 0);
+  // A connection refused before its hello named a node: said after the nodes, with its address.
+  w.refused(no_node, "127.0.0.1:5000", "wrong_job", "another job");
+  CHECK(w.describe({2}).find("; refused before they named a node: 1 connection(s), the last from 127.0.0.1:5000: "
+                             "another job (the job files or data differ)") != std::string::npos);
 }
 
 TEST_CASE("a lost link says why; a link back up forgets it", "[node_actor]") {

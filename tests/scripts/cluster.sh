@@ -2,7 +2,7 @@
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
 #   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
-#              | netns_skips | other_job | sigstop_rejoin
+#              | netns_skips | other_job | sigstop_rejoin | wrong_secret_join | late_join
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -215,6 +215,7 @@ other_job)
   grep -q "refused" "$tmp/a.log" "$tmp/b.log" || fail "no refusal logged"
   grep -qi "another job\|job" "$tmp/a.log" "$tmp/b.log" || fail "the refusal does not say the jobs differ"
   grep -q "node(s) b did not join within" "$tmp/a.log" || fail "the error does not name the missing node"
+  grep "troupe_trainer: error" "$tmp/a.log" | grep -q "refused.*another job" || fail "the error does not say why b was refused"
   ;;
 rejoin)
   # A killed worker node started again with the same command joins the running job.
@@ -260,6 +261,58 @@ sigstop_rejoin)
   grep -q "error" "$tmp/c/node2.log" && fail "node2 logged an error: $(grep error "$tmp/c/node2.log")"
   grep -q '"epoch":1' "$tmp/m.jsonl" || fail "the run did not record its epoch"
   grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
+  ;;
+wrong_secret_join|late_join)
+  # Three nodes a, b, c of one job file (secret-file = "secret", relative: each node reads the one in its
+  # own folder), a short peer timeout.
+  p=$(( 30000 + RANDOM % 20000 ))
+  mkdir -p "$tmp/a" "$tmp/b" "$tmp/c"
+  for n in a b c; do
+    printf '[cluster]\nsecret-file = "secret"\njoin-timeout = %s\npeer-timeout = 1\nheartbeat = 0.2\n' \
+      "$([ "$scenario" = late_join ] && echo 60 || echo 5)" > "$tmp/$n/cluster.toml"
+    printf 'nodes = [{ name = "a", port = %d }, { name = "b", port = %d }, { name = "c", port = %d }]\n' \
+      "$p" $(( p + 1 )) $(( p + 2 )) >> "$tmp/$n/cluster.toml"
+  done
+  head -c 32 /dev/urandom > "$tmp/a/secret"; cp "$tmp/a/secret" "$tmp/b/secret"; cp "$tmp/a/secret" "$tmp/c/secret"
+  job=("${mlp[@]}" --algorithm asgd --workers 3 --max-steps 60)
+  # Starts node $1 in its folder, its output in $tmp/$1.log; its pid in $tmp/$1.pid.
+  node() { (cd "$tmp/$1" && exec "$TROUPE_TRAINER" --config cluster.toml --node "$1" "${job[@]}") >> "$tmp/$1.log" 2>&1 &
+           echo $! > "$tmp/$1.pid"; }
+  logs() { for n in a b c; do echo "== $n"; cat "$tmp/$n.log"; done; }
+  if [ "$scenario" = wrong_secret_join ]; then
+    # Node c has another secret: node a fails when the join timeout ends, naming c, its address and the
+    # refusal, not b (which waits for c as a does).
+    head -c 32 /dev/urandom > "$tmp/c/secret"
+    chmod 600 "$tmp"/?/secret
+    node b; node c; node a
+    for n in a b c; do
+      for _ in $(seq 1 400); do kill -0 "$(cat "$tmp/$n.pid")" 2>/dev/null || break; sleep 0.1; done
+    done
+    status=0; wait "$(cat "$tmp/a.pid")" || status=$?
+    logs
+    [ "$status" != 0 ] || fail "node a did not fail"
+    err=$(grep "troupe_trainer: error" "$tmp/a.log") || fail "node a logged no error"
+    echo "$err" | grep -q "node(s) c did not join within 5 s: c (127.0.0.1:$(( p + 2 )))" ||
+      fail "node a's error does not name node c and its address"
+    echo "$err" | grep -q "refused" && echo "$err" | grep -q "secret" || fail "node a's error does not say c was refused for its secret"
+    echo "$err" | grep -q "node(s) b\|[:;] b (" && fail "node a's error blames node b"
+    grep "troupe_trainer: error" "$tmp/c.log" | grep -q "wrong secret" || fail "node c's error does not say its secret is wrong"
+  else
+    # Node b links with a and is killed before training starts; the same command starts it again, and c
+    # starts late: all within the join timeout, the run trains.
+    chmod 600 "$tmp"/?/secret
+    node a; node b
+    wait_for "$tmp/b.log" 60 "linked with node a" || { logs; fail "b did not link with a"; }
+    kill -9 "$(cat "$tmp/b.pid")"
+    wait_for "$tmp/a.log" 30 "node b was lost before training started" || { logs; fail "a did not see b lost"; }
+    node b; node c
+    status=0; wait "$(cat "$tmp/a.pid")" || status=$?
+    for n in b c; do wait "$(cat "$tmp/$n.pid")" || { logs; fail "node $n failed"; }; done
+    logs
+    [ "$status" = 0 ] || fail "node a failed: $status"
+    grep -q "every node joined: training starts" "$tmp/a.log" || fail "training did not start"
+    grep -q "epoch 1/" "$tmp/a.log" || fail "no epoch recorded"
+  fi
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

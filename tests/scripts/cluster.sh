@@ -141,7 +141,9 @@ kill_shard)
   [ -f "$tmp/run.ckpt" ] || fail "no checkpoint within 10 s"
   sleep 0.5
   kill -9 "$(cat "$tmp/c/node1.pid")"
-  if wait $runner; then fail "the job went on without a shard"; fi
+  status=0; wait $runner || status=$?
+  [ "$status" = 5 ] || fail "the job went on without a shard, or node 0 did not exit with 5 (lost node): $status"
+  grep -q "troupe_trainer: error (lost node): " "$tmp/c/node0.log" || fail "the error does not say it is a lost node"
   grep -q "node node1 was lost.*parameter shard(s) 1.*resume from the last checkpoint, $tmp/run.ckpt" "$tmp/c/node0.log" ||
     fail "the error does not name the node, its shard and the checkpoint"
   "$build/troupe_checkpoint" "$tmp/run.ckpt" > "$tmp/before.txt" || fail "the checkpoint cannot be read"

@@ -191,6 +191,12 @@ void worker_on_message(worker_actor_t* self, const net::message& m) {
         const net::address& me = st.core->address();
         send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, st.prefetch));
         for (auto& p : st.core->start()) send_to(*st.dir, p.to, std::move(p.msg));
+        // The first pulls can be lost too (a node frozen right after its start): ask again as after a push.
+        if (st.reply_timeout.count() > 0) {
+          st.waiting = true;
+          st.pushed_at = clock_type::now();
+          self->delayed_send(self, retry_after(st), retry_atom::value, ++st.pushes);
+        }
       }
       break;
     }

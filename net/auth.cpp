@@ -232,6 +232,7 @@ acceptor_handshake::acceptor_handshake(auth_identity me, uint32_t nodes) : me_(s
 
 void acceptor_handshake::on_hello(const std::vector<std::byte>& body) {
   greeting g = read_greeting(body, hello_bytes, "hello");
+  claimed_ = g.node;  // named in a refusal, unauthenticated
   const std::string who = "node " + std::to_string(g.node) + " (claimed)";
   check_peer(g, me_, who.c_str());
   if (g.node <= me_.node || g.node >= nodes_)

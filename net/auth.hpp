@@ -104,6 +104,9 @@ public:
   std::vector<std::byte> challenge(const session_info& mine);
   /// The node the hello claims (authenticated only after on_proof).
   uint32_t claimed_node() const { return peer_node_; }
+  /// The node a readable hello named, whether or not on_hello accepted it
+  /// (-1: none yet): for the log of a refusal, never authenticated.
+  int64_t named_node() const { return claimed_; }
   /// Checks the proof. Throws auth_failure.
   void on_proof(const std::vector<std::byte>& body);
   /// The dialer's session info (authenticated after on_proof).
@@ -118,6 +121,7 @@ private:
   std::array<uint8_t, nonce_bytes> nonce_{}, peer_nonce_{};
   std::vector<std::byte> hello_, challenge_;
   uint32_t peer_node_ = 0;
+  int64_t claimed_ = -1;
   session_info peer_session_;
 };
 

@@ -475,6 +475,11 @@ struct transport::impl {
         establish(l, l->acceptor_hs->peer_session());
       }
     } catch (const auth_failure& e) {
+      // A hello of another job or schema still named a node: the refusal says which (unauthenticated).
+      if (!l->dialer && l->peer < 0 && l->acceptor_hs) {
+        const int64_t named = l->acceptor_hs->named_node();
+        if (named > static_cast<int64_t>(opt.self) && named < static_cast<int64_t>(opt.nodes.size())) l->peer = named;
+      }
       ++c.rejected_handshakes[static_cast<int>(e.reason())];
       const std::string what = describe(*l) + ": " + e.what();
       reject(*l, to_string(e.reason()), what + "; closed");

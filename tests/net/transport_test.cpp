@@ -419,6 +419,12 @@ TEST_CASE("transport: a peer without the secret or of another job is refused, th
   CHECK(log[2].rejected_with("does not match the shared secret"));
   CHECK(log[3].rejected_with("another job"));
   CHECK(log[0].rejected_with("another job"));
+  {  // Node 3's hello named it, though it was refused before any proof.
+    std::lock_guard<std::mutex> lock(log[0].mutex);
+    bool named = false;
+    for (auto& r : log[0].rejections) named |= r.reason == "wrong_job" && r.node == 3 && !r.authenticated;
+    CHECK(named);
+  }
   for (uint32_t i = 0; i < 2; ++i) {
     CHECK_FALSE(t[i]->peer_up(2));
     CHECK_FALSE(t[i]->peer_up(3));

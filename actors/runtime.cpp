@@ -315,30 +315,26 @@ std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j
   const int threads = std::max(1, topo.nodes[0].threads / s.pipeline.stages);
   const int updates = s.pipeline.schedule == pipeline_schedule::one_f_one_b ? s.pipeline.micro_batches : 1;
   const int64_t micro = std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches);
-  // Cached per model, micro-batch and threads for the life of the process: a
-  // program that plans or trains the same model again (troupe_plan's
-  // placers, a sweep) places it on the same costs.
-  static std::mutex mutex;
-  static std::map<std::string, std::vector<model::layer_cost>> cache;
   const std::string key = m.architecture() + "|" + std::to_string(micro) + "x" +
                           std::to_string(s.pipeline.micro_batches) + "|" + std::to_string(threads) + "|" +
                           std::to_string(updates);
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  // Across processes: the file given by --profile-cache, when it holds this key.
-  const std::string& path = s.pipeline.profile_cache;
-  const std::string file_key = train::profile_key(key, "measured: 5 repetitions");
-  std::string why;
-  std::optional<std::vector<model::layer_cost>> costs =
-      path.empty() ? std::nullopt : train::read_profile(path, file_key, m.size(), &why);
-  if (!why.empty()) log << "warning: " << why << "; measuring again" << std::endl;
-  if (!costs) {
-    costs = model::measure_costs(m, micro, s.pipeline.micro_batches, kernels::context::with_threads(threads), 5,
-                                 updates);
-    if (!path.empty()) train::write_profile(path, file_key, *costs);
-  }
-  return cache.emplace(key, std::move(*costs)).first->second;
+  auto measure = [&] {
+    // Across processes: the file given by --profile-cache, when it holds this key.
+    const std::string& path = s.pipeline.profile_cache;
+    const std::string file_key = train::profile_key(key, "measured: 5 repetitions");
+    std::string why;
+    std::optional<std::vector<model::layer_cost>> costs =
+        path.empty() ? std::nullopt : train::read_profile(path, file_key, m.size(), &why);
+    if (!why.empty()) log << "warning: " << why << "; measuring again" << std::endl;
+    if (!costs) {
+      costs = model::measure_costs(m, micro, s.pipeline.micro_batches, kernels::context::with_threads(threads), 5,
+                                   updates);
+      if (!path.empty()) train::write_profile(path, file_key, *costs);
+    }
+    return std::move(*costs);
+  };
+  // Within the process: the caller's cache, when the job has one.
+  return j.costs() ? j.costs()->get(key, measure) : measure();
 }
 
 /// The plan of `j` on `topo`. `measure`: the layers' times for a placer are

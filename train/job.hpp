@@ -22,6 +22,10 @@
 #include "model/schedule.hpp"
 #include "model/update_rule.hpp"
 #include "train/cluster_spec.hpp"
+
+namespace troupe::train {
+class cost_cache;
+}
 #include "train/data_source.hpp"
 #include "train/metrics.hpp"
 
@@ -328,6 +332,11 @@ public:
   const troupe::settings& config() const { return s_; }
   const train::cluster_spec& cluster_config() const { return cluster_; }
   const std::string& node_name() const { return node_; }
+  /// Where a placer's measured layer costs are kept between runs of this
+  /// program (train/profile_cache.hpp); none: each run measures (or reads
+  /// --profile-cache).
+  job& cost_cache(std::shared_ptr<train::cost_cache> c) { costs_ = std::move(c); return *this; }
+  const std::shared_ptr<train::cost_cache>& costs() const { return costs_; }
   const std::string& model_name() const { return model_name_; }
   const troupe::data::source& data_source() const { return data_; }
   const std::function<void(const step_event&)>& step_callback() const { return on_step_; }
@@ -342,6 +351,7 @@ private:
   troupe::settings s_;
   train::cluster_spec cluster_;
   std::string node_;
+  std::shared_ptr<train::cost_cache> costs_;
   model_factory make_;
   std::string model_name_ = "custom";
   troupe::data::source data_;

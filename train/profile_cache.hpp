@@ -5,6 +5,8 @@
 // then the trainer) places it on the same costs: timings differ from run to
 // run, and a greedy cut can follow them.
 
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,5 +31,31 @@ std::optional<std::vector<model::layer_cost>> read_profile(const std::string& pa
 /// renamed: a reader never sees half a file). Throws troupe::error naming
 /// the path when it cannot be written.
 void write_profile(const std::string& path, const std::string& key, const std::vector<model::layer_cost>& costs);
+
+/// Measured layer costs kept in memory by key (model, micro-batch, threads),
+/// owned by the caller: a program that plans and trains the same model
+/// (describe_plan then fit, a sweep) gives its jobs one cache
+/// (job::cost_cache) and they place on the same costs. Thread-safe.
+class cost_cache {
+public:
+  /// The costs under `key`, or `measure()`'s, kept under `key` (measured
+  /// once however many callers ask at once).
+  template <typename Measure>
+  std::vector<model::layer_cost> get(const std::string& key, Measure&& measure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = costs_.find(key);
+    if (it == costs_.end()) it = costs_.emplace(key, measure()).first;
+    return it->second;
+  }
+  /// Keys held.
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return costs_.size();
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::vector<model::layer_cost>> costs_;
+};
 
 } // namespace troupe::train

@@ -27,5 +27,6 @@
 #include "train/metrics.hpp"
 #include "train/evaluate.hpp"
 #include "train/job_file.hpp"
+#include "train/profile_cache.hpp"
 #include "train/cli.hpp"
 #include "actors/fit.hpp"

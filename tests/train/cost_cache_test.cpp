@@ -1,0 +1,56 @@
+// The placer's measured layer costs are kept by the caller (train::cost_cache),
+// not by the process: jobs given one cache measure a model once; jobs without
+// one measure each time.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <string>
+
+#include "actors/fit.hpp"
+#include "model/zoo.hpp"
+#include "tests/test_util.hpp"
+#include "train/profile_cache.hpp"
+
+using namespace troupe;
+
+namespace {
+
+job placed_pipeline(const std::string& data_dir) {
+  return job()
+      .model([] { return zoo::mlp(); }, "mlp")
+      .data(data::idx_dir(data_dir))
+      .batch_size(32)
+      .threads(1)
+      .pipeline(2)
+      .placement(placement_kind::greedy, {1, 2});
+}
+
+} // namespace
+
+TEST_CASE("cost cache: keys are measured once, whoever asks", "[train][plan]") {
+  train::cost_cache cache;
+  int measured = 0;
+  auto measure = [&] {
+    ++measured;
+    return std::vector<model::layer_cost>{{1e-3, 2e-3, 0, 0}};
+  };
+  CHECK(cache.get("a", measure).size() == 1);
+  CHECK(cache.get("a", measure).size() == 1);
+  CHECK(cache.get("b", measure).size() == 1);
+  CHECK(measured == 2);
+  CHECK(cache.size() == 2);
+}
+
+TEST_CASE("cost cache: jobs given one cache place on the same measured costs", "[train][plan]") {
+  testing::temp_dir dir{"troupe_costs"};
+  testing::write_dataset(dir.path());
+  auto cache = std::make_shared<train::cost_cache>();
+  const std::string first = describe_plan(placed_pipeline(dir.path()).cost_cache(cache), true);
+  CHECK(cache->size() == 1);
+  const std::string second = describe_plan(placed_pipeline(dir.path()).cost_cache(cache), true);
+  CHECK(cache->size() == 1);
+  CHECK(first == second);  // the same costs, so the same placement and prediction
+  // Another micro-batch is another key.
+  (void)describe_plan(placed_pipeline(dir.path()).batch_size(64).cost_cache(cache), true);
+  CHECK(cache->size() == 2);
+}

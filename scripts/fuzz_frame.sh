@@ -40,9 +40,15 @@ flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -fno-omit-frame-point
 sources=(net/address.cpp net/message.cpp net/tensor_codec.cpp net/buffer_pool.cpp net/frame.cpp net/frame_cipher.cpp net/auth.cpp
          tensor/tensor.cpp tests/fuzz/frame_fuzz.cpp)
 objects=()
+# An object is rebuilt when its source or any header it may include is newer (a header that changes a
+# class's layout must not leave objects of two layouts in one binary).
+newest_header=$(find "$root/net" "$root/tensor" "$root/tests/fuzz" "$build/net" -name '*.h' -o -name '*.hpp' 2>/dev/null |
+                xargs ls -t 2>/dev/null | head -n 1)
 for s in "${sources[@]}"; do
   o=$out/$(echo "$s" | tr / _).o
-  if [ ! -f "$o" ] || [ "$root/$s" -nt "$o" ]; then "$clang" "${flags[@]}" -c "$root/$s" -o "$o"; fi
+  if [ ! -f "$o" ] || [ "$root/$s" -nt "$o" ] || { [ -n "$newest_header" ] && [ "$newest_header" -nt "$o" ]; }; then
+    "$clang" "${flags[@]}" -c "$root/$s" -o "$o"
+  fi
   objects+=("$o")
 done
 for g in "$build"/net/*.capnp.c++; do

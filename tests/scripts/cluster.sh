@@ -278,7 +278,7 @@ wrong_secret_join|late_join)
   head -c 32 /dev/urandom > "$tmp/a/secret"; cp "$tmp/a/secret" "$tmp/b/secret"; cp "$tmp/a/secret" "$tmp/c/secret"
   job=("${mlp[@]}" --algorithm asgd --workers 3 --max-steps 60)
   # Starts node $1 in its folder, its output in $tmp/$1.log; its pid in $tmp/$1.pid.
-  node() { (cd "$tmp/$1" && exec "$TROUPE_TRAINER" --config cluster.toml --node "$1" "${job[@]}") >> "$tmp/$1.log" 2>&1 &
+  start_node() { (cd "$tmp/$1" && exec "$TROUPE_TRAINER" --config cluster.toml --node "$1" "${job[@]}") >> "$tmp/$1.log" 2>&1 &
            echo $! > "$tmp/$1.pid"; }
   logs() { for n in a b c; do echo "== $n"; cat "$tmp/$n.log"; done; }
   if [ "$scenario" = wrong_secret_join ]; then
@@ -286,7 +286,7 @@ wrong_secret_join|late_join)
     # refusal, not b (which waits for c as a does).
     head -c 32 /dev/urandom > "$tmp/c/secret"
     chmod 600 "$tmp"/?/secret
-    node b; node c; node a
+    start_node b; start_node c; start_node a
     for n in a b c; do
       for _ in $(seq 1 400); do kill -0 "$(cat "$tmp/$n.pid")" 2>/dev/null || break; sleep 0.1; done
     done
@@ -303,11 +303,11 @@ wrong_secret_join|late_join)
     # Node b links with a and is killed before training starts; the same command starts it again, and c
     # starts late: all within the join timeout, the run trains.
     chmod 600 "$tmp"/?/secret
-    node a; node b
+    start_node a; start_node b
     wait_for "$tmp/b.log" 60 "linked with node a" || { logs; fail "b did not link with a"; }
     kill -9 "$(cat "$tmp/b.pid")"
     wait_for "$tmp/a.log" 30 "node b was lost before training started" || { logs; fail "a did not see b lost"; }
-    node b; node c
+    start_node b; start_node c
     status=0; wait "$(cat "$tmp/a.pid")" || status=$?
     for n in b c; do wait "$(cat "$tmp/$n.pid")" || { logs; fail "node $n failed"; }; done
     logs

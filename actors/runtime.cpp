@@ -49,17 +49,8 @@ starting_point load(const job& j, std::ostream& log) {
     p.net.load_state(p.checkpoint.architecture, p.checkpoint.params);
     p.first_epoch = static_cast<int>(p.checkpoint.epoch);
     p.first_steps = static_cast<int64_t>(p.checkpoint.step);
-    p.epoch_samples = static_cast<int64_t>(p.checkpoint.epoch_samples);
-    log << "resumed from " << j.config().checkpoint << " after epoch " << p.first_epoch << " (" << p.first_steps
-        << " steps)";
-    if (p.epoch_samples >= p.data->sets.train.count) {
-      log << "; its position inside epoch " << p.first_epoch + 1 << " (" << p.epoch_samples
-          << " samples) is past this data set's end: that epoch starts over";
-      p.epoch_samples = 0;
-    } else if (p.epoch_samples > 0) {
-      log << ", " << p.epoch_samples << " samples into epoch " << p.first_epoch + 1;
-    }
-    log << "\n";
+    p.epoch_samples = train::log_resume(j.config().checkpoint, p.first_epoch, p.first_steps,
+                                        static_cast<int64_t>(p.checkpoint.epoch_samples), p.data->sets.train.count, log);
   }
   return p;
 }

@@ -127,16 +127,8 @@ start_point resume(const std::string& path, model::model& net, model::optimizer&
   net::checkpoint c = net::load_checkpoint(path);
   net.load_state(c.architecture, c.params);
   opt.load_state(net.parameters(), c.optimizer);
-  start_point p{static_cast<int>(c.epoch), static_cast<int64_t>(c.step), static_cast<int64_t>(c.epoch_samples)};
-  log << "resumed from " << path << " after epoch " << p.epochs << " (" << p.steps << " steps)";
-  if (p.epoch_samples >= samples_per_epoch) {
-    log << "; its position inside epoch " << p.epochs + 1 << " (" << p.epoch_samples
-        << " samples) is past this data set's end: that epoch starts over";
-    p.epoch_samples = 0;
-  } else if (p.epoch_samples > 0) {
-    log << ", " << p.epoch_samples << " samples into epoch " << p.epochs + 1;
-  }
-  log << "\n";
+  start_point p{static_cast<int>(c.epoch), static_cast<int64_t>(c.step), 0};
+  p.epoch_samples = log_resume(path, p.epochs, p.steps, static_cast<int64_t>(c.epoch_samples), samples_per_epoch, log);
   return p;
 }
 
@@ -233,6 +225,20 @@ history run_sequential(const job& j, std::ostream& log) {
     if (epoch_callback(j, m) || verdict == epoch_accumulator::verdict::end_run) break;
   }
   return out;
+}
+
+int64_t log_resume(const std::string& path, int epochs, int64_t steps, int64_t epoch_samples,
+                   int64_t samples_per_epoch, std::ostream& log) {
+  log << "resumed from " << path << " after epoch " << epochs << " (" << steps << " steps)";
+  if (epoch_samples >= samples_per_epoch) {
+    log << "; its position inside epoch " << epochs + 1 << " (" << epoch_samples
+        << " samples) is past this data set's end: that epoch starts over";
+    epoch_samples = 0;
+  } else if (epoch_samples > 0) {
+    log << ", " << epoch_samples << " samples into epoch " << epochs + 1;
+  }
+  log << "\n";
+  return epoch_samples;
 }
 
 } // namespace troupe::train

@@ -60,4 +60,11 @@ bool epoch_callback(const job& j, const epoch_metrics& m);
 /// Trains `j` in one plain loop on this thread (algorithm sequential).
 history run_sequential(const job& j, std::ostream& log);
 
+/// Logs where a run resumes from checkpoint `path` ("resumed from P after
+/// epoch E (S steps), N samples into epoch E+1") and returns the samples of
+/// epoch E+1 already trained: 0 when the checkpoint is at an epoch's end or
+/// its position is past this data set's end (that epoch then starts over).
+int64_t log_resume(const std::string& path, int epochs, int64_t steps, int64_t epoch_samples,
+                   int64_t samples_per_epoch, std::ostream& log);
+
 } // namespace troupe::train

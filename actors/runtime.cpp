@@ -378,7 +378,7 @@ history run_on_actors(const job& j, std::ostream& log) {
     configure(cfg, p, 0);
     caf::actor_system sys{cfg};
     auto dir = std::make_shared<directory>();
-    node_run r{j, p, 0, start, hw, dir, result, {"local"}, 60, train::info_of(j, topo.nodes[0].threads), log, std::chrono::milliseconds{0}, trace};
+    node_run r{j, p, 0, start, hw, dir, result, {"local"}, 60, train::info_of(j, topo.nodes[0].threads), log, std::chrono::milliseconds{0}, trace, nullptr};
     const caf::actor last = spawn_node(sys, r);
     wait_for(sys, last, *dir);
   }  // the actor system waits for every actor here
@@ -430,7 +430,7 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
     caf::actor_system sys{cfg};
     auto dir = std::make_shared<directory>();
     node_run r{j, p, self, start, nullptr, dir, result, names, c.join_timeout_s,
-               train::info_of(j, topo.nodes[self].threads), log, to.peer_timeout, nullptr};
+               train::info_of(j, topo.nodes[self].threads), log, to.peer_timeout, nullptr, nullptr};
     // Each node writes its own timeline: node 0 to --trace, node n to --trace with ".node<n>" added.
     if (!s.trace.empty())
       r.trace = std::make_shared<train::tracer>(self == 0 ? s.trace : s.trace + ".node" + std::to_string(self), self);

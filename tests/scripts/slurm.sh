@@ -34,6 +34,11 @@ if [ "${2:-}" = --skips ]; then
   if grep -q '^skipped: .*needs root\|is not installed\|munge' "$tmp/hostname.out"; then
     echo "skipped: Slurm cannot start here at all: $(cat "$tmp/hostname.out")"; exit 77
   fi
+  # With only slurmd faked, an earlier probe that fails with the real tools (this host's own name does not
+  # resolve, as in a chroot without /etc/hosts) means Slurm cannot start here whatever slurmd does.
+  if ! grep -q "^skipped: slurmd did not start" "$tmp/slurmd.out"; then
+    echo "skipped: Slurm cannot start here at all: $(cat "$tmp/slurmd.out")"; exit 77
+  fi
   grep -q '^skipped: the host name no-such-host-troupe.invalid does not resolve' "$tmp/hostname.out" ||
     fail "the unresolved host name is not the reason"
   grep -q "^skipped: slurmd did not start: .*Unable to determine this slurmd's NodeName" "$tmp/slurmd.out" ||

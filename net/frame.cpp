@@ -351,95 +351,111 @@ bool frame_reader::deliver(in_frame& out) {
   return true;
 }
 
+// The frame's bytes are all in: to its tag when the stream is protected, else out.
+frame_reader::step frame_reader::complete(in_frame& out) {
+  if (opener_) {
+    state_ = state::tag;
+    return step::again;
+  }
+  deliver(out);
+  return step::frame;
+}
+
+frame_reader::step frame_reader::take_header(in_frame& out) {
+  const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
+  if (available() < frame_header_bytes) return step::more;
+  header_ = decode_header(base + begin_, max_frame_);
+  if (!(allowed_ & kind_bit(header_.kind)))
+    fail(frame_error::unexpected_kind, std::string(to_string(header_.kind)) + " frame not allowed now");
+  if (opener_) {
+    opener_->begin();
+    opener_->authenticate(base + begin_, frame_header_bytes);
+  }
+  begin_ += frame_header_bytes;
+  control_body_.clear();
+  if (header_.kind == frame_kind::message) {
+    state_ = state::table;
+    return step::again;
+  }
+  if (header_.body_bytes > 0) {
+    state_ = state::control;
+    return step::again;
+  }
+  return complete(out);
+}
+
+frame_reader::step frame_reader::take_table() {
+  const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
+  const std::size_t table = segment_table_bytes(header_.segments);
+  if (available() < table) return step::more;
+  sizes_.resize(header_.segments);
+  for (uint32_t i = 0; i < header_.segments; ++i) sizes_[i] = load<uint32_t>(base + begin_ + 4 * i);
+  check_segment_table(header_, sizes_.data());
+  if (opener_) opener_->authenticate(base + begin_, table);
+  begin_ += table;
+  body_needed_ = header_.body_bytes - table;
+  body_filled_ = 0;
+  // Only as much buffer as this stream has shown it sends: more as the bytes arrive.
+  body_room_ = body_needed_ <= earned_ ? body_needed_ : std::min(body_needed_, initial_frame_grant);
+  body_ = pool_->acquire(body_room_);
+  state_ = state::body;
+  return step::again;
+}
+
+frame_reader::step frame_reader::take_body(in_frame& out) {
+  const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
+  make_room();
+  const std::size_t n = std::min(available(), body_room_ - body_filled_);
+  if (n) {
+    if (opener_)
+      opener_->payload(base + begin_, body_->data() + body_filled_, n);
+    else
+      std::memcpy(body_->data() + body_filled_, base + begin_, n);
+    body_filled_ += n;
+    begin_ += n;
+  }
+  if (body_filled_ < body_needed_) return available() == 0 ? step::more : step::again;  // full: make_room() grows it
+  return complete(out);
+}
+
+frame_reader::step frame_reader::take_control(in_frame& out) {
+  const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
+  if (available() < header_.body_bytes) return step::more;
+  control_body_.assign(base + begin_, base + begin_ + header_.body_bytes);
+  begin_ += header_.body_bytes;
+  // No protected kind has a body: authenticated here only if a reader ever allowed one.
+  if (opener_) opener_->payload(control_body_.data(), control_body_.data(), control_body_.size());
+  return complete(out);
+}
+
+frame_reader::step frame_reader::take_tag(in_frame& out) {
+  const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
+  if (available() < frame_tag_bytes) return step::more;
+  frame_tag tag;
+  std::memcpy(tag.data(), base + begin_, frame_tag_bytes);
+  begin_ += frame_tag_bytes;
+  if (!opener_->verify(tag)) {
+    body_.reset();
+    fail(frame_error::bad_tag, std::string(to_string(header_.kind)) + " frame " + std::to_string(opener_->frames()) +
+                                   " of the link fails its tag: altered, forged, replayed or out of order");
+  }
+  deliver(out);
+  return step::frame;
+}
+
 bool frame_reader::next(in_frame& out) {
   if (poisoned_) throw frame_exception(frame_error::bad_magic, true, "frame reader used after a fatal error");
-  const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
   try {
     for (;;) {
+      step s = step::more;
       switch (state_) {
-        case state::header: {
-          if (available() < frame_header_bytes) return false;
-          header_ = decode_header(base + begin_, max_frame_);
-          if (!(allowed_ & kind_bit(header_.kind)))
-            fail(frame_error::unexpected_kind, std::string(to_string(header_.kind)) + " frame not allowed now");
-          if (opener_) {
-            opener_->begin();
-            opener_->authenticate(base + begin_, frame_header_bytes);
-          }
-          begin_ += frame_header_bytes;
-          control_body_.clear();
-          if (header_.kind == frame_kind::message)
-            state_ = state::table;
-          else if (header_.body_bytes > 0)
-            state_ = state::control;
-          else if (opener_)
-            state_ = state::tag;
-          else
-            return deliver(out);
-          break;
-        }
-        case state::table: {
-          const std::size_t table = segment_table_bytes(header_.segments);
-          if (available() < table) return false;
-          sizes_.resize(header_.segments);
-          for (uint32_t i = 0; i < header_.segments; ++i) sizes_[i] = load<uint32_t>(base + begin_ + 4 * i);
-          check_segment_table(header_, sizes_.data());
-          if (opener_) opener_->authenticate(base + begin_, table);
-          begin_ += table;
-          body_needed_ = header_.body_bytes - table;
-          body_filled_ = 0;
-          // Only as much buffer as this stream has shown it sends: more as the bytes arrive.
-          body_room_ = body_needed_ <= earned_ ? body_needed_ : std::min(body_needed_, initial_frame_grant);
-          body_ = pool_->acquire(body_room_);
-          state_ = state::body;
-          break;
-        }
-        case state::body: {
-          make_room();
-          const std::size_t n = std::min(available(), body_room_ - body_filled_);
-          if (n) {
-            if (opener_)
-              opener_->payload(base + begin_, body_->data() + body_filled_, n);
-            else
-              std::memcpy(body_->data() + body_filled_, base + begin_, n);
-            body_filled_ += n;
-          }
-          begin_ += n;
-          if (body_filled_ < body_needed_) {
-            if (available() == 0) return false;
-            break;  // the buffer is full: make_room() grows it
-          }
-          if (opener_) {
-            state_ = state::tag;
-            break;
-          }
-          return deliver(out);
-        }
-        case state::control: {
-          if (available() < header_.body_bytes) return false;
-          control_body_.assign(base + begin_, base + begin_ + header_.body_bytes);
-          begin_ += header_.body_bytes;
-          if (opener_) {  // no protected kind has a body: not reached while the reader allows only those
-            opener_->payload(control_body_.data(), control_body_.data(), control_body_.size());
-            state_ = state::tag;
-            break;
-          }
-          return deliver(out);
-        }
-        case state::tag: {
-          if (available() < frame_tag_bytes) return false;
-          frame_tag tag;
-          std::memcpy(tag.data(), base + begin_, frame_tag_bytes);
-          begin_ += frame_tag_bytes;
-          if (!opener_->verify(tag)) {
-            body_.reset();
-            fail(frame_error::bad_tag, std::string(to_string(header_.kind)) + " frame " +
-                                           std::to_string(opener_->frames()) +
-                                           " of the link fails its tag: altered, forged, replayed or out of order");
-          }
-          return deliver(out);
-        }
+        case state::header: s = take_header(out); break;
+        case state::table: s = take_table(); break;
+        case state::body: s = take_body(out); break;
+        case state::control: s = take_control(out); break;
+        case state::tag: s = take_tag(out); break;
       }
+      if (s != step::again) return s == step::frame;
     }
   } catch (const frame_exception& e) {
     if (e.fatal()) poisoned_ = true;

@@ -192,7 +192,14 @@ public:
 
 private:
   enum class state { header, table, body, control, tag };
+  enum class step { more, again, frame };  // needs bytes, goes on to the next state, handed a frame out
   std::size_t available() const { return end_ - begin_; }
+  step take_header(in_frame& out);
+  step take_table();
+  step take_body(in_frame& out);
+  step take_control(in_frame& out);
+  step take_tag(in_frame& out);
+  step complete(in_frame& out);
   bool finish_message(in_frame& out);
   bool deliver(in_frame& out);
   void body_arrived(std::size_t n);

@@ -508,11 +508,6 @@ struct transport::impl {
     pending.erase(l);
     silent.remove(l);
     l->deadline.cancel();
-    // Every frame from here on is sealed and opened with the link's own keys
-    // (the dialer's proof, queued before this, goes out as it is).
-    const link_keys& k = l->dialer ? l->dialer_hs->keys() : l->acceptor_hs->keys();
-    l->sealer = std::make_unique<frame_cipher>(k.send, frame_cipher::direction::seal, opt.encrypt);
-    l->reader.protect(std::make_unique<frame_cipher>(k.receive, frame_cipher::direction::open, opt.encrypt));
     if (l->dialer) {
       p.dialing = false;
       p.backoff = first_backoff;
@@ -527,38 +522,12 @@ struct transport::impl {
       old = p.current;
     }
     if (old) close_link(old, "replaced by a new link");
-
-    const bool resume = their.peer_session != 0 && their.peer_session == p.my_sid && p.peer_sid != 0 &&
-                        their.session == p.peer_sid && their.incarnation == p.peer_incarnation;
-    std::string down_why;
-    if (resume) {
-      acknowledge(p, their.delivered);
-      std::lock_guard<std::mutex> lock(p.m);
-      c.resent += p.unacked.size();
-      while (!p.unacked.empty()) {
-        p.queue.push_front(std::move(p.unacked.back()));
-        p.unacked.pop_back();
-      }
-    } else {
-      if (p.up) {
-        down_why = their.incarnation != p.peer_incarnation
-                       ? "node " + std::to_string(j) + " restarted"
-                       : "node " + std::to_string(j) + " ended the session (it had declared this node dead)";
-        end_session(p, false);
-        p.up = false;
-        p.up_flag = false;
-        --c.peers_up;
-      }
-      p.peer_sid = their.session;
-      p.peer_incarnation = their.incarnation;
-      p.delivered = 0;
-      p.ack_out = 0;
-      p.acked = 0;
-    }
+    const std::string down_why = take_session(p, their);
     {
       std::lock_guard<std::mutex> lock(p.m);
       p.current = l;
     }
+    protect(*l);
     l->ph = link::phase::established;
     l->reader.allow(session_kinds);
     p.last_rx = steady::now();
@@ -577,7 +546,48 @@ struct transport::impl {
     if (l->ph == link::phase::established) pump(l);
   }
 
+  // Every frame from here on is sealed and opened with the link's own keys
+  // (the dialer's proof, queued before this, goes out as it is).
+  void protect(link& l) {
+    const link_keys& k = l.dialer ? l.dialer_hs->keys() : l.acceptor_hs->keys();
+    l.sealer = std::make_unique<frame_cipher>(k.send, frame_cipher::direction::seal, opt.encrypt);
+    l.reader.protect(std::make_unique<frame_cipher>(k.receive, frame_cipher::direction::open, opt.encrypt));
+  }
+
   // ---- sessions ----
+
+  // A new link resumes the session with `p` (the frames not acknowledged go
+  // again) or starts another; returns why the old one ended ("": it did not).
+  std::string take_session(peer& p, const session_info& their) {
+    const bool resume = their.peer_session != 0 && their.peer_session == p.my_sid && p.peer_sid != 0 &&
+                        their.session == p.peer_sid && their.incarnation == p.peer_incarnation;
+    if (resume) {
+      acknowledge(p, their.delivered);
+      std::lock_guard<std::mutex> lock(p.m);
+      c.resent += p.unacked.size();
+      while (!p.unacked.empty()) {
+        p.queue.push_front(std::move(p.unacked.back()));
+        p.unacked.pop_back();
+      }
+      return {};
+    }
+    std::string down_why;
+    if (p.up) {
+      down_why = their.incarnation != p.peer_incarnation
+                     ? "node " + std::to_string(p.node) + " restarted"
+                     : "node " + std::to_string(p.node) + " ended the session (it had declared this node dead)";
+      end_session(p, false);
+      p.up = false;
+      p.up_flag = false;
+      --c.peers_up;
+    }
+    p.peer_sid = their.session;
+    p.peer_incarnation = their.incarnation;
+    p.delivered = 0;
+    p.ack_out = 0;
+    p.acked = 0;
+    return down_why;
+  }
 
   // Drops what was queued for the peer or not acknowledged by it.
   void end_session(peer& p, bool new_ids) {

@@ -395,6 +395,49 @@ std::string job_identity(const job& j, const train::cluster_spec& c, const start
          " / " + std::to_string(start.data->sets.test.count) + "\n";
 }
 
+/// The links of node `self` of cluster `c`.
+net::transport_options link_options(const train::cluster_spec& c, uint32_t self, const std::string& secret,
+                                    const std::string& job_hash) {
+  net::transport_options to;
+  to.self = self;
+  for (const auto& n : c.nodes) to.nodes.push_back({n.name, n.host, n.port});
+  to.secret = secret;
+  to.job_hash = job_hash;
+  to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
+  to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
+  to.encrypt = c.encrypt;
+  to.faults = faults_from(train::environment());
+  return to;
+}
+
+/// Where the transport's events go: messages to the local actor they name,
+/// peers up, down and refused to the node's actor (`*node_actor`, set once it
+/// exists), rejections to the log through `rejections`.
+net::transport_handlers link_handlers(std::shared_ptr<directory> dir, std::shared_ptr<caf::actor> node_actor,
+                                      std::shared_ptr<net::rejection_log> rejections,
+                                      std::vector<net::endpoint> nodes, std::ostream& log) {
+  net::transport_handlers h;
+  h.on_message = [dir](uint32_t, const net::address& to, net::message m) {
+    if (const caf::actor* a = dir->local(to)) caf::anon_send(*a, std::move(m));
+  };
+  h.on_peer_up = [node_actor](uint32_t node) { caf::anon_send(*node_actor, peer_up_atom::value, node); };
+  h.on_peer_down = [node_actor](uint32_t node, const std::string& why, bool goodbye) {
+    caf::anon_send(*node_actor, peer_down_atom::value, node, why, goodbye);
+  };
+  h.on_rejected = [&log, rejections, node_actor, nodes = std::move(nodes)](const net::rejection& x) {
+    for (const std::string& line : rejections->add(x, net::rejection_log::clock::now())) log << line << std::endl;
+    // A refused handshake, with the node dialed or claimed (unauthenticated), or its remote address
+    // where it named none: the join timeout says it.
+    if (x.authenticated) return;
+    if (x.node >= 0 && static_cast<std::size_t>(x.node) < nodes.size())
+      caf::anon_send(*node_actor, peer_refused_atom::value, static_cast<uint32_t>(x.node),
+                     nodes[x.node].host + ":" + std::to_string(nodes[x.node].port), x.reason, x.what);
+    else
+      caf::anon_send(*node_actor, peer_refused_atom::value, no_node, x.remote, x.reason, x.what);
+  };
+  return h;
+}
+
 /// This process as node `self` of cluster `c`: its actors, its links to the
 /// other nodes, and the run until its end. Node 0 returns the records.
 history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, std::ostream& log) {
@@ -410,18 +453,8 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
   const train::plan p = plan_of(j, start, topo, layout, false, log);
   if (self == p.coordinator.node) log_plan(j, p, layout, log);
   std::vector<std::string> names;
-  net::transport_options to;
-  to.self = self;
-  for (const auto& n : c.nodes) {
-    names.push_back(n.name);
-    to.nodes.push_back({n.name, n.host, n.port});
-  }
-  to.secret = secret;
-  to.job_hash = job_identity(j, c, start);
-  to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
-  to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
-  to.encrypt = c.encrypt;
-  to.faults = faults_from(train::environment());
+  for (const auto& n : c.nodes) names.push_back(n.name);
+  const net::transport_options to = link_options(c, self, secret, job_identity(j, c, start));
 
   auto result = std::make_shared<outcome>();
   {
@@ -436,28 +469,8 @@ history run_cluster(const job& j, const train::cluster_spec& c, uint32_t self, s
       r.trace = std::make_shared<train::tracer>(self == 0 ? s.trace : s.trace + ".node" + std::to_string(self), self);
     // The transport's events go to the node's actor, which exists once spawn_node returns.
     auto node_actor = std::make_shared<caf::actor>();
-    net::transport_handlers h;
-    h.on_message = [dir](uint32_t, const net::address& to, net::message m) {
-      if (const caf::actor* a = dir->local(to)) caf::anon_send(*a, std::move(m));
-    };
-    h.on_peer_up = [node_actor](uint32_t node) {
-      caf::anon_send(*node_actor, peer_up_atom::value, node); };
-    h.on_peer_down = [node_actor](uint32_t node, const std::string& why, bool goodbye) {
-      caf::anon_send(*node_actor, peer_down_atom::value, node, why, goodbye);
-    };
     r.rejections = std::make_shared<net::rejection_log>();
-    h.on_rejected = [&log, rejections = r.rejections, node_actor, nodes = to.nodes](const net::rejection& x) {
-      for (const std::string& line : rejections->add(x, net::rejection_log::clock::now())) log << line << std::endl;
-      // A refused handshake, with the node dialed or claimed (unauthenticated), or its remote address
-      // where it named none: the join timeout says it.
-      if (x.authenticated) return;
-      if (x.node >= 0 && static_cast<std::size_t>(x.node) < nodes.size())
-        caf::anon_send(*node_actor, peer_refused_atom::value, static_cast<uint32_t>(x.node),
-                       nodes[x.node].host + ":" + std::to_string(nodes[x.node].port), x.reason, x.what);
-      else
-        caf::anon_send(*node_actor, peer_refused_atom::value, no_node, x.remote, x.reason, x.what);
-    };
-    net::transport link(to, h);
+    net::transport link(to, link_handlers(dir, node_actor, r.rejections, to.nodes, log));
     for (uint32_t n = 0; n < c.nodes.size(); ++n)
       if (n != self) dir->add_remote(n, [&link, n](const net::address& a, const net::message& m, int priority) {
           link.send(n, a, m, priority);

@@ -230,20 +230,14 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
   return out;
 }
 
-void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,
-                  std::ostream& log) {
+void resume_shard(shard_core& shard, const train::holder_start& h, std::ostream& log) {
   const std::string fresh = "shard " + std::to_string(shard.id()) + ": the update rule's state starts fresh: ";
-  if (c.optimizer_kind != algorithm) {
-    log << fresh << "the checkpoint was written by '" << c.optimizer_kind << "', not " << algorithm << "\n";
+  if (!h.fresh.empty()) {
+    log << fresh << h.fresh << "\n";
     return;
   }
-  if (c.shard_versions.size() != static_cast<std::size_t>(shards)) {
-    log << fresh << "the checkpoint has " << c.shard_versions.size() << " shard(s), this run " << shards << "\n";
-    return;
-  }
-  const std::vector<named_tensor> mine = net::shard_state(c, shard.id());
   try {
-    shard.restore(c.shard_versions[shard.id()], mine);
+    shard.restore(h.version, h.state);
     log << "shard " << shard.id() << ": resumed at version " << shard.version() << ", rule state digest " << std::hex
         << net::state_digest(shard.rule_state()) << std::dec << "\n";
   } catch (const error& e) {

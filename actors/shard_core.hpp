@@ -11,6 +11,7 @@
 #include "model/optimizer.hpp"
 #include "model/update_rule.hpp"
 #include "net/checkpoint.hpp"
+#include "train/initial_state.hpp"
 #include "net/message.hpp"
 #include "train/plan.hpp"
 #include "train/trace.hpp"
@@ -117,11 +118,10 @@ private:
   std::vector<kept_pull> kept_pulls_;  // a hybrid's: answered once `steps` pushes are in
 };
 
-/// Continues `shard` from checkpoint `c` of an `algorithm` run with `shards`
-/// shards: its version and its rule's state (entries "shard<s>/<name>"). A
-/// checkpoint of another algorithm or shard count, or a state that does not
-/// fit (other --workers), leaves the shard fresh and says so in `log`.
-void resume_shard(shard_core& shard, const net::checkpoint& c, const std::string& algorithm, int shards,
-                  std::ostream& log);
+/// Continues `shard` from `h` (train::resumed_start's entry for it): its
+/// version and its rule's state, said on `log` with the state's digest. A
+/// holder that starts fresh (another algorithm or shard count), or a state
+/// that does not fit (other --workers), leaves the shard fresh and says why.
+void resume_shard(shard_core& shard, const train::holder_start& h, std::ostream& log);
 
 } // namespace troupe::actors

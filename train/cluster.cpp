@@ -102,6 +102,7 @@ topology topology_of(const cluster_spec& c, uint32_t self, int local_threads,
       spec.devices.push_back({n.devices[d].kind + std::to_string(d), n.devices[d].speed, n.devices[d].memory_mb * 1048576});
     t.nodes.push_back(std::move(spec));
   }
+  t.peer_timeout_s = c.peer_timeout_s;
   return t;
 }
 

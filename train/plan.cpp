@@ -320,47 +320,48 @@ std::string describe_placement(const plan& p, const settings& s, bool json) {
   return out.str();
 }
 
-plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples,
-               const model::model::layer_profile* profile, const std::vector<model::layer_cost>* costs) {
+namespace {
+
+/// The inputs make_plan cannot plan with: a node without threads, a speed per
+/// worker missing, more workers than samples.
+void check_inputs(const settings& s, const topology& t, int64_t train_samples, const std::vector<float>& slowdowns) {
   if (t.nodes.empty()) throw error("the topology has no nodes");
   for (const auto& n : t.nodes)
     if (n.threads < 1) throw error("node " + n.name + ": threads must be at least 1, got " + std::to_string(n.threads));
-  const algorithm_settings& a = s.algo;
-  const int workers = a.workers;
-  const std::vector<float> slowdowns = worker_slowdowns(a);
+  const int workers = s.algo.workers;
   if (!slowdowns.empty() && static_cast<int>(slowdowns.size()) != workers)
     throw error("--worker-speeds: " + std::to_string(slowdowns.size()) + " speeds for " + std::to_string(workers) +
                 " workers (give one per worker)");
   if (train_samples < workers)
     throw error("--workers " + std::to_string(workers) + " exceeds the " + std::to_string(train_samples) +
                 " training samples");
-  plan p;
-  p.coordinator = {0, net::role::coordinator, 0};
-  p.evaluator = {0, net::role::evaluator, 0};
-  p.nodes.resize(t.nodes.size());
-  p.samples_per_epoch = train_samples;
-  if (s.pipeline.stages > 1) {
-    // A hybrid: --workers replicas of the pipeline, each stage pushing to the shard of its parameters.
-    if (traits(a.kind).on_actors) {
-      const std::string with = "--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) + ": ";
-      if (!traits(a.kind).shards)
-        throw error(with + "a hybrid's stages push to parameter shards; use another asynchronous algorithm, or "
-                           "sequential (each stage updates its own parameters)");
-      if (s.pipeline.schedule != model::pipeline_schedule::gpipe)
-        throw error(with + "a hybrid runs --schedule gpipe (one push per stage and mini-batch), not " +
-                    std::string(model::to_string(s.pipeline.schedule)));
-      if (a.shards != 1) throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
-      if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
-      if (!slowdowns.empty())
-        throw error(with + "--worker-speeds sets data-parallel workers' speeds; set a stage's device speed with "
-                           "--device-speeds");
-    }
-    if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
-    plan_pipeline(p, s, t, layout, train_samples, *profile, costs);
-    return p;
-  }
+}
 
-  // Workers (each with its loader on its node) round-robin over the nodes that may host them.
+/// A hybrid (--workers replicas of the pipeline, each stage pushing to the
+/// shard of its parameters) takes the settings it can run.
+void check_hybrid(const settings& s, const std::vector<float>& slowdowns) {
+  const algorithm_settings& a = s.algo;
+  if (!traits(a.kind).on_actors) return;
+  const std::string with = "--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) + ": ";
+  if (!traits(a.kind).shards)
+    throw error(with + "a hybrid's stages push to parameter shards; use another asynchronous algorithm, or "
+                       "sequential (each stage updates its own parameters)");
+  if (s.pipeline.schedule != model::pipeline_schedule::gpipe)
+    throw error(with + "a hybrid runs --schedule gpipe (one push per stage and mini-batch), not " +
+                std::string(model::to_string(s.pipeline.schedule)));
+  if (a.shards != 1) throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
+  if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
+  if (!slowdowns.empty())
+    throw error(with + "--worker-speeds sets data-parallel workers' speeds; set a stage's device speed with "
+                       "--device-speeds");
+}
+
+/// Workers (each with its loader on its node) round-robin over the nodes
+/// that may host them; a node's threads split over its workers (scheduler
+/// threads beyond the workers only steal cores from their kernels).
+void plan_workers(plan& p, const settings& s, const topology& t, int64_t train_samples,
+                  const std::vector<float>& slowdowns) {
+  const int workers = s.algo.workers;
   const std::vector<uint32_t> worker_nodes = eligible(t, &node_spec::run_workers, "workers");
   for (int i = 0; i < workers; ++i) {
     const uint32_t node = worker_nodes[static_cast<std::size_t>(i) % worker_nodes.size()];
@@ -376,8 +377,6 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
     ++p.nodes[node].workers;
     p.batches_per_epoch += batches(l.end - l.begin, s.batch_size);
   }
-  // Kernel threads: a node's threads split over its workers. Scheduler
-  // threads beyond the workers only steal cores from their kernels.
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     node_plan& np = p.nodes[n];
     np.scheduler_threads = std::max(1, std::min(t.nodes[n].threads, std::max(1, np.workers)));
@@ -385,7 +384,12 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
   }
   for (auto& w : p.workers)
     w.threads = std::max(1, t.nodes[w.address.node].threads / p.nodes[w.address.node].workers);
+}
 
+/// The parameter shards round-robin over the nodes that may host them, or
+/// one buffer shared in one process (Hogwild!).
+void plan_data_shards(plan& p, const settings& s, const topology& t, const model::param_layout& layout) {
+  const algorithm_settings& a = s.algo;
   if (traits(a.kind).shards) {
     const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
     const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards);
@@ -395,11 +399,38 @@ plan make_plan(const settings& s, const topology& t, const model::param_layout& 
       ++p.nodes[node].shards;
     }
   } else if (t.nodes.size() != 1) {
-    throw error(std::string("--algorithm ") + to_string(a.kind) + " shares one buffer in one process: it runs on one node, the topology has " +
+    throw error(std::string("--algorithm ") + to_string(a.kind) +
+                " shares one buffer in one process: it runs on one node, the topology has " +
                 std::to_string(t.nodes.size()));
   }
-  int64_t updates = p.batches_per_epoch * s.epochs / a.push_every;
-  if (traits(a.kind).synchronous) updates /= workers;  // a round is one update of every worker
+}
+
+} // namespace
+
+plan make_plan(const settings& s, const topology& t, const model::param_layout& layout, int64_t train_samples,
+               const model::model::layer_profile* profile, const std::vector<model::layer_cost>* costs) {
+  const std::vector<float> slowdowns = worker_slowdowns(s.algo);
+  check_inputs(s, t, train_samples, slowdowns);
+  plan p;
+  p.coordinator = {0, net::role::coordinator, 0};
+  p.evaluator = {0, net::role::evaluator, 0};
+  p.nodes.resize(t.nodes.size());
+  p.samples_per_epoch = train_samples;
+  p.costs_measured = costs != nullptr;
+  // In one process nothing is lost on the way; a cluster's worker pulls again
+  // what a push did not answer within the peer timeout (not SSGD: its rounds wait for every worker).
+  p.pull_retry_s = t.nodes.size() > 1 && traits(s.algo.kind).retries_pulls() ? t.peer_timeout_s : 0;
+  if (s.pipeline.stages > 1) {
+    check_hybrid(s, slowdowns);
+    if (!profile) throw error("make_plan: a pipeline needs the model's layer profile");
+    plan_pipeline(p, s, t, layout, train_samples, *profile, costs);
+    return p;
+  }
+  plan_workers(p, s, t, train_samples, slowdowns);
+  plan_data_shards(p, s, t, layout);
+  p.shared_buffer = traits(s.algo.kind).shared_memory;
+  int64_t updates = p.batches_per_epoch * s.epochs / s.algo.push_every;
+  if (traits(s.algo.kind).synchronous) updates /= s.algo.workers;  // a round is one update of every worker
   p.total_updates = std::max<int64_t>(1, updates);
   return p;
 }

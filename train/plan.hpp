@@ -29,6 +29,8 @@ struct node_spec {
 /// The nodes of a run. Node 0 hosts the coordinator and the evaluator.
 struct topology {
   std::vector<node_spec> nodes;
+  /// A cluster: how long a silent peer lives ([cluster] peer-timeout); 0 in one process.
+  double peer_timeout_s = 0;
   /// This process alone, with `threads` threads (0: its share of the cores,
   /// default_threads() of its environment: Slurm's CPUs per task, or the CPUs
   /// it may run on divided by Slurm's tasks on its host).
@@ -106,6 +108,15 @@ struct plan {
   std::vector<model::device_cost> devices;
   std::vector<uint32_t> device_nodes;  ///< the node of each device
   model::placement_estimate estimate;
+  /// What differs between one process and a cluster, as the plan's values:
+  /// after how long a worker pulls again the shards that did not answer a
+  /// push (0: never; a cluster whose rule retries pulls: the peer timeout),
+  /// whether the workers share one parameter buffer (Hogwild!, one process
+  /// only), whether a placer had measured layer costs (one process) or
+  /// estimated ones (a cluster: the same on every node).
+  double pull_retry_s = 0;
+  bool shared_buffer = false;
+  bool costs_measured = false;
 
   int stages_per_replica() const { return stages.empty() ? 0 : static_cast<int>(stages.size()) / pipeline_replicas; }
   /// The data-parallel replica (its loader's index) of a worker's or stage's address.

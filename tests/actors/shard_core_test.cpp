@@ -19,6 +19,20 @@ using namespace troupe::testing;
 using Catch::Matchers::Contains;
 using model::rule_kind;
 
+namespace {
+
+/// Where a run of `algorithm` with `shards` shards (small_plan's first) starts from checkpoint `c`.
+train::initial_state start_of(const net::checkpoint& c, const std::string& algorithm, int shards) {
+  train::plan p;
+  for (int i = 0; i < shards; ++i) p.shards.push_back(small_plan());
+  p.samples_per_epoch = 100;
+  settings s;
+  s.algo.kind = parse_algorithm(algorithm);
+  return train::resumed_start(c, p, s);
+}
+
+} // namespace
+
 TEST_CASE("shard: pull, ASGD pushes, versions and staleness, replies go to the source", "[actors][shard]") {
   shard_core s = small_shard(rule_kind::asgd, 2);
   CHECK(s.address() == shard_addr(0));
@@ -212,7 +226,7 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard c
                {{"a", tensor::from({2}, {now.values[0], now.values[1]})}, {"b", tensor::from({1}, {now.values[2]})}},
                small_rule(rule_kind::ddc_asgd, 2), model::lr_schedule::constant, 100, kernels::context{});
   std::ostringstream log;
-  resume_shard(b, c, "ddc-asgd", 1, log);
+  resume_shard(b, start_of(c, "ddc-asgd", 1).shards[0], log);
   // Restored bit for bit: the version, and the rule state's digest is the checkpoint's.
   std::ostringstream expected;
   expected << "shard 0: resumed at version " << a.version() << ", rule state digest " << std::hex
@@ -232,12 +246,12 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard c
 
   // Another algorithm's checkpoint, another shard count, or another worker count: fresh, and said so.
   shard_core fresh = small_shard(rule_kind::ddc_asgd, 2);
-  resume_shard(fresh, c, "dc-asgd-a", 1, log);
+  resume_shard(fresh, start_of(c, "dc-asgd-a", 1).shards[0], log);
   CHECK_THAT(log.str(), Contains("written by 'ddc-asgd', not dc-asgd-a"));
-  resume_shard(fresh, c, "ddc-asgd", 2, log);
+  resume_shard(fresh, start_of(c, "ddc-asgd", 2).shards[0], log);
   CHECK_THAT(log.str(), Contains("the checkpoint has 1 shard(s), this run 2"));
   shard_core one_worker = small_shard(rule_kind::ddc_asgd, 1);
-  resume_shard(one_worker, c, "ddc-asgd", 1, log);
+  resume_shard(one_worker, start_of(c, "ddc-asgd", 1).shards[0], log);
   CHECK_THAT(log.str(), Contains("unexpected entry 'ms/1'"));
   CHECK(fresh.version() == 0u);
   CHECK(one_worker.version() == 0u);

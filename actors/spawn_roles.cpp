@@ -1,0 +1,226 @@
+// The role table: one spawner per role, each spawning the plan's entries of
+// its role on this node with their initial state, into the node's directory.
+
+#include "actors/spawn_roles.hpp"
+
+#include <caf/all.hpp>
+
+#include <ostream>
+
+#include "actors/node_actor.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using spawner = void (*)(caf::actor_system&, node_context&);
+
+/// Registers `a` at `address` as one of the node's role actors.
+void add_local(node_context& c, const net::address& address, caf::actor a) {
+  c.dir->add(address, a);
+  c.locals.push_back(std::move(a));
+}
+
+void spawn_shards(caf::actor_system& sys, node_context& c) {
+  const train::plan& p = c.plan();
+  const auto params = c.start->net.parameters();
+  for (std::size_t i = 0; i < p.shards.size(); ++i) {
+    const train::shard_plan& sp = p.shards[i];
+    if (sp.address.node != c.self) continue;
+    const kernels::context ctx = kernels::context::with_threads(p.nodes[c.self].shard_threads);
+    std::vector<named_tensor> mine;
+    for (uint32_t t = sp.range.first; t < sp.range.last; ++t) mine.push_back({params[t]->name, params[t]->value.clone()});
+    auto core = std::make_shared<shard_core>(sp, mine, rule_config(c.config()), c.config().schedule, p.total_updates, ctx);
+    if (c.start->state.resuming) resume_shard(*core, c.start->state.shards[i], *c.log);
+    core->trace(c.trace);
+    add_local(c, sp.address, spawn_shard(sys, core, c.dir, c.log));
+  }
+}
+
+/// Mini-batches a stage runs. A hybrid's replicas go on until the coordinator
+/// has counted the run's samples (an epoch ends on every replica's samples
+/// together, as data-parallel workers'): each may take up to all of them. A
+/// resumed run takes at least one step, as workers and the sequential loop do
+/// (the coordinator ends the run on the first report past --max-steps).
+int64_t stage_steps(const node_context& c) {
+  const settings& s = c.config();
+  const train::plan& p = c.plan();
+  const int64_t before = c.start->state.first_steps;
+  int64_t steps = p.total_updates * (traits(s.algo.kind).synchronous ? p.pipeline_replicas : 1) - before;
+  if (s.max_steps > 0) steps = std::min(steps, s.max_steps - before);
+  return std::max<int64_t>(1, steps);
+}
+
+/// Stage `i` of the plan's stages: its neighbours, schedule and optimizer.
+stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps) {
+  const settings& s = c.config();
+  const train::plan& p = c.plan();
+  const train::stage_plan& sp = p.stages[i];
+  const int stages = p.stages_per_replica();
+  const int k = static_cast<int>(i) % stages;
+  stage_config sc;
+  sc.plan = sp;
+  sc.index = k;
+  sc.stages = stages;
+  sc.previous = k > 0 ? p.stages[i - 1].address : sp.address;
+  sc.next = k + 1 < stages ? p.stages[i + 1].address : sp.address;
+  sc.coordinator = p.coordinator;
+  if (sp.shard >= 0) sc.shard = p.shards[static_cast<std::size_t>(sp.shard)].address;
+  sc.layout = c.start->net.layout();
+  sc.schedule = s.pipeline.schedule;
+  sc.micro_batches = s.pipeline.micro_batches;
+  sc.total_micro_batches = steps * s.pipeline.micro_batches;
+  sc.lr = s.lr;
+  sc.momentum = s.momentum;
+  sc.weight_decay = s.weight_decay;
+  sc.lr_schedule = s.schedule;
+  sc.total_steps = p.total_updates;
+  sc.steps_before = c.start->state.first_steps;
+  sc.stash = s.pipeline.stash;
+  sc.trace = c.trace;
+  return sc;
+}
+
+/// Continues a stage that updates its own parameters from its initial state (its momentum).
+void resume_stage(stage_core& stage, const train::holder_start& h, std::ostream& log) {
+  const std::string fresh = net::to_string(stage.address()) + ": momentum starts at 0: ";
+  if (!h.fresh.empty()) log << fresh << h.fresh << "\n";
+  if (!h.resumes()) return;
+  try {
+    stage.restore(h.state);
+  } catch (const error& e) {
+    log << fresh << e.what() << "\n";
+  }
+}
+
+void spawn_stages(caf::actor_system& sys, node_context& c) {
+  const train::plan& p = c.plan();
+  if (p.stages.empty()) return;
+  const model::model::flat_buffers flat = c.start->net.flatten();
+  const shape sample = c.start->data->sets.train.sample_shape();
+  const int64_t steps = stage_steps(c);
+  for (std::size_t i = 0; i < p.stages.size(); ++i) {
+    const train::stage_plan& sp = p.stages[i];
+    if (sp.address.node != c.self) continue;
+    // A stage's replicas: the whole model built (same seed), its layers cut out.
+    auto replicas = std::make_shared<replica_pool>([job = c.job, sample, first = sp.first_layer, last = sp.last_layer] {
+      return job->build_model(sample).slice(first, last);
+    });
+    std::vector<float> initial(flat.values.data() + sp.params.begin, flat.values.data() + sp.params.end);
+    auto core = std::make_shared<stage_core>(stage_config_of(c, i, steps), replicas, std::move(initial));
+    if (c.start->state.resuming) resume_stage(*core, c.start->state.stages[i], *c.log);
+    const net::address loader = p.loaders[static_cast<std::size_t>(sp.replica)].address;
+    add_local(c, sp.address, spawn_stage(sys, core, loader, p.coordinator, c.config().algo.prefetch, c.dir));
+  }
+}
+
+/// A worker's or a first stage's loader: its part of the training set, from the epoch the run starts at.
+void spawn_loaders(caf::actor_system& sys, node_context& c) {
+  const train::plan& p = c.plan();
+  const train::initial_state& st = c.start->state;
+  for (const train::loader_plan& lp : p.loaders) {
+    if (lp.address.node != c.self) continue;
+    auto core = std::make_shared<loader_core>(c.start->data->sets.train, c.start->data->norm, c.config().batch_size,
+                                              lp, st.first_epoch);
+    core->skip_trained(st.epoch_samples, p.samples_per_epoch);
+    core->trace(c.trace);
+    add_local(c, lp.address, spawn_loader(sys, core, c.dir));
+  }
+}
+
+/// Where a worker's weights come from: Hogwild!'s shared buffer, the shards, or local steps between pushes.
+std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w) {
+  const settings& s = c.config();
+  if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates);
+  shard_source_config sc{w.address, c.plan().shards, c.start->net.layout(), w.threads};
+  if (s.algo.push_every > 1)
+    return local_steps(sc, s.algo.push_every, s.algo.worker_lr > 0 ? s.algo.worker_lr : s.lr, s.algo.worker_momentum);
+  return shard_weights(sc);
+}
+
+void spawn_workers(caf::actor_system& sys, node_context& c) {
+  const settings& s = c.config();
+  const train::plan& p = c.plan();
+  // Workers borrow replicas for their steps: as many exist as steps run at once.
+  auto replicas = std::make_shared<replica_pool>(
+      [job = c.job, sample = c.start->data->sets.train.sample_shape()] { return job->build_model(sample); });
+  const auto retry = std::chrono::milliseconds(static_cast<int64_t>(p.pull_retry_s * 1000));
+  for (const train::worker_plan& w : p.workers) {
+    if (w.address.node != c.self) continue;
+    auto core = std::make_shared<worker_core>(w, replicas, weights_of(c, w));
+    // Pipelined execution; a slowed worker holds its pushes back, so it pushes after backward.
+    if (s.algo.overlap && w.speed <= 1.0f)
+      core->overlap([dir = c.dir](outgoing&& o) { send_to(*dir, o.to, std::move(o.msg), o.priority); },
+                    s.algo.overlap_receive);
+    if (c.trace) core->trace(c.trace, net::to_string(w.address));
+    add_local(c, w.address, spawn_worker(sys, core, w.loader, p.coordinator, s.algo.prefetch, retry, c.dir));
+  }
+}
+
+/// The evaluator's model: the starting parameters, overwritten by each snapshot.
+void spawn_evaluator_role(caf::actor_system& sys, node_context& c) {
+  const train::plan& p = c.plan();
+  if (p.evaluator.node != c.self) return;
+  evaluator_core::config ec;
+  ec.self = p.evaluator;
+  ec.shards = p.parameter_holders();
+  ec.hogwild = c.hogwild;
+  ec.data = c.start->data;
+  ec.batch_size = c.config().batch_size;
+  ec.checkpoint = c.config().checkpoint;
+  ec.algorithm = to_string(c.config().algo.kind);
+  auto core = std::make_shared<evaluator_core>(std::move(ec), std::move(c.start->net));
+  c.dir->add(p.evaluator, spawn_evaluator(sys, core, p.coordinator, c.dir));
+}
+
+void spawn_coordinator_role(caf::actor_system& sys, node_context& c) {
+  const train::plan& p = c.plan();
+  if (p.coordinator.node != c.self) return;
+  const train::initial_state& st = c.start->state;
+  coordinator_setup cs;
+  cs.job = c.job;
+  cs.plan = p;
+  cs.info = c.info;
+  cs.first_epoch = st.first_epoch;
+  cs.first_steps = st.first_steps;
+  cs.resuming = st.resuming;
+  cs.node_names = c.node_names;
+  cs.join_timeout_s = c.join_timeout_s;
+  cs.log = c.log;
+  cs.result = c.result;
+  cs.rejections = c.rejections;
+  cs.first_epoch_samples = st.epoch_samples;
+  c.dir->add(p.coordinator, spawn_coordinator(sys, std::move(cs), c.dir));
+}
+
+/// The roles in the order they are spawned; none sends before the node's actor starts.
+struct role_entry {
+  net::role role;
+  spawner spawn;
+};
+const role_entry role_table[] = {
+    {net::role::shard, spawn_shards},          {net::role::stage, spawn_stages},
+    {net::role::loader, spawn_loaders},        {net::role::worker, spawn_workers},
+    {net::role::evaluator, spawn_evaluator_role}, {net::role::coordinator, spawn_coordinator_role},
+};
+
+} // namespace
+
+caf::actor spawn_roles(caf::actor_system& sys, node_context& c) {
+  for (const role_entry& r : role_table) r.spawn(sys, c);
+  const caf::actor* coordinator = c.dir->local(c.plan().coordinator);
+  node_setup ns;
+  ns.self = c.self;
+  ns.node_names = c.node_names;
+  ns.coordinator = c.plan().coordinator;
+  ns.join_timeout_s = c.join_timeout_s;
+  if (!coordinator) ns.locals = c.locals;
+  ns.result = c.result;
+  ns.log = c.log;
+  caf::actor node = spawn_node_actor(sys, std::move(ns), c.dir);
+  c.dir->add({c.self, net::role::node, 0}, node);
+  caf::anon_send(node, node_start_atom::value);
+  return coordinator ? *coordinator : node;
+}
+
+} // namespace troupe::actors

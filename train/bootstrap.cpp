@@ -1,0 +1,178 @@
+#include "train/bootstrap.hpp"
+
+#include <cstdlib>
+#include <optional>
+#include <iostream>
+#include <ostream>
+#include <sstream>
+
+#include "model/cost_profile.hpp"
+#include "net/checkpoint.hpp"
+#include "net/message.hpp"
+#include "train/cluster.hpp"
+#include "train/job_file.hpp"
+#include "train/profile_cache.hpp"
+
+namespace troupe::train {
+
+namespace {
+
+/// Whether the job places its stages on devices (a placer or device speeds), not only cuts them.
+bool places_stages(const settings& s) {
+  return s.pipeline.stages > 1 && (s.pipeline.placement != placement_kind::even || !s.pipeline.device_speeds.empty());
+}
+
+/// The layers' costs of a placement measured with `threads` per stage: from
+/// --profile-cache when it holds `key`, else measured (5 repetitions) and written there.
+std::vector<model::layer_cost> measure_costs(const job& j, model::model& m, const std::string& key, int threads,
+                                             std::ostream& log) {
+  const settings& s = j.config();
+  const std::string& path = s.pipeline.profile_cache;
+  const std::string file_key = profile_key(key, "measured: 5 repetitions");
+  std::string why;
+  std::optional<std::vector<model::layer_cost>> costs =
+      path.empty() ? std::nullopt : read_profile(path, file_key, m.size(), &why);
+  if (!why.empty()) log << "warning: " << why << "; measuring again" << std::endl;
+  if (costs) return std::move(*costs);
+  const int updates = s.pipeline.schedule == pipeline_schedule::one_f_one_b ? s.pipeline.micro_batches : 1;
+  const int64_t micro = std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches);
+  std::vector<model::layer_cost> measured =
+      model::measure_costs(m, micro, s.pipeline.micro_batches, kernels::context::with_threads(threads), 5, updates);
+  if (!path.empty()) write_profile(path, file_key, measured);
+  return measured;
+}
+
+/// A placer's input in one process: every layer's forward and backward time,
+/// measured on a model of its own (not the one that trains: a measurement
+/// would move batch norm's running statistics) with a stage's threads. None
+/// where the stages are not placed: the plan then cuts by multiply-adds.
+std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j, const shape& sample,
+                                                                   const topology& topo, std::ostream& log) {
+  const settings& s = j.config();
+  if (!places_stages(s)) return std::nullopt;
+  model::model m = j.build_model(sample);
+  const int threads = std::max(1, topo.nodes[0].threads / s.pipeline.stages);
+  const int updates = s.pipeline.schedule == pipeline_schedule::one_f_one_b ? s.pipeline.micro_batches : 1;
+  const int64_t micro = std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches);
+  const std::string key = m.architecture() + "|" + std::to_string(micro) + "x" +
+                          std::to_string(s.pipeline.micro_batches) + "|" + std::to_string(threads) + "|" +
+                          std::to_string(updates);
+  auto measure = [&] { return measure_costs(j, m, key, threads, log); };
+  // Within the process: the caller's cache, when the job has one.
+  return j.costs() ? j.costs()->get(key, measure) : measure();
+}
+
+/// A number in [0, 1] from `env`'s `key` into `into` (unchanged when unset).
+void probability(const std::map<std::string, std::string>& env, const char* key, double& into) {
+  auto it = env.find(key);
+  if (it == env.end()) return;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (*end || !(v >= 0 && v <= 1)) throw error(std::string(key) + " must be a probability in [0, 1], got '" + it->second + "'");
+  into = v;
+}
+
+/// Faults to inject on this node's outgoing frames, for tests: off unless set in `env`.
+net::fault_options faults_from(const std::map<std::string, std::string>& env) {
+  net::fault_options f;
+  probability(env, "TROUPE_FAULT_DROP", f.drop);
+  probability(env, "TROUPE_FAULT_DELAY", f.delay);
+  probability(env, "TROUPE_FAULT_DUPLICATE", f.duplicate);
+  probability(env, "TROUPE_FAULT_DISCONNECT", f.disconnect);
+  if (auto it = env.find("TROUPE_FAULT_SEED"); it != env.end()) f.seed = std::strtoull(it->second.c_str(), nullptr, 10);
+  return f;
+}
+
+} // namespace
+
+bool starting_point::finished() const { return state.first_epoch >= epochs; }
+
+plan plan_of(const job& j, const cluster_spec& c, uint32_t self, model::model& net, const loaded_data& data,
+             std::ostream& log) {
+  const topology topo = topology_of(c, self, j.config().threads);
+  const model::model::layer_profile profile = net.profile();
+  const shape sample = data.sets.train.sample_shape();
+  const auto costs = topo.nodes.size() == 1 ? measure_for_placement(j, sample, topo, log) : std::nullopt;
+  return make_plan(j.config(), topo, net.layout(), data.sets.train.count, &profile, costs ? &*costs : nullptr);
+}
+
+starting_point start_of(const job& j, const cluster_spec& c, uint32_t self, std::ostream& log) {
+  starting_point start;
+  start.epochs = j.config().epochs;
+  start.data = std::make_shared<const loaded_data>(load_data(j, log));
+  start.net = j.build_model(start.data->sets.train.sample_shape());
+  std::optional<net::checkpoint> checkpoint;
+  if (resumes(j.config())) {
+    const std::string& path = j.config().checkpoint;
+    checkpoint = net::load_checkpoint(path);
+    start.net.load_state(checkpoint->architecture, checkpoint->params);
+    log_resume(path, static_cast<int>(checkpoint->epoch), static_cast<int64_t>(checkpoint->step),
+               static_cast<int64_t>(checkpoint->epoch_samples), start.data->sets.train.count, log);
+  }
+  start.p = plan_of(j, c, self, start.net, *start.data, log);
+  start.state = checkpoint ? resumed_start(*checkpoint, start.p, j.config()) : fresh_start(start.p);
+  return start;
+}
+
+void log_plan(const job& j, const plan& p, const model::param_layout& layout, std::ostream& log) {
+  const settings& s = j.config();
+  if (!p.stages.empty()) {
+    log << "model " << j.model_name() << ": " << layout.numel() << " parameters; ";
+    if (p.pipeline_replicas > 1 || !p.shards.empty())
+      log << p.pipeline_replicas << " replica(s) of a pipeline (" << to_string(s.algo.kind) << " on " << p.shards.size()
+          << " shard(s), one per stage with parameters) of ";
+    else
+      log << "a pipeline of ";
+    log << p.stages_per_replica() << " stages (" << model::to_string(s.pipeline.schedule) << ", "
+        << s.pipeline.micro_batches << " micro-batches per mini-batch):";
+    for (const auto& st : p.stages)
+      log << " stage " << st.address.index << " on node " << st.address.node << ": layers [" << st.first_layer << ", "
+          << st.last_layer << ") " << st.params.numel() << " parameters;";
+    log << "\n";
+    if (places_stages(s)) log << describe_placement(p, s, false);
+    return;
+  }
+  log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
+      << p.workers.size() << " worker(s), "
+      << (p.shards.empty() ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)")
+      << ", push every " << s.algo.push_every << ", " << p.workers.front().threads << " thread(s) per worker\n";
+}
+
+std::string job_identity(const job& j, const cluster_spec& c, const starting_point& start) {
+  job_spec spec{j.model_name(), j.data_source().description(), j.config(), c};
+  return "troupe schema " + std::to_string(wire::SCHEMA_VERSION) + "\n" + to_job_file(spec) + "architecture " +
+         start.net.architecture() + "\nsamples " + std::to_string(start.data->sets.train.count) + " / " +
+         std::to_string(start.data->sets.test.count) + "\n";
+}
+
+net::transport_options link_options(const cluster_spec& c, uint32_t self, const std::string& secret,
+                                    const std::string& job_hash, const std::map<std::string, std::string>& env) {
+  net::transport_options to;
+  to.self = self;
+  for (const auto& n : c.nodes) to.nodes.push_back({n.name, n.host, n.port});
+  to.secret = secret;
+  to.job_hash = job_hash;
+  to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
+  to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
+  to.encrypt = c.encrypt;
+  to.faults = faults_from(env);
+  return to;
+}
+
+std::string describe_plan(const job& j, bool json) {
+  j.validate();
+  const settings& s = j.config();
+  const cluster_spec c = resolve(j.cluster_config(), environment());
+  std::ostringstream log;
+  const loaded_data data = load_data(j, log);
+  model::model net = j.build_model(data.sets.train.sample_shape());
+  // The data's loading lines are not the plan's; a warning goes to stderr.
+  const plan p = plan_of(j, c, 0, net, data, std::cerr);
+  if (p.stages.empty()) {
+    if (json) throw error("--json: the plan of a pipeline only (give --pipeline-stages K > 1)");
+    return p.describe();
+  }
+  return describe_placement(p, s, json);
+}
+
+} // namespace troupe::train

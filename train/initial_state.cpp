@@ -1,0 +1,67 @@
+#include "train/initial_state.hpp"
+
+#include "train/job.hpp"
+
+namespace troupe::train {
+
+namespace {
+
+/// Shard `i`'s start from `c`, written by `written_by` with `holders` shards.
+holder_start shard_start(const net::checkpoint& c, uint32_t i, const std::string& algorithm, std::size_t shards) {
+  holder_start h;
+  if (c.optimizer_kind != algorithm)
+    h.fresh = "the checkpoint was written by '" + c.optimizer_kind + "', not " + algorithm;
+  else if (c.shard_versions.size() != shards)
+    h.fresh = "the checkpoint has " + std::to_string(c.shard_versions.size()) + " shard(s), this run " +
+              std::to_string(shards);
+  if (!h.fresh.empty()) return h;
+  h.version = c.shard_versions[i];
+  h.state = net::shard_state(c, i);
+  return h;
+}
+
+/// Stage `i`'s momentum from `c` (the evaluator names a holder's state "shard<i>/velocity").
+holder_start stage_start(const net::checkpoint& c, std::size_t i, std::size_t stages, bool has_momentum) {
+  holder_start h;
+  if (c.shard_versions.size() != stages) {
+    h.fresh = "the checkpoint has " + std::to_string(c.shard_versions.size()) + " parameter holder(s), this run " +
+              std::to_string(stages) + " stages";
+    return h;
+  }
+  const std::string name = "shard" + std::to_string(i) + "/velocity";
+  for (const named_tensor& t : c.optimizer)
+    if (t.name == name) {
+      h.state.push_back({"velocity", t.value});
+      return h;
+    }
+  if (has_momentum) h.fresh = "the checkpoint holds none for it";
+  return h;
+}
+
+} // namespace
+
+initial_state fresh_start(const plan& p) {
+  initial_state s;
+  s.shards.resize(p.shards.size());
+  s.stages.resize(p.stages.size());
+  return s;
+}
+
+initial_state resumed_start(const net::checkpoint& c, const plan& p, const settings& s) {
+  initial_state st = fresh_start(p);
+  st.resuming = true;
+  st.first_epoch = static_cast<int>(c.epoch);
+  st.first_steps = static_cast<int64_t>(c.step);
+  st.epoch_samples = static_cast<int64_t>(c.epoch_samples);
+  if (st.epoch_samples >= p.samples_per_epoch) {
+    st.epoch_samples_dropped = st.epoch_samples;
+    st.epoch_samples = 0;
+  }
+  const std::string algorithm = to_string(s.algo.kind);
+  for (uint32_t i = 0; i < p.shards.size(); ++i) st.shards[i] = shard_start(c, i, algorithm, p.shards.size());
+  for (std::size_t i = 0; i < p.stages.size(); ++i)
+    if (p.stages[i].shard < 0) st.stages[i] = stage_start(c, i, p.stages.size(), s.momentum != 0.0f);
+  return st;
+}
+
+} // namespace troupe::train

@@ -258,3 +258,20 @@ TEST_CASE("plan: Hogwild! shares one buffer on one node, speeds, shard count err
   CHECK_THROWS_MATCHES(make_plan(with(algorithm_kind::asgd, 1, 5), topology::local(1), four_tensors(), 10),
                        troupe::error, testing::message(Contains("--shards 5 exceeds the model's 4")));
 }
+
+TEST_CASE("plan: what differs between one process and a cluster is the plan's values", "[train][plan]") {
+  const model::param_layout layout = four_tensors();
+  // One process: nothing to pull again (nothing is lost), Hogwild! shares one buffer.
+  const plan one = make_plan(with(algorithm_kind::asgd, 2), nodes({node("local", 2)}), layout, 100);
+  CHECK(one.pull_retry_s == 0);
+  CHECK_FALSE(one.shared_buffer);
+  CHECK_FALSE(one.costs_measured);
+  CHECK(make_plan(with(algorithm_kind::hogwild, 2), nodes({node("local", 2)}), layout, 100).shared_buffer);
+  // A cluster: a worker pulls again after the peer timeout, except under SSGD (its rounds wait for every worker).
+  topology two = nodes({node("a", 1), node("b", 1)});
+  two.peer_timeout_s = 2.5;
+  CHECK(make_plan(with(algorithm_kind::asgd, 2), two, layout, 100).pull_retry_s == 2.5);
+  CHECK(make_plan(with(algorithm_kind::ssgd, 2), two, layout, 100).pull_retry_s == 0);
+  CHECK_THROWS_WITH(make_plan(with(algorithm_kind::hogwild, 2), two, layout, 100),
+                    Contains("shares one buffer in one process"));
+}

@@ -53,10 +53,10 @@ void fail(Self* self, const directory& dir, const net::address& me, const net::a
 
 // --- data loader ---
 
-caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_core> c,
+caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_core> c, net::address coordinator,
                            std::shared_ptr<const directory> dir) {
   return {
-      [self, c, dir](const net::message& m) {
+      [self, c, coordinator, dir](const net::message& m) {
         try {
           if (net::read_header(m).kind != wire::Envelope::CONTROL) return;
           const control_view cv = read_control(m);
@@ -69,7 +69,7 @@ caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_
           if (cv.kind == wire::Control::Kind::CREDIT)
             for (uint32_t i = 0; i < cv.amount; ++i) send_to(*dir, c->worker(), c->next());
         } catch (const std::exception& e) {
-          self->quit(caf::make_error(caf::sec::runtime_error, net::to_string(c->address()) + ": " + e.what()));
+          fail(self, *dir, c->address(), coordinator, net::to_string(c->address()) + ": " + e.what(), failure_of(e));
         }
       },
   };
@@ -481,9 +481,9 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
 
 } // namespace
 
-caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> core,
+caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> core, net::address coordinator,
                         std::shared_ptr<const directory> dir) {
-  return sys.spawn(loader_actor, std::move(core), std::move(dir));
+  return sys.spawn(loader_actor, std::move(core), coordinator, std::move(dir));
 }
 
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<worker_core> core, net::address loader,

@@ -28,8 +28,10 @@
 
 namespace troupe::actors {
 
-/// Makes Batch messages for its worker, one per credit the worker sends.
-caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> core,
+/// Makes Batch messages for its worker, one per credit the worker sends. A
+/// loader that cannot make one tells the coordinator why (Control ERROR,
+/// with its failure type) and stops, as every role does.
+caf::actor spawn_loader(caf::actor_system& sys, std::shared_ptr<loader_core> core, net::address coordinator,
                         std::shared_ptr<const directory> dir);
 
 /// Trains on its loader's batches; reports to the coordinator after every

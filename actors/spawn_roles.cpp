@@ -124,7 +124,7 @@ void spawn_loaders(caf::actor_system& sys, node_context& c) {
                                               lp, st.first_epoch);
     core->skip_trained(st.epoch_samples, p.samples_per_epoch);
     core->trace(c.trace);
-    add_local(c, lp.address, spawn_loader(sys, core, c.dir));
+    add_local(c, lp.address, spawn_loader(sys, core, p.coordinator, c.dir));
   }
 }
 

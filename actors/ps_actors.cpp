@@ -31,11 +31,12 @@ struct control_view {
   uint32_t amount;
 };
 
-control_view read_control(const net::message& m) {
-  net::envelope_reader r(m);
+control_view read_control(const net::envelope_reader& r) {
   auto c = r.root().getControl();
   return {c.getKind(), c.getAmount()};
 }
+
+control_view read_control(const net::message& m) { return read_control(net::envelope_reader(m)); }
 
 /// Tells the coordinator why this actor fails, then stops it.
 template <class Self>
@@ -263,15 +264,11 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self, std::shared_pt
   return {
       [self, log](const net::message& m) {
         auto& st = self->state;
-        try {
-          if (net::read_header(m).kind == wire::Envelope::CONTROL && read_control(m).kind == wire::Control::Kind::STOP) {
-            self->quit();
-            return;
-          }
-        } catch (const net::message_error&) {
-          // Counted by the core below.
-        }
         auto replies = st.core->handle(m);
+        if (st.core->stop_requested()) {
+          self->quit();
+          return;
+        }
         if (st.core->rejects().total() > st.logged_rejects && log) {
           // The first rejection per shard only: a flood of bad messages must not flood the log.
           if (st.logged_rejects == 0)
@@ -374,9 +371,11 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
         auto& st = self->state;
         const net::address& me = st.core->address();
         try {
-          switch (net::read_header(m).kind) {
+          // Opened and validated once: the core keeps the checked view until the input's backward.
+          const net::opened_message r = st.core->open(m);
+          switch (r->root().which()) {
             case wire::Envelope::CONTROL: {
-              const control_view cv = read_control(m);
+              const control_view cv = read_control(*r);
               if (cv.kind == wire::Control::Kind::STOP) {
                 self->quit();
                 return;
@@ -390,11 +389,11 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
               return;
             }
             case wire::Envelope::PULL_PARAMS: {
-              for (outgoing& o : st.core->take_pull(m)) send_to(*st.dir, o.to, std::move(o.msg));
+              for (outgoing& o : st.core->take_pull(r)) send_to(*st.dir, o.to, std::move(o.msg));
               return;
             }
             default:
-              st.core->take(m);
+              st.core->take(r);
           }
           stage_step(self);
         } catch (const std::exception& e) {

@@ -192,33 +192,59 @@ void shard_core::answer_due_pulls(std::vector<reply>& out) {
 }
 
 std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
-  net::address from;
-  bool known = false, push = false;
+  std::unique_ptr<net::envelope_reader> r;
   try {
-    from = net::read_header(m).source;
-    known = true;
-    net::envelope_reader r(m, with_scan(limits_, ctx_));
-    switch (r.root().which()) {
-      case wire::Envelope::PULL_PARAMS: return on_pull(r, from);
+    // Opened and validated once, with the receiver's scan: the handlers read the checked view.
+    r = std::make_unique<net::envelope_reader>(m, with_scan(limits_, ctx_));
+  } catch (const net::message_error& e) {
+    return rejected(m, e);
+  }
+  const net::address from = net::read_address(r->root().getSource());
+  bool push = false;
+  try {
+    switch (r->root().which()) {
+      case wire::Envelope::PULL_PARAMS: return on_pull(*r, from);
       case wire::Envelope::PUSH_GRADIENT: {
         push = true;
         train::trace_span span(trace_.get(), track_, "apply");
-        return on_push(r, from);
+        return on_push(*r, from);
       }
+      case wire::Envelope::CONTROL:
+        if (r->root().getControl().getKind() == wire::Control::Kind::STOP) {
+          stop_ = true;
+          return {};
+        }
+        [[fallthrough]];
       default:
         reject(net::reject_reason::unknown_kind, "shard " + std::to_string(id()) + ": unexpected message kind " +
-                                                     std::to_string(static_cast<int>(r.root().which())));
+                                                     std::to_string(static_cast<int>(r->root().which())));
     }
   } catch (const net::message_error& e) {
+    return answer_rejected(from, e.reason(), e.what(), push);
+  } catch (const error& e) {  // e.g. SSGD: two gradients of one worker in a round
+    return answer_rejected(from, net::reject_reason::malformed, e.what(), push);
+  }
+}
+
+std::vector<shard_core::reply> shard_core::rejected(const net::message& m, const net::message_error& e) {
+  // Its header may still name a worker that waits for an answer (a second, lenient look: bad messages only).
+  try {
+    const net::header h = net::read_header(m);
+    return answer_rejected(h.source, e.reason(), e.what(), false);
+  } catch (const net::message_error&) {
     rejects_.count(e.reason());
     last_error_ = e.what();
-  } catch (const error& e) {  // e.g. SSGD: two gradients of one worker in a round
-    rejects_.count(net::reject_reason::malformed);
-    last_error_ = e.what();
+    return {};
   }
+}
+
+std::vector<shard_core::reply> shard_core::answer_rejected(const net::address& from, net::reject_reason why,
+                                                           const std::string& what, bool push) {
+  rejects_.count(why);
+  last_error_ = what;
   // A worker still waits for an answer: the current parameters, flagged. It
   // trains on them, so they are what it holds now (DC rules: w_bak).
-  const int w = known ? worker_of(from) : -1;
+  const int w = worker_of(from);
   if (w < 0) return {};
   rule_->on_send(w_, n_, w);
   std::vector<reply> out{{from, reply_params(from, 0, true)}};

@@ -39,8 +39,10 @@ public:
   /// wrong range, base version ahead, ...) is counted and, when its source is
   /// a known worker, answered with the current parameters flagged `rejected`,
   /// so that the worker keeps training; a message whose source cannot be
-  /// read is only counted.
+  /// read is only counted. Each message is opened and validated once. A
+  /// Control STOP is answered by nothing; stop_requested() is true from then on.
   std::vector<reply> handle(const net::message& m);
+  bool stop_requested() const { return stop_; }
   /// The run's timeline: a span "apply" per push.
   void trace(std::shared_ptr<train::tracer> t) {
     trace_ = std::move(t);
@@ -116,6 +118,12 @@ private:
     bool with_state;
   };
   std::vector<kept_pull> kept_pulls_;  // a hybrid's: answered once `steps` pushes are in
+  bool stop_ = false;
+  /// A message that could not be opened: counted, and answered when its header names a worker.
+  std::vector<reply> rejected(const net::message& m, const net::message_error& e);
+  /// Counts a rejection of `from`'s message and answers a worker with the current parameters, flagged.
+  std::vector<reply> answer_rejected(const net::address& from, net::reject_reason why, const std::string& what,
+                                     bool push);
 };
 
 /// Continues `shard` from `h` (train::resumed_start's entry for it): its

@@ -39,21 +39,35 @@ std::vector<outgoing> stage_core::start() {
   return {{c_.shard, make_pull(c_.plan.address, c_.shard)}};
 }
 
-void stage_core::take(const net::message& m) {
-  net::envelope_reader r(m, receiver_limits(ctx_));
+net::opened_message stage_core::open(const net::message& m) const {
+  return std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
+}
+
+void stage_core::take(const net::opened_message& m) {
+  const net::envelope_reader& r = *m;
   switch (r.root().which()) {
-    case wire::Envelope::BATCH:
+    case wire::Envelope::BATCH: {
       if (!first()) reject(net::reject_reason::unknown_kind, track_ + ": a Batch for a stage that is not the first");
-      batches_[static_cast<int64_t>(r.root().getBatch().getIndex())] = m;
+      auto b = r.root().getBatch();
+      input& in = batches_[static_cast<int64_t>(b.getIndex())];
+      in = {m, net::view(b.getImages(), "batch images"), {}};
+      for (int32_t l : b.getLabels()) in.labels.push_back(l);
       break;
-    case wire::Envelope::ACTIVATION:
+    }
+    case wire::Envelope::ACTIVATION: {
       if (first()) reject(net::reject_reason::unknown_kind, track_ + ": an Activation for the first stage");
-      activations_[static_cast<int64_t>(r.root().getActivation().getMicroBatch())] = m;
+      auto a = r.root().getActivation();
+      input& in = activations_[static_cast<int64_t>(a.getMicroBatch())];
+      in = {m, net::view(a.getTensor(), "activation"), {}};
+      for (int32_t l : a.getLabels()) in.labels.push_back(l);
       break;
-    case wire::Envelope::GRADIENT:
+    }
+    case wire::Envelope::GRADIENT: {
       if (last()) reject(net::reject_reason::unknown_kind, track_ + ": a Gradient for the last stage");
-      gradients_[static_cast<int64_t>(r.root().getGradient().getMicroBatch())] = m;
+      auto g = r.root().getGradient();
+      gradients_[static_cast<int64_t>(g.getMicroBatch())] = {m, net::view(g.getTensor(), "gradient"), {}};
       break;
+    }
     case wire::Envelope::PARAMS:
       take_params(r);
       break;
@@ -62,12 +76,12 @@ void stage_core::take(const net::message& m) {
   }
 }
 
-std::vector<outgoing> stage_core::take_pull(const net::message& m) {
-  net::envelope_reader r(m);
+std::vector<outgoing> stage_core::take_pull(const net::opened_message& m) {
+  const net::envelope_reader& r = *m;
   if (r.root().which() != wire::Envelope::PULL_PARAMS) reject(net::reject_reason::unknown_kind, "expected PullParams");
   const uint64_t steps = r.root().getPullParams().getSteps();
   std::vector<outgoing> out;
-  if (static_cast<uint64_t>(applied_mini_batches()) >= steps) out.push_back(answer_pull(m));
+  if (static_cast<uint64_t>(applied_mini_batches()) >= steps) out.push_back(answer_pull(r));
   else pulls_.emplace_back(steps, m);
   return out;
 }
@@ -84,14 +98,12 @@ void stage_core::answer_due_pulls(std::vector<outgoing>& out) {
       ++it;
       continue;
     }
-    out.push_back(answer_pull(it->second));
+    out.push_back(answer_pull(*it->second));
     it = pulls_.erase(it);
   }
 }
 
-outgoing stage_core::answer_pull(const net::message& m) const {
-  net::envelope_reader r(m);
-  if (r.root().which() != wire::Envelope::PULL_PARAMS) reject(net::reject_reason::unknown_kind, "expected PullParams");
+outgoing stage_core::answer_pull(const net::envelope_reader& r) const {
   const net::address to = net::read_address(r.root().getSource());
   const model::shard_range& range = c_.plan.params;
   auto b = net::make_builder(range.numel() * sizeof(float) + 64 * (range.last - range.first));
@@ -196,10 +208,8 @@ void stage_core::forward(int64_t mb, result& out) {
   tensor x;
   if (first()) {
     const int64_t batch = mb / c_.micro_batches;
-    f.input = batches_.at(batch);
-    net::envelope_reader r(f.input, net::peer_limits());
-    auto b = r.root().getBatch();
-    const net::tensor_view img = net::view(b.getImages(), "batch images");
+    f.in = batches_.at(batch);
+    const net::tensor_view& img = f.in.x;
     const int64_t n = img.dims[0];
     if (n < c_.micro_batches)
       throw error(track_ + ": a batch of " + std::to_string(n) + " samples for " + std::to_string(c_.micro_batches) +
@@ -209,21 +219,17 @@ void stage_core::forward(int64_t mb, result& out) {
     dims[0] = hi - lo;
     const int64_t per = img.numel() / n;
     x = tensor::wrap_read_only(shape(dims), img.data + lo * per);
-    auto l = b.getLabels();
-    for (int64_t i = lo; i < hi; ++i) labels.push_back(l[static_cast<unsigned>(i)]);
+    labels.assign(f.in.labels.begin() + lo, f.in.labels.begin() + hi);
     // The last micro-batch of a mini-batch has taken its rows: the flights keep the message.
     if (mb % c_.micro_batches == c_.micro_batches - 1) {
       batches_.erase(batch);
       ++batches_taken_;
     }
   } else {
-    f.input = activations_.at(mb);
+    f.in = std::move(activations_.at(mb));
     activations_.erase(mb);
-    net::envelope_reader r(f.input, net::peer_limits());
-    auto a = r.root().getActivation();
-    const net::tensor_view v = net::view(a.getTensor(), "activation");
-    x = tensor::wrap_read_only(v.dims, v.data);
-    for (int32_t l : a.getLabels()) labels.push_back(l);
+    x = tensor::wrap_read_only(f.in.x.dims, f.in.x.data);
+    labels = f.in.labels;
   }
   f.r = replicas_->acquire();
   f.w = current_;
@@ -251,16 +257,14 @@ void stage_core::forward(int64_t mb, result& out) {
 void stage_core::backward(int64_t mb, result& out) {
   train::trace_span span(c_.trace.get(), track_, "backward", mb);
   flight& f = flight_.at(mb);
-  net::message grad_msg;
+  input grad;
   tensor dy;
   if (last()) {
     dy = f.dlogits;
   } else {
-    grad_msg = gradients_.at(mb);
+    grad = std::move(gradients_.at(mb));
     gradients_.erase(mb);
-    net::envelope_reader r(grad_msg, net::peer_limits());
-    const net::tensor_view v = net::view(r.root().getGradient().getTensor(), "gradient");
-    dy = tensor::wrap_read_only(v.dims, v.data);
+    dy = tensor::wrap_read_only(grad.x.dims, grad.x.data);
   }
   {
     bound_tensors bound;

@@ -60,14 +60,20 @@ public:
   std::vector<outgoing> start();
   /// A Batch (first stage), Activation or Gradient: kept until its action runs;
   /// a hybrid's Params (the shard's answer to its push): its weights from now on.
-  /// Throws net::message_error for one that does not fit.
-  void take(const net::message& m);
+  /// Throws net::message_error for one that does not fit. The message is
+  /// opened once (open()): its actions read the kept, checked view.
+  void take(const net::opened_message& r);
+  void take(const net::message& m) { take(open(m)); }
+  /// `m` opened and validated with this stage's limits and finite-value scan;
+  /// throws net::message_error.
+  net::opened_message open(const net::message& m) const;
   /// A PullParams: answered at once (returned) when the stage has applied the
   /// updates of the mini-batches it asks for (PullParams.steps), else kept
   /// and answered by the run() that applies them: an epoch's snapshot holds
   /// every stage's parameters after the same mini-batches, the last update of
   /// the first stage included.
-  std::vector<outgoing> take_pull(const net::message& m);
+  std::vector<outgoing> take_pull(const net::opened_message& r);
+  std::vector<outgoing> take_pull(const net::message& m) { return take_pull(open(m)); }
   /// Continues from a checkpoint's optimizer state: "velocity" (its momentum),
   /// which answer_pull sends with a pull that asks for the state. Throws
   /// troupe::error when its size is not the stage's.
@@ -106,11 +112,18 @@ public:
 
 private:
   using weights = std::shared_ptr<std::vector<float>>;  // never written while another holder exists
+  /// A Batch, Activation or Gradient read once when it came: its tensor in
+  /// place (the message is kept with it) and its labels.
+  struct input {
+    net::opened_message msg;
+    net::tensor_view x;
+    std::vector<int32_t> labels;
+  };
   struct flight {
     replica* r = nullptr;
     weights w;
     uint64_t version = 0;
-    net::message input;            // its payload is the replica's input: kept until the backward
+    input in;                      // its payload is the replica's input: kept until the backward
     tensor dlogits;                // the last stage: d(loss)/d(logits)
   };
 
@@ -126,7 +139,7 @@ private:
   /// Points the replica's parameters at weight version `w` (read-only).
   void bind(replica& r, const weights& w, bound_tensors& b) const;
   /// This stage's parameters now, for the PullParams `m`.
-  outgoing answer_pull(const net::message& m) const;
+  outgoing answer_pull(const net::envelope_reader& r) const;
   /// The kept pulls that the updates applied so far answer.
   void answer_due_pulls(std::vector<outgoing>& out);
   net::message make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb, const tensor& t,
@@ -143,14 +156,14 @@ private:
   std::vector<float> velocity_, grads_;              // momentum; gradients summed (GPipe) or the last (1F1B)
   int64_t summed_ = 0;                               // samples whose gradients grads_ sums
   int64_t last_backward_ = 0;
-  std::map<int64_t, net::message> batches_;          // first stage: mini-batch -> Batch
-  std::map<int64_t, net::message> activations_, gradients_;  // micro-batch -> message
+  std::map<int64_t, input> batches_;                 // first stage: mini-batch -> Batch
+  std::map<int64_t, input> activations_, gradients_;  // micro-batch -> message
   std::map<int64_t, flight> flight_;
   std::map<int64_t, std::pair<double, int64_t>> losses_;      // last stage: mini-batch -> (loss sum, samples)
   std::map<int64_t, int> done_in_batch_;                      // last stage: micro-batches backwarded per mini-batch
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
-  std::vector<std::pair<uint64_t, net::message>> pulls_;     // kept PullParams: (mini-batches asked, message)
+  std::vector<std::pair<uint64_t, net::opened_message>> pulls_;  // kept PullParams: (mini-batches asked, message)
   bool awaiting_params_ = false;                             // a hybrid: pushed or pulled, the shard's answer not here yet
   bool pushed_ = false, started_ = false;                    // a hybrid: the answer awaited is a push's; start() ran
   uint64_t shard_version_ = 0;                               // the version of the shard's weights it holds

@@ -261,7 +261,10 @@ capnp::ReaderOptions options_for(const message& m, const reader_limits& limits) 
   return opts;
 }
 
+std::atomic<uint64_t> opened_count{0};
+
 std::unique_ptr<capnp::MessageReader> open_reader(const message& m, const capnp::ReaderOptions& opts) {
+  opened_count.fetch_add(1, std::memory_order_relaxed);
   if (m.framed()) return std::make_unique<capnp::FlatArrayMessageReader>(m.segments()[0], opts);
   return std::make_unique<capnp::SegmentArrayMessageReader>(m.segments(), opts);
 }
@@ -340,5 +343,7 @@ header read_header(const message& m) {
 }
 
 envelope_reader::~envelope_reader() = default;
+
+uint64_t messages_opened() { return opened_count.load(std::memory_order_relaxed); }
 
 } // namespace troupe::net

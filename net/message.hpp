@@ -112,6 +112,14 @@ private:
   wire::Envelope::Reader root_;
 };
 
+/// A message opened and validated once, shared by whoever keeps it (a stage
+/// keeps its inputs until their backward): the message lives as long as it.
+using opened_message = std::shared_ptr<const envelope_reader>;
+
+/// How many times this process has opened a message (an envelope_reader or
+/// read_header): tests count that a receiver opens each message once.
+uint64_t messages_opened();
+
 /// The routing header of a message: its kind and addresses.
 struct header {
   wire::Envelope::Which kind;

@@ -388,3 +388,26 @@ TEST_CASE("shard: DC-ASGD's w_bak after a rejected push is the parameters the re
   // Had w_bak(0) stayed w0 = {1, 2, 3} (the worker's pull), the update would be {-0.5, 2, 3}.
   CHECK(v.values != std::vector<float>{-0.5f, 2, 3});
 }
+
+TEST_CASE("shard: each pull and push is opened once, a bad one twice at most", "[actors][shard]") {
+  shard_core s = small_shard(rule_kind::dc_asgd_a, 2);
+  const net::message pull = make_pull(worker_addr(0), shard_addr(0));
+  const net::message push = push_message(0, 0, grad(0.5f, -1, 1));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const net::message bad = push_message(1, 0, grad(nan, 1, 1));
+  uint64_t before = net::messages_opened();
+  REQUIRE(s.handle(pull).size() == 1);
+  CHECK(net::messages_opened() - before == 1);
+  before = net::messages_opened();
+  REQUIRE(s.handle(push).size() == 1);
+  CHECK(net::messages_opened() - before == 1);
+  // A rejected message is looked at again, leniently, for the worker that waits for an answer.
+  before = net::messages_opened();
+  REQUIRE(s.handle(bad).size() == 1);
+  CHECK(net::messages_opened() - before == 2);
+  CHECK(s.rejects().total() == 1);
+  // A Control STOP is no rejection: the shard asks its actor to stop.
+  CHECK(s.handle(make_control(coordinator_addr(), shard_addr(0), wire::Control::Kind::STOP)).empty());
+  CHECK(s.stop_requested());
+  CHECK(s.rejects().total() == 1);
+}

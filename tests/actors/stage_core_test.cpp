@@ -420,3 +420,26 @@ TEST_CASE("an emulated slower device keeps its pace: holds to its time, late tim
   CHECK(p.hold(kind::forward, 0.0) == 0);
   CHECK(p.behind() == Approx(0.12));
 }
+
+TEST_CASE("pipeline: a stage opens each activation and gradient once, from take to backward", "[actors][pipeline]") {
+  auto tiny = [] {
+    model::model m = nn::sequential(nn::dense(3, 3), nn::dense(3, 2));
+    m.build({3}, 1);
+    return m;
+  };
+  const tensor x = tiny_images();
+  const tensor dy = tensor::from({2, 2}, {1, -1, 0.5f, 2});
+  auto s = make_stage(tiny, 1, 5, 1, 2, model::pipeline_schedule::one_f_one_b, 1, 3, 0.5f, 1);
+  std::vector<net::message> activations, gradients;
+  for (uint64_t mb = 0; mb < 3; ++mb) activations.push_back(activation_of(x, tiny_labels, mb, 0, 1));
+  for (uint64_t mb = 0; mb < 3; ++mb) gradients.push_back(gradient_of(dy, mb, 2, 1));
+  const uint64_t before = net::messages_opened();
+  for (const auto& m : activations) s->take(m);
+  const auto forwards = s->run();
+  for (const auto& m : gradients) s->take(m);
+  const auto backwards = s->run();
+  CHECK(net::messages_opened() - before == 6);  // six messages in, each opened (and scanned) once
+  CHECK(forwards.messages.size() == 3);
+  CHECK(backwards.messages.size() == 3);
+  CHECK(s->done());
+}

@@ -88,7 +88,7 @@ struct worker_state {
   std::shared_ptr<worker_core> core;
   std::shared_ptr<const directory> dir;
   net::address loader, coordinator;
-  std::deque<net::message> batches;
+  std::deque<net::opened_message> batches;
   std::vector<outgoing> held;  // pushes delayed by the speed factor
   int prefetch = 2;
   bool busy = false;
@@ -146,7 +146,7 @@ void worker_try_step(worker_actor_t* self) {
     if (resume) {
       out = st.core->resume();
     } else {
-      net::message b = std::move(st.batches.front());
+      net::opened_message b = std::move(st.batches.front());
       st.batches.pop_front();
       const net::address& me = st.core->address();
       send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, 1));
@@ -173,16 +173,18 @@ void worker_try_step(worker_actor_t* self) {
 
 void worker_on_message(worker_actor_t* self, const net::message& m) {
   auto& st = self->state;
-  switch (net::read_header(m).kind) {
+  // Opened and validated once (with the finite-value scan): the core reads the checked view.
+  const net::opened_message r = st.core->open(m);
+  switch (r->root().which()) {
     case wire::Envelope::BATCH:
-      st.batches.push_back(m);
+      st.batches.push_back(r);
       break;
     case wire::Envelope::PARAMS:
-      st.core->on_params(m);
+      st.core->on_params(r);
       if (!st.busy) worker_report(self);
       break;
     case wire::Envelope::CONTROL: {
-      const control_view cv = read_control(m);
+      const control_view cv = read_control(*r);
       if (cv.kind == wire::Control::Kind::STOP) {
         self->quit();
         return;

@@ -132,7 +132,7 @@ void spawn_loaders(caf::actor_system& sys, node_context& c) {
 std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w) {
   const settings& s = c.config();
   if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates);
-  shard_source_config sc{w.address, c.plan().shards, c.start->net.layout(), w.threads};
+  shard_source_config sc{w.address, c.plan().shards, c.start->net.layout()};
   if (s.algo.push_every > 1)
     return local_steps(sc, s.algo.push_every, s.algo.worker_lr > 0 ? s.algo.worker_lr : s.lr, s.algo.worker_momentum);
   return shard_weights(sc);

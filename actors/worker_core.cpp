@@ -37,7 +37,6 @@ public:
       : c_(c), version_(c.shards.size(), 0), push_(c.shards.size()), answered_(c.shards.size(), false),
         waiting_(static_cast<int>(c.shards.size())) {
     for (const auto& s : c_.shards) shapes_.push_back(c_.layout.shapes(s.range.first, s.range.last));
-    limits_ = net::peer_limits();
   }
 
   std::vector<outgoing> pulls() const {
@@ -62,9 +61,8 @@ public:
   /// Validates a Params; records its version (unless the shard's weights
   /// are `in_use` by a step, which keeps the version it computes on) and,
   /// when it answers a push, its staleness.
-  accepted accept(const net::message& m, staleness_tally& tally, bool& report_due,
+  accepted accept(const net::envelope_reader& r, staleness_tally& tally, bool& report_due,
                   const std::vector<bool>* in_use = nullptr) {
-    net::envelope_reader r(m, with_scan(limits_, ctx_));
     if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
     auto p = r.root().getParams();
     const uint32_t s = p.getShard();
@@ -116,8 +114,6 @@ public:
 
 private:
   shard_source_config c_;
-  kernels::context ctx_ = kernels::context::with_threads(c_.threads);  // the NaN scan's threads
-  net::reader_limits limits_;
   std::vector<std::vector<shape>> shapes_;  // per shard: its tensors' shapes
   std::vector<uint64_t> version_;           // per shard: version of the parameters held
   std::vector<net::message> push_;          // per shard: the last PushGradient, reused in place
@@ -137,8 +133,8 @@ public:
       : x_(c), latest_(c.shards.size()), values_(c.shards.size(), nullptr), bound_(c.shards.size(), false) {}
   std::vector<outgoing> start() override { return x_.pulls(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
-  void on_params(const net::message& m) override {
-    const auto a = x_.accept(m, tally_, report_due_, &bound_);
+  void on_params(const net::opened_message& m) override {
+    const auto a = x_.accept(*m, tally_, report_due_, &bound_);
     if (bound_[a.shard]) return;  // a late duplicate: the step goes on with the weights it began with
     latest_[a.shard] = m;
     values_[a.shard] = a.values;
@@ -191,7 +187,7 @@ public:
   }
   void update(const kernels::context&, replica&, uint64_t step, std::vector<outgoing>& out) override {
     x_.push(step, out);
-    for (auto& m : latest_) m = net::message();  // trained on: the shard may now update it in place
+    for (auto& m : latest_) m.reset();  // trained on: the shard may now update it in place
     std::fill(values_.begin(), values_.end(), nullptr);
     std::fill(bound_.begin(), bound_.end(), false);
   }
@@ -202,14 +198,14 @@ public:
       // layer of a shard's first tensor, every gradient of the shard is written.
       if (x_.sent(s) || x_.shards()[s].range.first == x_.shards()[s].range.last || first_layer_.at(s) < layer) continue;
       x_.push_one(s, step, out);
-      latest_[s] = net::message();  // no layer before reads these weights
+      latest_[s].reset();  // no layer before reads these weights
       values_[s] = nullptr;
     }
   }
 
 private:
   shard_exchange x_;
-  std::vector<net::message> latest_;
+  std::vector<net::opened_message> latest_;
   std::vector<const float*> values_;
   std::vector<bool> bound_;                             // per shard: its weights bound for this step
   std::vector<std::size_t> first_layer_;                // per shard: the layer of its first tensor
@@ -226,8 +222,8 @@ public:
         opt_(optim::sgd(lr).momentum(momentum).make()) {}
   std::vector<outgoing> start() override { return x_.pulls(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
-  void on_params(const net::message& m) override {
-    const auto a = x_.accept(m, tally_, report_due_);
+  void on_params(const net::opened_message& m) override {
+    const auto a = x_.accept(*m, tally_, report_due_);
     if (!a.first) return;  // the local steps go on from the answer that came first
     const model::shard_range& range = x_.shards()[a.shard].range;
     std::memcpy(w_.data() + range.begin, a.values, range.numel() * sizeof(float));
@@ -356,7 +352,7 @@ void bound_tensors::bind_read_only(tensor& slot, const shape& s, const float* da
 
 // --- weight sources ---
 
-void weight_source::on_params(const net::message&) {
+void weight_source::on_params(const net::opened_message&) {
   reject(net::reject_reason::unknown_kind, "worker: Params, but its weights do not come from parameter shards");
 }
 
@@ -389,7 +385,7 @@ struct worker_core::running {
   explicit running(replica_pool& p) : replica(p) {}
   borrowed replica;     // released after `bound` has given the replica its tensors back
   bound_tensors bound;
-  net::message batch;   // its images are read in place
+  net::opened_message batch;  // its images are read in place
   tensor x;
   std::size_t next = 0;          // the next layer to run forward
   const tensor* act = nullptr;   // the output of the layer before `next`
@@ -409,11 +405,15 @@ bool worker_core::can_step() const { return !run_ && (receive_ ? source_->has_la
 
 bool worker_core::can_resume() const { return run_ && source_->has_layer(run_->next); }
 
-worker_core::step_out worker_core::step(const net::message& m) {
+net::opened_message worker_core::open(const net::message& m) const {
+  return std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
+}
+
+worker_core::step_out worker_core::step(const net::opened_message& m) {
   if (!can_step())
     throw error(net::to_string(p_.address) + (run_ ? ": step() while a step waits for its weights"
                                                    : ": step() before its parameters arrived"));
-  net::envelope_reader r(m, receiver_limits(ctx_));
+  const net::envelope_reader& r = *m;
   if (r.root().which() != wire::Envelope::BATCH)
     reject(net::reject_reason::unknown_kind, net::to_string(p_.address) + ": expected a Batch");
   auto b = r.root().getBatch();

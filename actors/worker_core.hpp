@@ -111,7 +111,7 @@ public:
   /// on the way): their Params let the worker go on.
   virtual std::vector<outgoing> retry() { return {}; }
   /// A shard's Params reply. Throws net::message_error for one that does not fit.
-  virtual void on_params(const net::message& m);
+  virtual void on_params(const net::opened_message& m);
   /// True when a step may start: weights present, no push unanswered.
   virtual bool ready() const = 0;
   /// Called once with a replica's model, before the first step.
@@ -148,7 +148,6 @@ struct shard_source_config {
   net::address self;
   std::vector<train::shard_plan> shards;
   model::param_layout layout;
-  int threads = 1;  ///< for the NaN scan of Params
 };
 /// Push every step: the replica reads its weights in place from the shards'
 /// Params and backward writes its gradients in place into the pushes.
@@ -170,7 +169,12 @@ public:
   /// Pulls for the shards whose answer is missing (see weight_source::retry).
   std::vector<outgoing> retry() { return source_->retry(); }
   /// A shard's Params. Throws net::message_error for a message that does not fit.
-  void on_params(const net::message& m) { source_->on_params(m); }
+  void on_params(const net::opened_message& m) { source_->on_params(m); }
+  void on_params(const net::message& m) { on_params(open(m)); }
+  /// `m` opened and validated once, with the worker's limits and finite-value
+  /// scan (its threads); throws net::message_error. The worker's actor opens
+  /// every message so, and its handlers read the checked view.
+  net::opened_message open(const net::message& m) const;
   /// Every shard's weights are here and no push is unanswered.
   bool ready() const { return source_->ready(); }
   /// A step may start: none is paused, and the weights are here (receiving
@@ -188,7 +192,8 @@ public:
     bool paused = false;           ///< the forward pass waits for weights: resume() once can_resume()
   };
   /// Trains on one Batch message. Requires can_step().
-  step_out step(const net::message& batch);
+  step_out step(const net::opened_message& batch);
+  step_out step(const net::message& batch) { return step(open(batch)); }
   /// Goes on with a paused step. Requires can_resume().
   step_out resume();
   /// Pipelined execution: each parameter shard's push goes to `send` as soon

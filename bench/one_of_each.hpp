@@ -31,7 +31,7 @@ public:
     auto pool = std::make_shared<actors::replica_pool>([j, sample] { return j.build_model(sample); });
     worker_ = std::make_unique<actors::worker_core>(
         plan_.workers.at(0), pool,
-        actors::shard_weights({plan_.workers[0].address, plan_.shards, layout, plan_.workers[0].threads}));
+        actors::shard_weights({plan_.workers[0].address, plan_.shards, layout}));
     for (auto& pull : worker_->start()) answer(pull.msg);
   }
 

@@ -126,6 +126,31 @@ void check_value(const std::string& option, const std::string& value_name, const
   throw error("unknown option " + option + (close.empty() ? "" : " (did you mean --" + close + "?)") + "; see --help");
 }
 
+// The arguments after the program's name as CLI11's parse(vector) takes them: reversed (it pops from the
+// back). CLI11 reads "--name=" as "--name" alone and takes the next word as its value: "" is given explicitly.
+std::vector<std::string> cli11_arguments(int argc, const char* const* argv) {
+  std::vector<std::string> reversed;
+  for (int i = argc - 1; i > 0; --i) {
+    const std::string arg = argv[i];
+    const bool empty_value = arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1;
+    if (empty_value) reversed.emplace_back();
+    reversed.push_back(empty_value ? arg.substr(0, arg.size() - 1) : arg);
+  }
+  return reversed;
+}
+
+// app.parse of the command line; its errors as troupe::error, saying what is wrong in our words.
+void parse_arguments(CLI::App& app, int argc, const char* const* argv) {
+  std::vector<std::string> reversed = cli11_arguments(argc, argv);
+  try {
+    app.parse(reversed);  // the lvalue overload, as before (the rvalue one parses differently)
+  } catch (const CLI::ArgumentMismatch& e) {
+    rethrow_mismatch(argc, argv, e);
+  } catch (const CLI::ParseError& e) {
+    throw error(std::string(e.what()) + " (see --help)");
+  }
+}
+
 } // namespace
 
 std::string usage(const std::string& program, const usage_options& options) {
@@ -197,21 +222,7 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
   app.add_flag("--version", out.version);
   for (std::size_t i = 0; i < keys.size(); ++i)
     options[i] = app.add_option("--" + keys[i].name, raw[i])->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  // CLI11 reads "--name=" as "--name" alone and takes the next word as its value: give "" explicitly.
-  std::vector<std::string> reversed;  // CLI11's parse(vector) pops from the back
-  for (int i = argc - 1; i > 0; --i) {
-    const std::string arg = argv[i];
-    const bool empty_value = arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1;
-    if (empty_value) reversed.emplace_back();
-    reversed.push_back(empty_value ? arg.substr(0, arg.size() - 1) : arg);
-  }
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ArgumentMismatch& e) {
-    rethrow_mismatch(argc, argv, e);
-  } catch (const CLI::ParseError& e) {
-    throw error(std::string(e.what()) + " (see --help)");
-  }
+  parse_arguments(app, argc, argv);
   if (out.help) {
     out.text = usage(program);
     out.version = false;

@@ -139,6 +139,93 @@ void skip_samples(data::batcher& b, int64_t samples) {
   for (int64_t done = 0; done < samples && b.next(x);) done += x.size();
 }
 
+/// The epochs of a sequential run, once run_sequential has set up the model, its optimizer, the data and
+/// where the run starts: train() trains one epoch, close() ends it (scores and checkpoints it).
+class sequential_epochs {
+public:
+  sequential_epochs(const job& j, const kernels::context& ctx, const loaded_data& d, model::model& net,
+                    model::optimizer& opt, const start_point& from, std::ostream& log)
+      : j_(j), s_(j.config()), ctx_(ctx), d_(d), net_(net), params_(net.parameters()), opt_(opt), from_(from),
+        batches_(d.sets.train, s_.batch_size, d.norm, s_.seed), per_epoch_(batches_.batches_per_epoch()),
+        total_steps_(per_epoch_ * s_.epochs),
+        acc_({d.sets.train.count, per_epoch_, s_.epochs, from.epochs, from.steps, s_.max_steps, 1, from.epoch_samples},
+             std::chrono::steady_clock::now()),
+        progress_(log, s_.progress),
+        periodic_(s_.checkpoint_every_steps, s_.checkpoint_every_s, from.steps, std::chrono::steady_clock::now()) {
+    batches_.set_threads(ctx.threads);
+  }
+
+  /// Trains `epoch` (the rest of it when a checkpoint is inside it) until its batches end or the
+  /// accumulator says the epoch or the run is over; that verdict.
+  epoch_accumulator::verdict train(int epoch) {
+    batches_.start_epoch(epoch);
+    // A checkpoint inside this epoch: its first samples are trained already.
+    if (epoch == from_.epochs) skip_samples(batches_, from_.epoch_samples);
+    auto verdict = epoch_accumulator::verdict::train_on;
+    while (verdict == epoch_accumulator::verdict::train_on && batches_.next(b_)) {
+      opt_.set_learning_rate(model::scheduled_lr(s_.lr, s_.schedule, acc_.steps(), total_steps_));
+      const tensor& logits = net_.forward(ctx_, b_.images, true);
+      const double loss = kernels::softmax_cross_entropy(ctx_, logits, b_.labels, &dlogits_);
+      net_.backward(ctx_, dlogits_);
+      opt_.step(ctx_, params_);
+      if (j_.step_callback()) {
+        step_event e{acc_.steps() + 1, epoch + 1, loss, 0, &stop_};
+        j_.step_callback()(e);
+        if (stop_) acc_.request_stop();
+      }
+      verdict = acc_.add({0, static_cast<uint64_t>(acc_.steps() + 1), loss, static_cast<uint64_t>(b_.size())});
+      // Inside an epoch: a resumed run trains the rest of it.
+      if (verdict == epoch_accumulator::verdict::train_on &&
+          periodic_.due(acc_.steps(), std::chrono::steady_clock::now()))
+        save(s_.checkpoint, net_, opt_, static_cast<uint32_t>(epoch), acc_.steps(), acc_.epoch_samples());
+      progress_.update(epoch + 1, s_.epochs, acc_.batches_done(s_.batch_size), per_epoch_, acc_.mean_loss(),
+                       acc_.samples_per_s(std::chrono::steady_clock::now()));
+    }
+    return verdict;
+  }
+
+  /// Ends `epoch`: its metrics, scored on the test (and validation) sets when the job evaluates, with
+  /// the time since `start`; the checkpoint written when the job names one.
+  epoch_metrics close(int epoch, std::chrono::steady_clock::time_point start) {
+    const int64_t epoch_samples = acc_.epoch_samples();
+    epoch_metrics m = acc_.close_epoch(opt_.learning_rate(), std::chrono::steady_clock::now());
+    if (s_.evaluate) {
+      const accuracies a = score_sets(net_, ctx_, d_, s_.batch_size);
+      m.test_accuracy = a.test;
+      m.validation_accuracy = a.validation;
+    }
+    // A run cut inside an epoch records where in it: a resumed run trains the rest.
+    if (!s_.checkpoint.empty()) {
+      const bool complete = acc_.last_closed_complete();
+      save(s_.checkpoint, net_, opt_, static_cast<uint32_t>(complete ? epoch + 1 : epoch), m.steps,
+           complete ? 0 : epoch_samples);
+    }
+    m.wall_s = seconds_since(start);
+    m.peak_rss_mb = peak_rss_mb();
+    progress_.finish_line();
+    return m;
+  }
+
+private:
+  const job& j_;
+  const settings& s_;
+  const kernels::context& ctx_;
+  const loaded_data& d_;
+  model::model& net_;
+  std::vector<model::parameter*> params_;
+  model::optimizer& opt_;
+  const start_point from_;
+  data::batcher batches_;
+  const int64_t per_epoch_;
+  const int64_t total_steps_;
+  epoch_accumulator acc_;
+  progress_reporter progress_;
+  checkpoint_clock periodic_;
+  data::batch b_;
+  tensor dlogits_;
+  bool stop_ = false;
+};
+
 } // namespace
 
 history run_sequential(const job& j, std::ostream& log) {
@@ -157,68 +244,18 @@ history run_sequential(const job& j, std::ostream& log) {
   const data::train_test& ds = d.sets;
 
   model::model net = j.build_model(ds.train.sample_shape());
-  auto params = net.parameters();
   std::unique_ptr<model::optimizer> opt =
       optim::sgd(s.lr).momentum(s.momentum).weight_decay(s.weight_decay).make();
   const start_point from = resuming ? resume(s.checkpoint, net, *opt, ds.train.count, log) : start_point{};
-  const int first_epoch = from.epochs;
-  const int64_t first_steps = from.steps;
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
       << ctx.threads << " threads\n";
-  if (first_epoch >= s.epochs) return {};
+  if (from.epochs >= s.epochs) return {};
 
-  data::batcher train_batches(ds.train, s.batch_size, d.norm, s.seed);
-  train_batches.set_threads(ctx.threads);
-  const int64_t per_epoch = train_batches.batches_per_epoch();
-  const int64_t total_steps = per_epoch * s.epochs;
-  epoch_accumulator acc({ds.train.count, per_epoch, s.epochs, first_epoch, first_steps, s.max_steps, 1,
-                         from.epoch_samples},
-                        std::chrono::steady_clock::now());
-  progress_reporter progress(log, s.progress);
-  checkpoint_clock periodic(s.checkpoint_every_steps, s.checkpoint_every_s, first_steps, std::chrono::steady_clock::now());
+  sequential_epochs epochs(j, ctx, d, net, *opt, from, log);
   history out;
-  data::batch b;
-  tensor dlogits;
-  bool stop = false;
-  for (int epoch = first_epoch; epoch < s.epochs; ++epoch) {
-    train_batches.start_epoch(epoch);
-    // A checkpoint inside this epoch: its first samples are trained already.
-    if (epoch == first_epoch) skip_samples(train_batches, from.epoch_samples);
-    auto verdict = epoch_accumulator::verdict::train_on;
-    while (verdict == epoch_accumulator::verdict::train_on && train_batches.next(b)) {
-      opt->set_learning_rate(model::scheduled_lr(s.lr, s.schedule, acc.steps(), total_steps));
-      const tensor& logits = net.forward(ctx, b.images, true);
-      const double loss = kernels::softmax_cross_entropy(ctx, logits, b.labels, &dlogits);
-      net.backward(ctx, dlogits);
-      opt->step(ctx, params);
-      if (j.step_callback()) {
-        step_event e{acc.steps() + 1, epoch + 1, loss, 0, &stop};
-        j.step_callback()(e);
-        if (stop) acc.request_stop();
-      }
-      verdict = acc.add({0, static_cast<uint64_t>(acc.steps() + 1), loss, static_cast<uint64_t>(b.size())});
-      // Inside an epoch: a resumed run trains the rest of it.
-      if (verdict == epoch_accumulator::verdict::train_on && periodic.due(acc.steps(), std::chrono::steady_clock::now()))
-        save(s.checkpoint, net, *opt, static_cast<uint32_t>(epoch), acc.steps(), acc.epoch_samples());
-      progress.update(epoch + 1, s.epochs, acc.batches_done(s.batch_size), per_epoch, acc.mean_loss(),
-                      acc.samples_per_s(std::chrono::steady_clock::now()));
-    }
-    const int64_t epoch_samples = acc.epoch_samples();
-    epoch_metrics m = acc.close_epoch(opt->learning_rate(), std::chrono::steady_clock::now());
-    if (s.evaluate) {
-      const accuracies a = score_sets(net, ctx, d, s.batch_size);
-      m.test_accuracy = a.test;
-      m.validation_accuracy = a.validation;
-    }
-    // A run cut inside an epoch records where in it: a resumed run trains the rest.
-    if (!s.checkpoint.empty()) {
-      const bool complete = acc.last_closed_complete();
-      save(s.checkpoint, net, *opt, static_cast<uint32_t>(complete ? epoch + 1 : epoch), m.steps,
-           complete ? 0 : epoch_samples);
-    }
-    m.wall_s = seconds_since(start);
-    m.peak_rss_mb = peak_rss_mb();
-    progress.finish_line();
+  for (int epoch = from.epochs; epoch < s.epochs; ++epoch) {
+    const epoch_accumulator::verdict verdict = epochs.train(epoch);
+    const epoch_metrics m = epochs.close(epoch, start);
     log << describe(m, info) << std::endl;
     metrics.write(m, info);
     out.push_back(m);

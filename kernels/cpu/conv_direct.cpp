@@ -388,6 +388,49 @@ void pack_rotated_weights(const float* w, int64_t oc, int64_t c, int64_t k, int6
     }
 }
 
+/// dx [c, h, wd] of one image by the direct kernel (stride 1): dyi [oc, oh, ow], masked where maski is
+/// not > 0 when it is given and padded by pd, convolved with the rotated weights wrot [oc*k*k, cp].
+void dx_image(const float* dyi, const float* maski, int64_t oc, int64_t oh, int64_t ow, int64_t pd, int64_t k,
+              const float* wrot, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi) {
+  const int64_t ohp = oh + 2 * pd, owp = ow + 2 * pd;
+  const float* din = dyi;
+  if (pd > 0 || maski) {
+    float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
+    pad_planes(dyi, oc, oh, ow, pd, padded, maski);
+    din = padded;
+  }
+  float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
+  conv_image(din, oc, ohp, owp, k, 1, h, wd, wrot, cp, out);
+  store_channels(out, h * wd, cp, c, nullptr, false, dxi);
+}
+
+/// The threads' partial sums (each `part` floats: dW^T [taps, ocp], then dbias [ocp]) summed into
+/// dw [oc, taps] (the transpose of dW^T) and dbias when it is given.
+void sum_partials(const float* partial, std::size_t part, int threads, int64_t oc, int64_t taps, int64_t ocp,
+                  float* dwp, float* dbp) {
+  for (int64_t o = 0; o < oc; ++o)
+    for (int64_t tp = 0; tp < taps; ++tp) {
+      float v = 0.0f;
+      for (int th = 0; th < threads; ++th) v += partial[part * th + tp * ocp + o];
+      dwp[o * taps + tp] = v;
+    }
+  if (!dbp) return;
+  for (int64_t o = 0; o < oc; ++o) {
+    float v = 0.0f;
+    for (int th = 0; th < threads; ++th) v += partial[part * th + taps * ocp + o];
+    dbp[o] = v;
+  }
+}
+
+/// dx by im2col and GEMM, where the direct kernel does not compute it: dy masked by relu_output's
+/// positives first when it is given.
+void dx_by_gemm(const context& ctx, const tensor& w, const tensor& dy, const tensor* relu_output,
+                const conv2d_geometry& g, tensor& dx) {
+  tensor masked;
+  if (relu_output) relu_backward(ctx, *relu_output, dy, masked);
+  conv2d_backward_data_gemm(ctx, w, relu_output ? masked : dy, g, dx);
+}
+
 } // namespace
 
 bool conv2d_direct_supported(const conv2d_geometry& g) {
@@ -430,7 +473,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   const int64_t taps = c * k * k, positions = oh * ow;
   // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0.
   const bool direct_dx = dx && s == 1 && p <= k - 1;
-  const int64_t pd = k - 1 - p, ohp = oh + 2 * pd, owp = ow + 2 * pd;
+  const int64_t pd = k - 1 - p;
   const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dW^T [taps, ocp] and dbias [ocp], in the calling thread's scratch.
@@ -465,40 +508,11 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
       float* dyt = scratch(3, static_cast<std::size_t>(positions * ocp));
       load_positions(dyi, maski, positions, oc, ocp, dyt, db);
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
-      if (direct_dx) {
-        const float* din = dyi;
-        if (pd > 0 || maski) {
-          float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
-          pad_planes(dyi, oc, oh, ow, pd, padded, maski);
-          din = padded;
-        }
-        float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
-        conv_image(din, oc, ohp, owp, k, 1, h, wd, wrot, cp, out);
-        store_channels(out, h * wd, cp, c, nullptr, false, dxp + i * c * h * wd);
-      }
+      if (direct_dx) dx_image(dyi, maski, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
     }
   }
-  // Sum the threads' partials; dW [oc, taps] is the transpose of dW^T.
-  float* dwp = dw.data();
-  for (int64_t o = 0; o < oc; ++o)
-    for (int64_t tp = 0; tp < taps; ++tp) {
-      float v = 0.0f;
-      for (int th = 0; th < threads; ++th) v += partial[part * th + tp * ocp + o];
-      dwp[o * taps + tp] = v;
-    }
-  if (dbias) {
-    float* dbp = dbias->data();
-    for (int64_t o = 0; o < oc; ++o) {
-      float v = 0.0f;
-      for (int th = 0; th < threads; ++th) v += partial[part * th + taps * ocp + o];
-      dbp[o] = v;
-    }
-  }
-  if (dx && !direct_dx) {
-    tensor masked;
-    if (relu_output) relu_backward(ctx, *relu_output, dy, masked);
-    conv2d_backward_data_gemm(ctx, w, relu_output ? masked : dy, g, *dx);
-  }
+  sum_partials(partial, part, threads, oc, taps, ocp, dw.data(), dbias ? dbias->data() : nullptr);
+  if (dx && !direct_dx) dx_by_gemm(ctx, w, dy, relu_output, g, *dx);
 }
 
 } // namespace troupe::kernels::detail

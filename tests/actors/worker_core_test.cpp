@@ -638,3 +638,19 @@ TEST_CASE("worker: receiving per layer, the forward pass runs a shard's layers a
   REQUIRE(grads.size() == ref_grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) CHECK(grads[i] == Approx(ref_grads[i]).epsilon(1e-6));
 }
+
+TEST_CASE("worker: each Params and Batch is opened once, from its arrival to the step", "[actors][worker]") {
+  model::model ref = tiny_model();
+  const std::vector<float> w0 = flat_values(ref);
+  worker_core w(worker_plan_of(0), std::make_shared<replica_pool>(tiny_model), shard_weights(two_shards()));
+  w.start();
+  const net::message weights = weight_params(w0, 0), bias = bias_params(w0, 0);
+  const net::message batch = batch_message(tiny_images(), tiny_labels);
+  const uint64_t before = net::messages_opened();
+  w.on_params(weights);
+  w.on_params(bias);
+  REQUIRE(w.ready());
+  const auto out = w.step(batch);
+  CHECK(net::messages_opened() - before == 3);
+  CHECK(out.pushes.size() == 2);
+}

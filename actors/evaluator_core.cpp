@@ -29,8 +29,9 @@ std::vector<outgoing> evaluator_core::begin(const snapshot_request& r) {
   return out;
 }
 
-bool evaluator_core::on_params(const net::message& m) {
-  net::envelope_reader r(m, net::peer_limits());
+bool evaluator_core::on_params(const net::message& m) { return on_params(net::envelope_reader(m, net::peer_limits())); }
+
+bool evaluator_core::on_params(const net::envelope_reader& r) {
   if (r.root().which() != wire::Envelope::PARAMS)
     throw net::message_error(net::reject_reason::unknown_kind, "expected Params");
   auto p = r.root().getParams();

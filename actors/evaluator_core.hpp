@@ -38,7 +38,8 @@ public:
   /// shard that already answered or when no snapshot is in progress (a late
   /// answer to a pull asked again). Throws net::message_error for one that
   /// does not fit.
-  bool on_params(const net::message& m);
+  bool on_params(const net::envelope_reader& r);
+  bool on_params(const net::message& m);  ///< opens `m` (peer limits), then as above
   /// True when every shard has answered the snapshot in progress.
   bool complete() const { return active_ && pending_ == 0; }
   /// Evaluates the completed snapshot and, when asked, writes it as the checkpoint.

@@ -36,7 +36,6 @@ control_view read_control(const net::envelope_reader& r) {
   return {c.getKind(), c.getAmount()};
 }
 
-control_view read_control(const net::message& m) { return read_control(net::envelope_reader(m)); }
 
 /// Tells the coordinator why this actor fails, then stops it.
 template <class Self>
@@ -59,8 +58,9 @@ caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_
   return {
       [self, c, coordinator, dir](const net::message& m) {
         try {
-          if (net::read_header(m).kind != wire::Envelope::CONTROL) return;
-          const control_view cv = read_control(m);
+          const net::envelope_reader r(m);  // opened and validated once
+          if (r.root().which() != wire::Envelope::CONTROL) return;
+          const control_view cv = read_control(r);
           if (cv.kind == wire::Control::Kind::STOP) {
             self->quit();
             return;
@@ -458,17 +458,18 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
       [self](const net::message& m) {
         auto& st = self->state;
         try {
-          switch (net::read_header(m).kind) {
+          const net::envelope_reader r(m, net::peer_limits());  // opened and validated once
+          switch (r.root().which()) {
             case wire::Envelope::SNAPSHOT:
-              st.queued.push_back(read_snapshot(net::envelope_reader(m)));
+              st.queued.push_back(read_snapshot(r));
               evaluator_advance(self);
               break;
             case wire::Envelope::PARAMS:
-              st.core->on_params(m);
+              st.core->on_params(r);
               evaluator_advance(self);
               break;
             case wire::Envelope::CONTROL:
-              if (read_control(m).kind == wire::Control::Kind::STOP) self->quit();
+              if (read_control(r).kind == wire::Control::Kind::STOP) self->quit();
               break;
             default:
               break;

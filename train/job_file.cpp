@@ -307,12 +307,18 @@ std::vector<job_key> make_pipeline_keys() {
   };
 }
 
+/// --algorithm's choices, from the table of algorithms (train/job.cpp).
+std::string algorithm_help() {
+  std::string h = "sequential (default, one process, no actors)";
+  for (algorithm_kind k : all_algorithms())
+    if (k != algorithm_kind::sequential) h += std::string(", ") + to_string(k);
+  return h;
+}
+
 /// The algorithm and its distribution, in the order of --help.
 std::vector<job_key> make_algorithm_keys() {
   return {
-      choice_key("algorithm", "NAME",
-                 "sequential (default, one process, no actors), ssgd, asgd, sa-asgd, hogwild, dc-asgd-c, dc-asgd-a, "
-                 "ddc-asgd",
+      choice_key("algorithm", "NAME", algorithm_help(),
                  [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
       integer_key("workers", "N", "worker actors, each with its own shard of the data (default 1)",
                   [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),

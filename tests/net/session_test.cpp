@@ -188,7 +188,8 @@ TEST_CASE("session: a resend the peer delivered already is dropped as a duplicat
   CHECK(b.counters.duplicates_dropped == 3);
 }
 
-TEST_CASE("session: gaps in the sequence numbers received are counted lost; a skipped frame is not", "[net][session]") {
+TEST_CASE("session: gaps in the sequence numbers received are counted lost, a skipped frame is not",
+          "[net][session]") {
   side a(1, 100), b(2, 200);
   handshake(a, b);
   for (uint32_t i = 1; i <= 6; ++i) REQUIRE(send(a.s, frame(i)));

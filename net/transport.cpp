@@ -1,5 +1,7 @@
 #include "net/transport.hpp"
 
+#include "net/session.hpp"
+
 #include <boost/asio.hpp>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -7,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
-#include <iterator>
 #include <limits>
 #include <list>
 #include <mutex>
@@ -33,8 +34,6 @@ constexpr uint32_t session_kinds =
 constexpr std::size_t max_batch_frames = 64;    // frames per gather write
 constexpr std::size_t max_batch_bytes = 256 << 10;  // bytes per gather write (a frame past it waits):
                                                     // a frame sent later with a higher priority overtakes the rest
-constexpr uint64_t ack_every_frames = 64;       // a receiver acknowledges at least this often
-constexpr uint64_t ack_every_bytes = 8u << 20;  // ... or after this many bytes
 constexpr milliseconds first_backoff{20}, max_backoff{1000};
 // send() writes a frame itself only on a link idle this long: a request after a
 // reply qualifies; the next frame of a burst is left to the io thread, which
@@ -68,12 +67,7 @@ uint64_t transport_stats::rejected() const {
 
 struct transport::impl {
   // A frame waiting to be written, with the faults decided for it.
-  struct queued {
-    out_frame f;
-    int priority = 0;       // lower first among the frames not yet numbered
-    bool numbered = false;  // its sequence number given: when it is first written
-    bool decided = false, drop = false, delay = false, duplicate = false, disconnect = false, delayed = false;
-  };
+  using queued = session_frame;
 
   // One TCP connection: dialing, in its handshake, established, or closed.
   struct link {
@@ -105,41 +99,32 @@ struct transport::impl {
   };
   using link_ptr = std::shared_ptr<link>;
 
-  // What this node knows of another: its session and the frames for it.
+  // What this node knows of another: its session (the frames for it) and its links.
   struct peer {
-    explicit peer(asio::io_context& io) : dial_timer(io) {}
+    peer(asio::io_context& io, session_counters& c, uint64_t max_queue_bytes)
+        : s(c, max_queue_bytes), dial_timer(io) {}
     uint32_t node = 0;
 
-    std::mutex m;  // guards the fields up to `current`, which send() touches
-    std::deque<queued> queue;    // not yet written: resent frames (numbered) first, then by priority
-    std::deque<queued> unacked;  // written, not acknowledged, in sequence order
-    uint64_t queued_bytes = 0;   // queue, in flight and unacknowledged
-    uint64_t next_seq = 1;
+    std::mutex m;  // guards s's sending side (net/session.hpp), kick_pending and current, which send() touches
+    session s;
     bool kick_pending = false;
-    link_ptr current;            // the established link
-    std::atomic<uint64_t> ack_out{0};  // `delivered`, for frames written by send() itself
+    link_ptr current;  // the established link
 
     // io thread only:
-    bool up = false;
-    uint64_t my_sid = 0, peer_sid = 0, peer_incarnation = 0;
-    uint64_t delivered = 0, acked = 0;
-    uint64_t ack_frames = 0, ack_bytes = 0;  // delivered since this side last acknowledged
     steady::time_point last_rx;
     asio::steady_timer dial_timer;
     bool dial_scheduled = false, dialing = false;
     milliseconds backoff = first_backoff;
-    std::atomic<bool> up_flag{false};
   };
 
   struct counters {
     std::atomic<uint64_t> frames_sent{0}, bytes_sent{0}, frames_received{0}, bytes_received{0}, heartbeats_sent{0},
-        heartbeats_received{0}, resent{0}, duplicates_dropped{0}, lost{0}, send_refused{0}, dropped_at_down{0},
-        faults_dropped{0}, faults_delayed{0}, faults_duplicated{0}, faults_disconnected{0}, links_up{0},
-        handler_errors{0};
+        heartbeats_received{0}, send_refused{0}, faults_dropped{0}, faults_delayed{0}, faults_duplicated{0},
+        faults_disconnected{0}, links_up{0}, handler_errors{0};
     std::array<std::atomic<uint64_t>, frame_errors> rejected_frames{};
     std::array<std::atomic<uint64_t>, auth_errors> rejected_handshakes{};
     std::atomic<uint64_t> refused_connections{0};
-    std::atomic<uint32_t> peers_up{0};
+    session_counters sessions;  // resent, duplicates, lost, dropped at down, sessions up
   };
 
   transport_options opt;
@@ -183,9 +168,8 @@ struct transport::impl {
     pool = buffer_pool::create(opt.pool_bytes);
     send_pool = buffer_pool::create(opt.encrypt ? opt.pool_bytes : 0);
     for (std::size_t i = 0; i < n; ++i) {
-      peers.push_back(std::make_unique<peer>(io));
+      peers.push_back(std::make_unique<peer>(io, c.sessions, opt.max_queue_bytes));
       peers.back()->node = static_cast<uint32_t>(i);
-      peers.back()->my_sid = random_id();
     }
   }
 
@@ -212,7 +196,7 @@ struct transport::impl {
 
   link_ptr make_link() { return std::make_shared<link>(io, opt.max_frame_bytes, pool); }
 
-  session_info session_for(const peer& p) const { return {incarnation, p.my_sid, p.peer_sid, p.delivered}; }
+  session_info session_for(const peer& p) const { return p.s.offer(incarnation); }
 
   bool on_io_thread() const { return io_thread_id.load() == std::this_thread::get_id(); }
 
@@ -512,7 +496,7 @@ struct transport::impl {
       p.dialing = false;
       p.backoff = first_backoff;
     }
-    if (l->sent.session != p.my_sid || l->sent.peer_session != p.peer_sid) {
+    if (!p.s.offered(l->sent)) {
       close_link(l, "the session changed during the handshake");
       return;
     }
@@ -537,12 +521,7 @@ struct transport::impl {
     // a message ahead of it.
     pump(l);
     if (!down_why.empty() && handlers.on_peer_down) handlers.on_peer_down(j, down_why, false);
-    if (!p.up) {
-      p.up = true;
-      p.up_flag = true;
-      ++c.peers_up;
-      if (handlers.on_peer_up) handlers.on_peer_up(j);
-    }
+    if (p.s.open() && handlers.on_peer_up) handlers.on_peer_up(j);
     if (l->ph == link::phase::established) pump(l);
   }
 
@@ -559,54 +538,16 @@ struct transport::impl {
   // A new link resumes the session with `p` (the frames not acknowledged go
   // again) or starts another; returns why the old one ended ("": it did not).
   std::string take_session(peer& p, const session_info& their) {
-    const bool resume = their.peer_session != 0 && their.peer_session == p.my_sid && p.peer_sid != 0 &&
-                        their.session == p.peer_sid && their.incarnation == p.peer_incarnation;
-    if (resume) {
-      acknowledge(p, their.delivered);
-      std::lock_guard<std::mutex> lock(p.m);
-      c.resent += p.unacked.size();
-      while (!p.unacked.empty()) {
-        p.queue.push_front(std::move(p.unacked.back()));
-        p.unacked.pop_back();
-      }
-      return {};
-    }
-    std::string down_why;
-    if (p.up) {
-      down_why = their.incarnation != p.peer_incarnation
-                     ? "node " + std::to_string(p.node) + " restarted"
-                     : "node " + std::to_string(p.node) + " ended the session (it had declared this node dead)";
-      end_session(p, false);
-      p.up = false;
-      p.up_flag = false;
-      --c.peers_up;
-    }
-    p.peer_sid = their.session;
-    p.peer_incarnation = their.incarnation;
-    p.delivered = 0;
-    p.ack_out = 0;
-    p.acked = 0;
-    return down_why;
-  }
-
-  // Drops what was queued for the peer or not acknowledged by it.
-  void end_session(peer& p, bool new_ids) {
-    std::size_t dropped = 0;
+    session::outcome o;
     {
       std::lock_guard<std::mutex> lock(p.m);
-      dropped = p.queue.size() + p.unacked.size();
-      p.queue.clear();
-      p.unacked.clear();
-      p.queued_bytes = 0;
-      p.next_seq = 1;
+      o = p.s.take(their);
     }
-    c.dropped_at_down += dropped;
-    p.delivered = p.acked = p.ack_frames = p.ack_bytes = 0;
-    p.ack_out = 0;
-    if (new_ids) {
-      p.my_sid = random_id();
-      p.peer_sid = 0;
-      p.peer_incarnation = 0;
+    switch (o) {
+      case session::outcome::restarted: return "node " + std::to_string(p.node) + " restarted";
+      case session::outcome::abandoned:
+        return "node " + std::to_string(p.node) + " ended the session (it had declared this node dead)";
+      default: return {};
     }
   }
 
@@ -617,25 +558,12 @@ struct transport::impl {
       l = p.current;
     }
     if (l) close_link(l, why);
-    if (!p.up) return;
-    end_session(p, true);
-    p.up = false;
-    p.up_flag = false;
-    --c.peers_up;
-    if (handlers.on_peer_down) handlers.on_peer_down(p.node, why, goodbye);
-  }
-
-  // The peer delivered everything up to `seq`.
-  void acknowledge(peer& p, uint64_t seq) {
-    if (seq <= p.acked) return;
-    p.acked = seq;
-    std::lock_guard<std::mutex> lock(p.m);
-    uint64_t bytes = 0;
-    while (!p.unacked.empty() && p.unacked.front().f.sequence <= seq) {
-      bytes += p.unacked.front().f.plain_bytes();
-      p.unacked.pop_front();
+    if (!p.s.up()) return;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      p.s.close(true);
     }
-    p.queued_bytes -= std::min(bytes, p.queued_bytes);
+    if (handlers.on_peer_down) handlers.on_peer_down(p.node, why, goodbye);
   }
 
   // ---- reading ----
@@ -694,12 +622,10 @@ struct transport::impl {
     peer* pp = established_peer(l);
     if (!pp) return;
     peer& p = *pp;
-    uint64_t sent_up_to;
     {
       std::lock_guard<std::mutex> lock(p.m);
-      sent_up_to = p.next_seq - 1;
+      p.s.acknowledge(std::min(f.header.ack, p.s.last_sent()));
     }
-    acknowledge(p, std::min(f.header.ack, sent_up_to));
     switch (f.header.kind) {
       case frame_kind::heartbeat: ++c.heartbeats_received; return;
       case frame_kind::goodbye: peer_down(p, "node " + std::to_string(p.node) + " stopped (it said goodbye)", true); return;
@@ -707,25 +633,17 @@ struct transport::impl {
       default: return;  // the reader allows no other kind now
     }
     const uint64_t seq = f.header.sequence;
-    if (seq <= p.delivered) {
-      ++c.duplicates_dropped;
-      return;
-    }
+    if (p.s.duplicate(seq)) return;
     if (f.source.node != p.node) {
       // Counted as delivered (the sequence goes on), handed to no one.
-      p.delivered = seq;
-      p.ack_out.store(seq, std::memory_order_relaxed);
+      p.s.skip(seq);
       ++c.rejected_frames[static_cast<int>(frame_error::wrong_source)];
       reject(*l, to_string(frame_error::wrong_source),
              describe(*l) + ": a message claiming to come from node " + std::to_string(f.source.node) +
                  " on the link of node " + std::to_string(p.node) + "; dropped");
       return;
     }
-    if (seq > p.delivered + 1) c.lost += seq - p.delivered - 1;
-    p.delivered = seq;
-    p.ack_out.store(seq, std::memory_order_relaxed);
-    ++p.ack_frames;
-    p.ack_bytes += f.msg.bytes();
+    p.s.deliver(seq, f.msg.bytes());
     ++c.frames_received;
     if (!handlers.on_message) return;
     try {
@@ -737,7 +655,7 @@ struct transport::impl {
   }
 
   void maybe_acknowledge(peer& p, const link_ptr& l) {
-    if (p.ack_frames < ack_every_frames && p.ack_bytes < ack_every_bytes) return;
+    if (!p.s.ack_due()) return;
     send_heartbeat(l);
   }
 
@@ -750,7 +668,7 @@ struct transport::impl {
 
   // ---- writing ----
 
-  void decide_faults(queued& q) {
+  void decide_faults(frame_faults& q) {
     q.decided = true;
     std::uniform_real_distribution<double> u(0.0, 1.0);
     const fault_options& fo = opt.faults;
@@ -779,38 +697,39 @@ struct transport::impl {
     }
     if (p) {
       std::size_t batch_bytes = 0;
-      while (!p->queue.empty() && l->in_flight.size() < max_batch_frames && batch_bytes < max_batch_bytes) {
-        queued& q = p->queue.front();
-        if (opt.faults.any() && !q.decided) decide_faults(q);
-        if (q.delay && !q.delayed) {
+      while (l->in_flight.size() < max_batch_frames && batch_bytes < max_batch_bytes) {
+        queued* q = p->s.front();
+        if (!q) break;
+        if (opt.faults.any() && !q->faults.decided) decide_faults(q->faults);
+        if (q->faults.delay && !q->faults.delayed) {
           if (!l->in_flight.empty()) break;  // what is before it goes first
-          q.delayed = true;
-          ++c.faults_delayed;
-          l->writing = true;
-          l->delay_timer.expires_after(opt.faults.delay_by);
-          l->delay_timer.async_wait([this, l](const boost::system::error_code& ec) {
-            if (ec || l->ph != link::phase::established) return;
-            {
-              std::lock_guard<std::mutex> lock(peers[l->peer]->m);
-              l->writing = false;
-            }
-            pump(l);
-          });
+          q->faults.delayed = true;
+          hold_back(l);
           return;
         }
-        if (!q.numbered) {  // numbered in the order written, whatever overtook what
-          q.f.set_sequence(p->next_seq++);
-          q.numbered = true;
-        }
-        batch_bytes += q.f.bytes();
-        l->in_flight.push_back(std::move(q));
-        p->queue.pop_front();
+        l->in_flight.push_back(p->s.pop_front());
+        batch_bytes += l->in_flight.back().f.bytes();
       }
     }
     if (l->in_flight.empty()) return;
     l->writing = true;
     if (lock.owns_lock()) lock.unlock();
     write_in_flight(l, p);
+  }
+
+  // Fault injection: the link writes nothing for delay_by (its peer's mutex held).
+  void hold_back(const link_ptr& l) {
+    ++c.faults_delayed;
+    l->writing = true;
+    l->delay_timer.expires_after(opt.faults.delay_by);
+    l->delay_timer.async_wait([this, l](const boost::system::error_code& ec) {
+      if (ec || l->ph != link::phase::established) return;
+      {
+        std::lock_guard<std::mutex> lock(peers[l->peer]->m);
+        l->writing = false;
+      }
+      pump(l);
+    });
   }
 
   // Frames of the session are sealed, the handshake's are not (they have no keys yet).
@@ -826,30 +745,30 @@ struct transport::impl {
       f.for_each_piece([&](const std::byte* d, std::size_t n) { l->buffers.emplace_back(d, n); });
     };
     for (auto& q : l->in_flight) {
-      if (p && (q.f.kind == frame_kind::message || q.f.kind == frame_kind::heartbeat)) q.f.set_ack(p->delivered);
+      if (p && (q.f.kind == frame_kind::message || q.f.kind == frame_kind::heartbeat)) q.f.set_ack(p->s.delivered());
       if (q.f.kind == frame_kind::heartbeat) ++c.heartbeats_sent;
       if (q.f.kind != frame_kind::message) {
         add(q.f);
         continue;
       }
-      if (q.drop) {
+      if (q.faults.drop) {
         ++c.faults_dropped;
         continue;
       }
       add(q.f);
       ++c.frames_sent;
-      if (q.duplicate) {
+      if (q.faults.duplicate) {
         l->copies.push_back(q.f);
         add(l->copies.back());
         ++c.faults_duplicated;
       }
-      if (q.disconnect) {
-        q.disconnect = false;
+      if (q.faults.disconnect) {
+        q.faults.disconnect = false;
         l->disconnect_after = true;
         ++c.faults_disconnected;
       }
     }
-    if (p) p->ack_frames = p->ack_bytes = 0;
+    if (p) p->s.ack_sent();
     if (l->buffers.empty()) {
       asio::post(io, [this, l] { on_written(l, {}, 0); });
       return;
@@ -879,12 +798,8 @@ struct transport::impl {
       std::lock_guard<std::mutex> lock(p.m);
       for (auto& q : l->in_flight)
         if (q.f.kind == frame_kind::message) {
-          if (q.f.sequence <= p.acked) {
-            p.queued_bytes -= std::min<uint64_t>(q.f.plain_bytes(), p.queued_bytes);
-          } else {
-            q.f.cipher.reset();  // a resend seals it again, under the next link's key
-            p.unacked.push_back(std::move(q));
-          }
+          q.f.cipher.reset();  // a resend seals it again, under the next link's key
+          p.s.written(std::move(q));
         }
       l->in_flight.clear();
       l->writing = false;
@@ -919,7 +834,7 @@ struct transport::impl {
         p.current.reset();
         // Frames being written come after the unacknowledged ones: the next link sends them again.
         for (auto& q : l->in_flight)
-          if (q.f.kind == frame_kind::message) p.unacked.push_back(std::move(q));
+          if (q.f.kind == frame_kind::message) p.s.interrupted(std::move(q));
         l->in_flight.clear();
       }
       l->sock.close(ec);
@@ -957,7 +872,7 @@ struct transport::impl {
     for (auto& pp : peers) {
       peer& p = *pp;
       if (p.node == opt.self) continue;
-      if (p.up && now - p.last_rx > opt.peer_timeout) {
+      if (p.s.up() && now - p.last_rx > opt.peer_timeout) {
         const auto silent = std::chrono::duration_cast<milliseconds>(now - p.last_rx);
         peer_down(p, "no frame from node " + std::to_string(p.node) + " for " + millis(silent) + " (timeout " +
                          millis(opt.peer_timeout) + "): dead or frozen");
@@ -1012,22 +927,17 @@ struct transport::impl {
     const bool io_thread = on_io_thread();
     {
       std::lock_guard<std::mutex> lock(p.m);
-      if (p.queued_bytes + bytes > opt.max_queue_bytes) {
+      if (!p.s.admit(bytes)) {
         ++c.send_refused;
         return false;
       }
-      p.queued_bytes += bytes;
       const bool idle = p.current && !p.current->writing && !p.kick_pending;
-      if (idle && !io_thread && p.queue.empty() && !opt.faults.any() &&
+      if (idle && !io_thread && p.s.queue_empty() && !opt.faults.any() &&
           steady::now() - steady::time_point(steady::duration(p.current->last_tx)) >= direct_write_idle) {
-        q.f.set_sequence(p.next_seq++);
-        q.numbered = true;
+        p.s.number(q);
         return write_now(p, std::move(q));
       }
-      // Behind the frames of lower or equal priority (and those to resend): ahead of the others.
-      auto at = p.queue.end();
-      while (at != p.queue.begin() && !std::prev(at)->numbered && std::prev(at)->priority > priority) --at;
-      p.queue.insert(at, std::move(q));
+      p.s.enqueue(std::move(q));
       if (idle) {
         p.kick_pending = true;
         kick = p.current;
@@ -1048,7 +958,7 @@ struct transport::impl {
   // also keeps the io thread from closing the socket meanwhile.
   bool write_now(peer& p, queued&& q) {
     const link_ptr& l = p.current;
-    q.f.set_ack(p.ack_out.load(std::memory_order_relaxed));
+    q.f.set_ack(p.s.delivered_any_thread());
     if (l->sealer) q.f.seal(*l->sealer, send_pool);
     std::vector<iovec> iov;
     iov.reserve(2 + q.f.segments.size());
@@ -1063,7 +973,7 @@ struct transport::impl {
     ++c.frames_sent;
     if (written == q.f.bytes()) {
       l->last_tx = steady::now().time_since_epoch().count();
-      p.unacked.push_back(std::move(q));
+      p.s.written(std::move(q));
       return true;
     }
     // The rest (or, after an error, all of it: the async write then fails and closes the link).
@@ -1099,11 +1009,11 @@ struct transport::impl {
     s.bytes_received = c.bytes_received;
     s.heartbeats_sent = c.heartbeats_sent;
     s.heartbeats_received = c.heartbeats_received;
-    s.resent = c.resent;
-    s.duplicates_dropped = c.duplicates_dropped;
-    s.lost = c.lost;
+    s.resent = c.sessions.resent;
+    s.duplicates_dropped = c.sessions.duplicates_dropped;
+    s.lost = c.sessions.lost;
     s.send_refused = c.send_refused;
-    s.dropped_at_down = c.dropped_at_down;
+    s.dropped_at_down = c.sessions.dropped_at_down;
     s.faults_dropped = c.faults_dropped;
     s.faults_delayed = c.faults_delayed;
     s.faults_duplicated = c.faults_duplicated;
@@ -1113,7 +1023,7 @@ struct transport::impl {
     for (int i = 0; i < frame_errors; ++i) s.rejected_frames[i] = c.rejected_frames[i];
     for (int i = 0; i < auth_errors; ++i) s.rejected_handshakes[i] = c.rejected_handshakes[i];
     s.refused_connections = c.refused_connections;
-    s.peers_up = c.peers_up;
+    s.peers_up = c.sessions.up;
     return s;
   }
 };
@@ -1134,6 +1044,6 @@ bool transport::send(uint32_t node, const address& destination, const message& m
 void transport::stop() { impl_->stop(); }
 transport_stats transport::stats() const { return impl_->stats(); }
 uint16_t transport::local_port() const { return impl_->port; }
-bool transport::peer_up(uint32_t node) const { return node < impl_->peers.size() && impl_->peers[node]->up_flag; }
+bool transport::peer_up(uint32_t node) const { return node < impl_->peers.size() && impl_->peers[node]->s.up(); }
 
 } // namespace troupe::net

@@ -31,7 +31,7 @@ TEST_CASE("a refused node is named with its address and the reason", "[node_acto
                              "another job (the job files or data differ)") != std::string::npos);
 }
 
-TEST_CASE("a lost link says why; a link back up forgets it", "[node_actor]") {
+TEST_CASE("a lost link says why, a link back up forgets it", "[node_actor]") {
   link_watch w({"a", "b"}, 1);
   CHECK(w.why_missing(0).find("no connection came") == 0);
   w.up(0);

@@ -816,7 +816,7 @@ TEST_CASE("transport: a frame altered on the wire, an unprotected frame and a fo
     }
 }
 
-TEST_CASE("transport: encrypted links carry messages intact; both sides must agree to encrypt", "[net][transport]") {
+TEST_CASE("transport: encrypted links carry messages intact, both sides must agree to encrypt", "[net][transport]") {
   auto nodes = loopback_nodes(2);
   node_log log[2];
   std::vector<std::unique_ptr<transport>> t;
@@ -833,7 +833,7 @@ TEST_CASE("transport: encrypted links carry messages intact; both sides must agr
   for (auto& r : log[0].messages) CHECK(tensor_message_intact(r.m, (4 << 10) << seed_of(r.m)));
 }
 
-TEST_CASE("transport: a flood of silent connections does not keep a node out; strangers' addresses are refused",
+TEST_CASE("transport: a flood of silent connections does not keep a node out, strangers' addresses are refused",
           "[net][transport]") {
   auto nodes = loopback_nodes(2);
   node_log log[2];

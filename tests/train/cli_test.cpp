@@ -296,7 +296,7 @@ TEST_CASE("the usage lists the job file's [cluster] keys", "[cli]") {
   CHECK_THAT(text, Contains(" nodes = [...] one table per node: { name = "));
 }
 
-TEST_CASE("cli: --version is a flag; --help wins over it", "[cli]") {
+TEST_CASE("cli: --version is a flag, --help wins over it", "[cli]") {
   CHECK(parse({"--version"}).version);
   CHECK(parse({"--epochs", "0", "--version"}).version);  // nothing validated: the version only
   CHECK_FALSE(parse({"--epochs", "2"}).version);

@@ -180,7 +180,7 @@ TEST_CASE("cluster: threads come from Slurm's CPUs per task, else the cores shar
   CHECK(usable_cores() >= 1);
 }
 
-TEST_CASE("cluster: nodes of a job file on one host share its cores; explicit threads win", "[cluster][threads]") {
+TEST_CASE("cluster: nodes of a job file on one host share its cores, explicit threads win", "[cluster][threads]") {
   cluster_spec c = three_nodes();  // all three on 127.0.0.1
   CHECK(topology_of(c, 1, 0, {}, 6).nodes[1].threads == 2);
   CHECK(topology_of(c, 1, 0, {}, 6).nodes[0].threads == 1);  // another node's cores are its own business

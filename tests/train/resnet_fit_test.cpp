@@ -64,7 +64,7 @@ TEST_CASE("a residual network trains in the sequential loop", "[train][fit]") {
   CHECK(h[1].test_accuracy > 0.9);
 }
 
-TEST_CASE("a residual network on 2 shards trains with DDC-ASGD on 4 workers; evaluation and checkpoint carry "
+TEST_CASE("a residual network on 2 shards trains with DDC-ASGD on 4 workers, evaluation and checkpoint carry "
           "batch norm's statistics",
           "[actors][fit]") {
   data_dir d;

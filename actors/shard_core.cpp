@@ -63,7 +63,7 @@ std::vector<named_tensor> shard_core::rule_state() const {
 void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule_state) {
   rule_->load_state(rule_state);
   version_ = version;
-  pushes_ = cfg_.rule == model::rule_kind::ssgd ? version * static_cast<uint64_t>(cfg_.workers) : version;
+  pushes_ = model::traits(cfg_.rule).synchronous ? version * static_cast<uint64_t>(cfg_.workers) : version;
 }
 
 net::message shard_core::build_params(const net::address& to, const float* w, uint64_t tau, bool rejected,
@@ -165,7 +165,7 @@ std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r
   ++pushes_;
   if (updated) ++version_;
   std::vector<reply> out;
-  if (cfg_.rule != model::rule_kind::ssgd) {
+  if (!model::traits(cfg_.rule).synchronous) {
     out.push_back({from, reply_params(from, tau, false)});
   } else {
     // SSGD: every worker of the round gets the same, once-built message.

@@ -219,30 +219,58 @@ void validate(const update_config& c) {
   if (!(c.tau_decay >= 0.0f && c.tau_decay < 1.0f)) bad("tau_decay must be in [0, 1)");
 }
 
-const char* to_string(rule_kind k) {
-  switch (k) {
-    case rule_kind::ssgd: return "ssgd";
-    case rule_kind::asgd: return "asgd";
-    case rule_kind::sa_asgd: return "sa-asgd";
-    case rule_kind::dc_asgd_c: return "dc-asgd-c";
-    case rule_kind::dc_asgd_a: return "dc-asgd-a";
-    case rule_kind::ddc_asgd: return "ddc-asgd";
-  }
-  return "unknown";
+namespace {
+
+using dc = delay_compensated;
+using rule_ptr = std::unique_ptr<update_rule>;
+
+// Every algorithm, once: its name, its traits and its rule. The order is all_algorithms()'s.
+const std::vector<algorithm_traits>& algorithm_table() {
+  using k = algorithm_kind;
+  using ctx = const kernels::context&;
+  //  kind           name         actors synchronous shards shared  rule
+  static const std::vector<algorithm_traits> table{
+      {k::sequential, "sequential", false, false, false, false, nullptr},
+      {k::ssgd, "ssgd", true, true, true, false, [](const update_config& c, int64_t n, ctx) { return rule_ptr(new ssgd(c, n)); }},
+      {k::asgd, "asgd", true, false, true, false,
+       [](const update_config& c, int64_t, ctx x) { return rule_ptr(new asgd(c, false, x)); }},
+      {k::sa_asgd, "sa-asgd", true, false, true, false,
+       [](const update_config& c, int64_t, ctx x) { return rule_ptr(new asgd(c, true, x)); }},
+      {k::hogwild, "hogwild", true, false, false, true, nullptr},
+      {k::dc_asgd_c, "dc-asgd-c", true, false, true, false,
+       [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::constant)); }},
+      {k::dc_asgd_a, "dc-asgd-a", true, false, true, false,
+       [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::adaptive)); }},
+      {k::ddc_asgd, "ddc-asgd", true, false, true, false,
+       [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::dynamic)); }},
+  };
+  return table;
+}
+
+} // namespace
+
+const algorithm_traits& traits(algorithm_kind k) {
+  for (const algorithm_traits& t : algorithm_table())
+    if (t.kind == k) return t;
+  throw error("unknown algorithm kind " + std::to_string(static_cast<int>(k)));
+}
+
+const char* to_string(algorithm_kind k) { return traits(k).name; }
+
+const std::vector<algorithm_kind>& all_algorithms() {
+  static const std::vector<algorithm_kind> all = [] {
+    std::vector<algorithm_kind> v;
+    for (const algorithm_traits& t : algorithm_table()) v.push_back(t.kind);
+    return v;
+  }();
+  return all;
 }
 
 std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n, const kernels::context& ctx) {
   validate(c);
-  using dc = delay_compensated;
-  switch (c.rule) {
-    case rule_kind::ssgd: return std::make_unique<ssgd>(c, n);
-    case rule_kind::asgd: return std::make_unique<asgd>(c, false, ctx);
-    case rule_kind::sa_asgd: return std::make_unique<asgd>(c, true, ctx);
-    case rule_kind::dc_asgd_c: return std::make_unique<dc>(c, n, dc::kind::constant);
-    case rule_kind::dc_asgd_a: return std::make_unique<dc>(c, n, dc::kind::adaptive);
-    case rule_kind::ddc_asgd: return std::make_unique<dc>(c, n, dc::kind::dynamic);
-  }
-  throw error("unknown update rule " + std::to_string(static_cast<int>(c.rule)));
+  const algorithm_traits& t = traits(c.rule);
+  if (!t.make) throw error(std::string("algorithm ") + t.name + " has no parameter-server update rule");
+  return t.make(c, n, ctx);
 }
 
 staleness_stats::staleness_stats(int workers)

@@ -15,16 +15,42 @@
 
 namespace troupe::model {
 
-/// The server update rules (docs/algorithms.md).
-enum class rule_kind { ssgd, asgd, sa_asgd, dc_asgd_c, dc_asgd_a, ddc_asgd };
+/// How a job trains: one plain loop, or data parallel on actors, most with a
+/// parameter-server update rule (docs/algorithms.md). The one enum of the
+/// algorithms: the table in model/update_rule.cpp gives each its name, its
+/// traits and its rule, next to the rule's code.
+enum class algorithm_kind { sequential, ssgd, asgd, sa_asgd, hogwild, dc_asgd_c, dc_asgd_a, ddc_asgd };
 
-/// "ssgd", "asgd", "sa-asgd", "dc-asgd-c", "dc-asgd-a", "ddc-asgd": the names
-/// of the command line and the job file.
-const char* to_string(rule_kind k);
+struct update_config;
+class update_rule;
+
+/// What an algorithm is, declared once (model/update_rule.cpp's table): the
+/// plan, the runtime, the coordinator and the shard read these instead of
+/// naming algorithms.
+struct algorithm_traits {
+  algorithm_kind kind;
+  const char* name;            ///< as on the command line and in job files: "ddc-asgd"
+  bool on_actors;              ///< runs on actors (all but the sequential loop)
+  bool synchronous;            ///< a round waits for every worker (SSGD): no lost worker, no pull retries
+  bool shards;                 ///< parameter shards hold the parameters and apply the rule `make` makes
+  bool shared_memory;          ///< one parameter buffer shared by the workers of one process (Hogwild!)
+  /// The shards' update rule for `n` parameters (null without shards).
+  std::unique_ptr<update_rule> (*make)(const update_config& c, int64_t n, const kernels::context& ctx);
+  /// The run goes on when a worker's node is lost.
+  bool survives_lost_workers() const { return on_actors && !synchronous; }
+  /// A worker pulls again from shards that did not answer in time.
+  bool retries_pulls() const { return on_actors && !synchronous; }
+};
+/// The traits of `k`.
+const algorithm_traits& traits(algorithm_kind k);
+/// "sequential", "ssgd", "asgd", "sa-asgd", "hogwild", "dc-asgd-c", "dc-asgd-a", "ddc-asgd".
+const char* to_string(algorithm_kind k);
+/// Every algorithm, in the table's order.
+const std::vector<algorithm_kind>& all_algorithms();
 
 /// Every constant of every rule; unused ones are ignored by the other rules.
 struct update_config {
-  rule_kind rule = rule_kind::asgd;
+  algorithm_kind rule = algorithm_kind::asgd;  ///< an algorithm whose traits have shards
   float lr = 0.05f;           ///< eta
   int workers = 1;            ///< N: SSGD averages this many gradients per step
   float lambda = 0.04f;       ///< DC-ASGD-c: constant lambda
@@ -67,7 +93,8 @@ public:
 };
 
 /// The rule `c.rule` for a shard of `n` parameters; its kernels run in `ctx`.
-/// Throws troupe::error for invalid constants.
+/// Throws troupe::error for invalid constants and for an algorithm without
+/// shards (sequential, Hogwild!), which has no rule.
 std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n,
                                               const kernels::context& ctx = kernels::context{});
 

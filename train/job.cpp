@@ -48,53 +48,6 @@ const std::vector<progress_mode> progress_modes{progress_mode::automatic, progre
 
 } // namespace
 
-namespace {
-
-// Every algorithm, once: the order is all_algorithms()'s.
-const std::vector<algorithm_traits>& algorithm_table() {
-  using k = algorithm_kind;
-  using r = model::rule_kind;
-  //                     kind            name         actors synchronous shards shared  rule
-  static const std::vector<algorithm_traits> table{
-      {k::sequential, "sequential", false, false, false, false, r::asgd},
-      {k::ssgd, "ssgd", true, true, true, false, r::ssgd},
-      {k::asgd, "asgd", true, false, true, false, r::asgd},
-      {k::sa_asgd, "sa-asgd", true, false, true, false, r::sa_asgd},
-      {k::hogwild, "hogwild", true, false, false, true, r::asgd},
-      {k::dc_asgd_c, "dc-asgd-c", true, false, true, false, r::dc_asgd_c},
-      {k::dc_asgd_a, "dc-asgd-a", true, false, true, false, r::dc_asgd_a},
-      {k::ddc_asgd, "ddc-asgd", true, false, true, false, r::ddc_asgd},
-  };
-  return table;
-}
-
-} // namespace
-
-const algorithm_traits& traits(algorithm_kind k) {
-  for (const algorithm_traits& t : algorithm_table())
-    if (t.kind == k) return t;
-  throw error("unknown algorithm kind " + std::to_string(static_cast<int>(k)));
-}
-
-const char* to_string(algorithm_kind k) { return traits(k).name; }
-
-const std::vector<algorithm_kind>& all_algorithms() {
-  static const std::vector<algorithm_kind> all = [] {
-    std::vector<algorithm_kind> v;
-    for (const algorithm_traits& t : algorithm_table()) v.push_back(t.kind);
-    return v;
-  }();
-  return all;
-}
-
-bool runs_on_actors(algorithm_kind k) { return traits(k).on_actors; }
-
-model::rule_kind rule_of(algorithm_kind k) {
-  const algorithm_traits& t = traits(k);
-  if (!t.shards) throw error(std::string("algorithm ") + t.name + " has no parameter-server update rule");
-  return t.rule;
-}
-
 const char* to_string(progress_mode p) {
   switch (p) {
     case progress_mode::automatic: return "auto";
@@ -138,7 +91,7 @@ progress_mode parse_progress(const std::string& name) { return parse_choice(name
 
 model::update_config rule_config(const settings& s) {
   model::update_config c;
-  c.rule = rule_of(s.algo.kind);
+  c.rule = s.algo.kind;
   c.lr = s.lr;
   c.workers = s.algo.workers;
   c.lambda = s.algo.lambda;

@@ -42,36 +42,13 @@ template <class T>
 inline constexpr bool always_false = false;
 } // namespace detail
 
-/// How a job trains: one plain loop, or data parallel on actors with a
-/// parameter-server update rule (docs/algorithms.md).
-enum class algorithm_kind { sequential, ssgd, asgd, sa_asgd, hogwild, dc_asgd_c, dc_asgd_a, ddc_asgd };
-
-/// What an algorithm is, declared once (train/job.cpp's table): the plan, the
-/// runtime and the coordinator read these instead of naming algorithms.
-struct algorithm_traits {
-  algorithm_kind kind;
-  const char* name;            ///< as on the command line: "ddc-asgd"
-  bool on_actors;              ///< runs on actors (all but the sequential loop)
-  bool synchronous;            ///< a round waits for every worker (SSGD): no lost worker, no pull retries
-  bool shards;                 ///< parameter shards hold the parameters and apply `rule`
-  bool shared_memory;          ///< one parameter buffer shared by the workers of one process (Hogwild!)
-  model::rule_kind rule;       ///< the shards' update rule (when `shards`)
-  /// The run goes on when a worker's node is lost.
-  bool survives_lost_workers() const { return on_actors && !synchronous; }
-  /// A worker pulls again from shards that did not answer in time.
-  bool retries_pulls() const { return on_actors && !synchronous; }
-};
-/// The traits of `k`.
-const algorithm_traits& traits(algorithm_kind k);
-
-/// "sequential", "ssgd", "asgd", "sa-asgd", "hogwild", "dc-asgd-c", "dc-asgd-a", "ddc-asgd".
-const char* to_string(algorithm_kind k);
-/// Every algorithm, in the order above.
-const std::vector<algorithm_kind>& all_algorithms();
-/// True for every algorithm that runs on actors (all but sequential).
-bool runs_on_actors(algorithm_kind k);
-/// The parameter-server rule of `k`; throws troupe::error for sequential and hogwild, which have none.
-model::rule_kind rule_of(algorithm_kind k);
+// The algorithms, their traits and their names are declared once, in
+// model/update_rule.hpp beside the update rules.
+using model::algorithm_kind;
+using model::algorithm_traits;
+using model::all_algorithms;
+using model::to_string;
+using model::traits;
 
 /// What a long run prints while it trains.
 enum class progress_mode {

@@ -37,7 +37,7 @@ run_info info_of(const job& j, int threads) {
   r.threads = threads;
   r.workers = s.algo.workers;
   r.pipeline_stages = s.pipeline.stages;
-  r.asynchronous = runs_on_actors(s.algo.kind);
+  r.asynchronous = traits(s.algo.kind).on_actors;
   return r;
 }
 
@@ -231,7 +231,7 @@ private:
 history run_sequential(const job& j, std::ostream& log) {
   j.validate();
   const settings& s = j.config();
-  if (runs_on_actors(s.algo.kind)) throw error("run_sequential: algorithm " + std::string(to_string(s.algo.kind)) + " runs on actors");
+  if (traits(s.algo.kind).on_actors) throw error("run_sequential: algorithm " + std::string(to_string(s.algo.kind)) + " runs on actors");
   const auto start = std::chrono::steady_clock::now();
   // threads = 0: this process's share of the cores (Slurm's CPUs per task), not every core of the host.
   const kernels::context ctx = kernels::context::with_threads(topology::local(s.threads).nodes[0].threads);

@@ -130,7 +130,7 @@ inline net::message batch_message(const tensor& images, const std::vector<int32_
 /// A gradient for small_tensors(): a [2] = {a0, a1}, b [1] = {b0}.
 inline tensor_list grad(float a0, float a1, float b0) { return {{shape{2}, {a0, a1}}, {shape{1}, {b0}}}; }
 
-inline model::update_config small_rule(model::rule_kind rule, int workers, float lr = 0.5f) {
+inline model::update_config small_rule(model::algorithm_kind rule, int workers, float lr = 0.5f) {
   model::update_config c;
   c.rule = rule;
   c.lr = lr;
@@ -160,7 +160,7 @@ inline actors::shard_core small_shard(const model::update_config& rule,
   return actors::shard_core(small_plan(), small_tensors(), rule, model::lr_schedule::constant, 100,
                             kernels::context{}, limits);
 }
-inline actors::shard_core small_shard(model::rule_kind rule, int workers, float lr = 0.5f) {
+inline actors::shard_core small_shard(model::algorithm_kind rule, int workers, float lr = 0.5f) {
   return small_shard(small_rule(rule, workers, lr));
 }
 

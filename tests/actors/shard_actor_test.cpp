@@ -23,7 +23,7 @@ TEST_CASE("shard actor: malformed, wrong-shape and NaN messages are rejected, it
   cfg.set("logger.verbosity", caf::atom("quiet"));
   caf::actor_system sys{cfg};
   auto core = std::make_shared<actors::shard_core>(small_plan(), small_tensors(),
-                                                   small_rule(model::rule_kind::dc_asgd_a, 1),
+                                                   small_rule(model::algorithm_kind::dc_asgd_a, 1),
                                                    model::lr_schedule::constant, 100, kernels::context{});
   auto dir = std::make_shared<actors::directory>();
   caf::scoped_actor worker{sys};

@@ -17,7 +17,7 @@ using namespace troupe;
 using namespace troupe::actors;
 using namespace troupe::testing;
 using Catch::Matchers::Contains;
-using model::rule_kind;
+using model::algorithm_kind;
 
 namespace {
 
@@ -34,7 +34,7 @@ train::initial_state start_of(const net::checkpoint& c, const std::string& algor
 } // namespace
 
 TEST_CASE("shard: pull, ASGD pushes, versions and staleness, replies go to the source", "[actors][shard]") {
-  shard_core s = small_shard(rule_kind::asgd, 2);
+  shard_core s = small_shard(algorithm_kind::asgd, 2);
   CHECK(s.address() == shard_addr(0));
   CHECK(s.id() == 0u);
   auto r = s.handle(make_pull(worker_addr(0), shard_addr(0)));
@@ -84,7 +84,7 @@ TEST_CASE("shard: pull, ASGD pushes, versions and staleness, replies go to the s
 
 TEST_CASE("shard: a second shard takes and answers its own range of the layout", "[actors][shard]") {
   // Tensors [1, 3) of a layout whose tensor 0 has 4 elements: elements [4, 7).
-  shard_core s(shard_plan_of(1, 1, 3, 4, 7), small_tensors(), small_rule(rule_kind::asgd, 1, 1.0f),
+  shard_core s(shard_plan_of(1, 1, 3, 4, 7), small_tensors(), small_rule(algorithm_kind::asgd, 1, 1.0f),
                model::lr_schedule::constant, 10, kernels::context{});
   auto r = s.handle(make_pull(worker_addr(0), shard_addr(1)));
   REQUIRE(r.size() == 1);
@@ -106,13 +106,13 @@ TEST_CASE("shard: a second shard takes and answers its own range of the layout",
   CHECK(read_params(r.at(0).msg).rejected);
   CHECK(s.rejects().get(net::reject_reason::wrong_shape) == 2u);
   // The constructor checks the tensors against the range.
-  CHECK_THROWS_MATCHES(shard_core(shard_plan_of(0, 0, 3, 0, 3), small_tensors(), small_rule(rule_kind::asgd, 1),
+  CHECK_THROWS_MATCHES(shard_core(shard_plan_of(0, 0, 3, 0, 3), small_tensors(), small_rule(algorithm_kind::asgd, 1),
                                   model::lr_schedule::constant, 10, kernels::context{}),
                        troupe::error, testing::message(Contains("2 tensors for the range [0, 3)")));
-  CHECK_THROWS_MATCHES(shard_core(shard_plan_of(0, 0, 2, 0, 4), small_tensors(), small_rule(rule_kind::asgd, 1),
+  CHECK_THROWS_MATCHES(shard_core(shard_plan_of(0, 0, 2, 0, 4), small_tensors(), small_rule(algorithm_kind::asgd, 1),
                                   model::lr_schedule::constant, 10, kernels::context{}),
                        troupe::error, testing::message(Contains("3 parameters for a range of 4")));
-  CHECK_THROWS_AS(shard_core(shard_plan_of(0, 0, 0, 0, 0), {}, small_rule(rule_kind::asgd, 1),
+  CHECK_THROWS_AS(shard_core(shard_plan_of(0, 0, 0, 0, 0), {}, small_rule(algorithm_kind::asgd, 1),
                              model::lr_schedule::constant, 10, kernels::context{}),
                   troupe::error);
 }
@@ -126,7 +126,7 @@ TEST_CASE("shard: a Params a worker holds never changes, updates go in place onc
       w0.push_back(x);
       x *= 2;
     }
-  shard_core s = small_shard(rule_kind::asgd, 1, 0.25f);
+  shard_core s = small_shard(algorithm_kind::asgd, 1, 0.25f);
   // ASGD, lr 0.25, gradient 2 w0: each push subtracts 0.5 w0.
   std::vector<float> w1(w0.size()), w2(w0.size()), w3(w0.size());
   for (std::size_t i = 0; i < w0.size(); ++i) {
@@ -175,7 +175,7 @@ TEST_CASE("shard: a Params a worker holds never changes, updates go in place onc
 }
 
 TEST_CASE("shard: SSGD answers every worker of a round with one message", "[actors][shard]") {
-  shard_core s = small_shard(rule_kind::ssgd, 2, 1.0f);
+  shard_core s = small_shard(algorithm_kind::ssgd, 2, 1.0f);
   CHECK(s.handle(push_message(0, 0, grad(2, 0, 0))).empty());  // waits for the round
   CHECK(s.version() == 0u);
   // A second gradient of worker 0 in the same round is refused, and answered.
@@ -196,7 +196,7 @@ TEST_CASE("shard: SSGD answers every worker of a round with one message", "[acto
 }
 
 TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard continues", "[actors][shard]") {
-  shard_core a = small_shard(rule_kind::ddc_asgd, 2);
+  shard_core a = small_shard(algorithm_kind::ddc_asgd, 2);
   for (uint32_t w = 0; w < 2; ++w) a.handle(make_pull(worker_addr(w), shard_addr(0)));
   a.handle(push_message(0, 0, grad(1, 2, 3)));
   a.handle(push_message(1, 0, grad(-1, 1, 2)));
@@ -224,7 +224,7 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard c
   params_view now = read_params(a.handle(make_pull(evaluator_addr(), shard_addr(0))).at(0).msg);
   shard_core b(small_plan(),
                {{"a", tensor::from({2}, {now.values[0], now.values[1]})}, {"b", tensor::from({1}, {now.values[2]})}},
-               small_rule(rule_kind::ddc_asgd, 2), model::lr_schedule::constant, 100, kernels::context{});
+               small_rule(algorithm_kind::ddc_asgd, 2), model::lr_schedule::constant, 100, kernels::context{});
   std::ostringstream log;
   resume_shard(b, start_of(c, "ddc-asgd", 1).shards[0], log);
   // Restored bit for bit: the version, and the rule state's digest is the checkpoint's.
@@ -245,12 +245,12 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard c
   }
 
   // Another algorithm's checkpoint, another shard count, or another worker count: fresh, and said so.
-  shard_core fresh = small_shard(rule_kind::ddc_asgd, 2);
+  shard_core fresh = small_shard(algorithm_kind::ddc_asgd, 2);
   resume_shard(fresh, start_of(c, "dc-asgd-a", 1).shards[0], log);
   CHECK_THAT(log.str(), Contains("written by 'ddc-asgd', not dc-asgd-a"));
   resume_shard(fresh, start_of(c, "ddc-asgd", 2).shards[0], log);
   CHECK_THAT(log.str(), Contains("the checkpoint has 1 shard(s), this run 2"));
-  shard_core one_worker = small_shard(rule_kind::ddc_asgd, 1);
+  shard_core one_worker = small_shard(algorithm_kind::ddc_asgd, 1);
   resume_shard(one_worker, start_of(c, "ddc-asgd", 1).shards[0], log);
   CHECK_THAT(log.str(), Contains("unexpected entry 'ms/1'"));
   CHECK(fresh.version() == 0u);
@@ -259,7 +259,7 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard c
 
 TEST_CASE("shard: bad messages are rejected and counted, known workers are answered, training goes on",
           "[actors][shard]") {
-  shard_core s = small_shard(rule_kind::dc_asgd_a, 2);
+  shard_core s = small_shard(algorithm_kind::dc_asgd_a, 2);
   const float nan = std::numeric_limits<float>::quiet_NaN();
 
   // A Params-sized push whose payload is one float short of its shapes.
@@ -334,7 +334,7 @@ TEST_CASE("shard: bad messages are rejected and counted, known workers are answe
   // Oversized: a shard reading untrusted input with a small limit answers its known worker.
   net::reader_limits small;
   small.max_bytes = 64;
-  shard_core tight = small_shard(small_rule(rule_kind::asgd, 1), small);
+  shard_core tight = small_shard(small_rule(algorithm_kind::asgd, 1), small);
   auto t = tight.handle(push_message(0, 0, grad(1, 1, 1)));
   CHECK(tight.rejects().get(net::reject_reason::too_large) == 1u);
   REQUIRE(t.size() == 1);
@@ -352,7 +352,7 @@ TEST_CASE("shard: bad messages are rejected and counted, known workers are answe
 TEST_CASE("shard: DC-ASGD's w_bak after a rejected push is the parameters the rejected reply carried",
           "[actors][shard][rules]") {
   // DC-ASGD-c, eta 0.5, lambda 1: w <- w - eta * (g + lambda * g * g * (w - w_bak(m))).
-  model::update_config c = small_rule(rule_kind::dc_asgd_c, 2, 0.5f);
+  model::update_config c = small_rule(algorithm_kind::dc_asgd_c, 2, 0.5f);
   c.lambda = 1.0f;
   shard_core s = small_shard(c);
   const float eta = 0.5f, lambda = 1.0f;
@@ -390,7 +390,7 @@ TEST_CASE("shard: DC-ASGD's w_bak after a rejected push is the parameters the re
 }
 
 TEST_CASE("shard: each pull and push is opened once, a bad one twice at most", "[actors][shard]") {
-  shard_core s = small_shard(rule_kind::dc_asgd_a, 2);
+  shard_core s = small_shard(algorithm_kind::dc_asgd_a, 2);
   const net::message pull = make_pull(worker_addr(0), shard_addr(0));
   const net::message push = push_message(0, 0, grad(0.5f, -1, 1));
   const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -272,7 +272,7 @@ struct two_stage_hybrid {
       std::vector<named_tensor> mine;
       for (uint32_t i = sp.range.first; i < sp.range.last; ++i)
         mine.push_back({params[i]->name, params[i]->value.clone()});
-      shards.push_back(std::make_unique<shard_core>(sp, mine, small_rule(model::rule_kind::asgd, 1),
+      shards.push_back(std::make_unique<shard_core>(sp, mine, small_rule(model::algorithm_kind::asgd, 1),
                                                     model::lr_schedule::constant, 100, kernels::context{}));
       shards.back()->restore(5, {});  // a resumed run's shard: 5 updates applied before
       st.push_back(std::make_shared<stage_core>(c, pool, initial));

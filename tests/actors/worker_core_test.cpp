@@ -268,7 +268,7 @@ TEST_CASE("worker and shard: weights read in place, gradients written into a reu
   for (auto* p : rp) ts.push_back({p->name, p->value.clone()});
   const model::param_layout layout = ref.layout();
   const train::shard_plan sp{shard_addr(0), model::plan_shards(layout, 1)[0]};
-  shard_core shard(sp, ts, small_rule(model::rule_kind::asgd, 1, 0.1f), model::lr_schedule::constant, 100,
+  shard_core shard(sp, ts, small_rule(model::algorithm_kind::asgd, 1, 0.1f), model::lr_schedule::constant, 100,
                    kernels::context{});
   shard_source_config c;
   c.self = worker_addr(0);
@@ -523,7 +523,7 @@ struct two_layer_shards {
       std::vector<named_tensor> ts;
       for (uint32_t i = ranges[s].first; i < ranges[s].last; ++i)
         ts.push_back({params[i]->name, params[i]->value.clone()});
-      out.push_back(std::make_unique<shard_core>(config.shards[s], ts, small_rule(model::rule_kind::asgd, 1, 0.1f),
+      out.push_back(std::make_unique<shard_core>(config.shards[s], ts, small_rule(model::algorithm_kind::asgd, 1, 0.1f),
                                                  model::lr_schedule::constant, 100, kernels::context{}));
     }
     return out;

@@ -12,12 +12,11 @@ using Catch::Contains;
 
 namespace {
 /// The rule named `name` as the command line names it.
-rule_kind named(const std::string& name) {
-  for (rule_kind k : {rule_kind::ssgd, rule_kind::asgd, rule_kind::sa_asgd, rule_kind::dc_asgd_c, rule_kind::dc_asgd_a,
-                      rule_kind::ddc_asgd})
-    if (name == to_string(k)) return k;
+algorithm_kind named(const std::string& name) {
+  for (algorithm_kind k : all_algorithms())
+    if (name == to_string(k) && traits(k).make) return k;
   FAIL("no rule named " << name);
-  return rule_kind::asgd;
+  return algorithm_kind::asgd;
 }
 
 update_config cfg(const std::string& rule, int workers = 1) {
@@ -286,4 +285,20 @@ TEST_CASE("staleness statistics", "[model][rules]") {
   CHECK(s.count() == 5);
   CHECK(s.histogram()[2] == 2);
   CHECK_THROWS_WITH(s.record(0, -1), Contains("negative"));
+}
+
+TEST_CASE("update rules: every algorithm with shards has a rule, the others none", "[model][rules]") {
+  int rules = 0;
+  for (algorithm_kind k : all_algorithms()) {
+    INFO(to_string(k));
+    update_config c;
+    c.rule = k;
+    if (traits(k).shards) {
+      CHECK(make_update_rule(c, 3) != nullptr);
+      ++rules;
+    } else {
+      CHECK_THROWS_WITH(make_update_rule(c, 3), Contains("has no parameter-server update rule"));
+    }
+  }
+  CHECK(rules == 6);
 }

@@ -11,6 +11,7 @@
 #include <ostream>
 
 #include "actors/messages.hpp"
+#include "net/protocol.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/roles.hpp"
 #include "model/optimizer.hpp"
@@ -406,6 +407,7 @@ void on_message(coordinator_t* self, const net::message& m) {
   auto& st = self->state;
   try {
     net::envelope_reader r(m);
+    if (!net::accepts(wire::Role::COORDINATOR, r.root().which())) return;  // not for a coordinator: dropped
     if (st.done) {
       // Stopping: only the other nodes' "stopped" (or their loss) counts now.
       if (r.root().which() != wire::Envelope::CONTROL) return;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "actors/messages.hpp"
+#include "net/protocol.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/roles.hpp"
 
@@ -262,7 +263,7 @@ void on_message(node_t* self, const net::message& m) {
   auto& st = self->state;
   try {
     net::envelope_reader r(m);
-    if (r.root().which() != wire::Envelope::CONTROL) return;
+    if (!net::accepts(wire::Role::NODE, r.root().which())) return;  // net/protocol.cpp: Control only
     auto c = r.root().getControl();
     if (c.getKind() == wire::Control::Kind::START) {
       if (st.acknowledged) return;

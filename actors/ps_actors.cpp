@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "actors/messages.hpp"
+#include "net/protocol.hpp"
 #include "actors/roles.hpp"
 #include "train/metrics.hpp"
 
@@ -59,7 +60,7 @@ caf::behavior loader_actor(caf::event_based_actor* self, std::shared_ptr<loader_
       [self, c, coordinator, dir](const net::message& m) {
         try {
           const net::envelope_reader r(m);  // opened and validated once
-          if (r.root().which() != wire::Envelope::CONTROL) return;
+          if (!net::accepts(wire::Role::LOADER, r.root().which())) return;  // net/protocol.cpp: Control only
           const control_view cv = read_control(r);
           if (cv.kind == wire::Control::Kind::STOP) {
             self->quit();
@@ -459,6 +460,7 @@ caf::behavior evaluator_actor(evaluator_actor_t* self, std::shared_ptr<evaluator
         auto& st = self->state;
         try {
           const net::envelope_reader r(m, net::peer_limits());  // opened and validated once
+          net::require_accepted(wire::Role::EVALUATOR, r, "evaluator");
           switch (r.root().which()) {
             case wire::Envelope::SNAPSHOT:
               st.queued.push_back(read_snapshot(r));

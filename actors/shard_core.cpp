@@ -1,4 +1,5 @@
 #include "actors/shard_core.hpp"
+#include "net/protocol.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -202,6 +203,7 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
   const net::address from = net::read_address(r->root().getSource());
   bool push = false;
   try {
+    net::require_accepted(wire::Role::SHARD, *r, "shard " + std::to_string(id()));
     switch (r->root().which()) {
       case wire::Envelope::PULL_PARAMS: return on_pull(*r, from);
       case wire::Envelope::PUSH_GRADIENT: {
@@ -209,15 +211,9 @@ std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
         train::trace_span span(trace_.get(), track_, "apply");
         return on_push(*r, from);
       }
-      case wire::Envelope::CONTROL:
-        if (r->root().getControl().getKind() == wire::Control::Kind::STOP) {
-          stop_ = true;
-          return {};
-        }
-        [[fallthrough]];
-      default:
-        reject(net::reject_reason::unknown_kind, "shard " + std::to_string(id()) + ": unexpected message kind " +
-                                                     std::to_string(static_cast<int>(r->root().which())));
+      default:  // Control: a stop ends the shard; the others are not for it
+        stop_ = stop_ || r->root().getControl().getKind() == wire::Control::Kind::STOP;
+        return {};
     }
   } catch (const net::message_error& e) {
     return answer_rejected(from, e.reason(), e.what(), push);

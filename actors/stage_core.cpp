@@ -1,4 +1,5 @@
 #include "actors/stage_core.hpp"
+#include "net/protocol.hpp"
 
 #include <cstring>
 
@@ -40,7 +41,9 @@ std::vector<outgoing> stage_core::start() {
 }
 
 net::opened_message stage_core::open(const net::message& m) const {
-  return std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
+  auto r = std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
+  net::require_accepted(wire::Role::STAGE, *r, track_);
+  return r;
 }
 
 void stage_core::take(const net::opened_message& m) {

@@ -1,4 +1,5 @@
 #include "actors/worker_core.hpp"
+#include "net/protocol.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -406,7 +407,9 @@ bool worker_core::can_step() const { return !run_ && (receive_ ? source_->has_la
 bool worker_core::can_resume() const { return run_ && source_->has_layer(run_->next); }
 
 net::opened_message worker_core::open(const net::message& m) const {
-  return std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
+  auto r = std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
+  net::require_accepted(wire::Role::WORKER, *r, net::to_string(p_.address));
+  return r;
 }
 
 worker_core::step_out worker_core::step(const net::opened_message& m) {

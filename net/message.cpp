@@ -1,5 +1,7 @@
 #include "net/message.hpp"
 
+#include "net/protocol.hpp"
+
 #include "net/tensor_codec.hpp"
 
 #include <capnp/serialize.h>
@@ -217,28 +219,6 @@ float* payload(wire::FlatTensors::Builder b) { return reinterpret_cast<float*>(b
 
 namespace {
 
-/// Throws message_error (non_finite) when data[0, n) holds a NaN or Inf:
-/// with the receiver's scan (its kernel threads) when it gave one.
-void check_finite(const float* data, int64_t n, const std::string& what, const reader_limits& l) {
-  bool finite = true;
-  if (l.finite_scan) {
-    finite = l.finite_scan(l.scan_context, data, n);
-  } else {
-    for (int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(data[i]);
-  }
-  if (!finite) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
-}
-
-void check_tensor(wire::Tensor::Reader r, const std::string& what, const reader_limits& l) {
-  tensor_view v = view(r, what);
-  if (l.check_finite) check_finite(v.data, v.numel(), what, l);
-}
-
-void check_flat(wire::FlatTensors::Reader r, const std::string& what, const reader_limits& l) {
-  flat_view v = view(r, what);
-  if (l.check_finite) check_finite(v.data, v.numel, what, l);
-}
-
 void check_header(wire::Envelope::Reader root) {
   if (root.getSchemaVersion() != wire::SCHEMA_VERSION)
     throw message_error(reject_reason::unknown_version, "schema version " + std::to_string(root.getSchemaVersion()) +
@@ -283,47 +263,7 @@ envelope_reader::envelope_reader(const message& m, const reader_limits& limits) 
     reader_ = open_reader(m, opts);
     root_ = reader_->getRoot<wire::Envelope>();
     check_header(root_);
-    switch (root_.which()) {
-      case wire::Envelope::BATCH: {
-        auto b = root_.getBatch();
-        check_tensor(b.getImages(), "batch images", limits);
-        auto v = view(b.getImages(), "batch images");
-        if (v.dims.rank() == 0 || v.dims[0] != static_cast<int64_t>(b.getLabels().size()))
-          throw message_error(reject_reason::wrong_shape, "batch: " + std::to_string(b.getLabels().size()) +
-                                                              " labels for images " + v.dims.to_string());
-        break;
-      }
-      case wire::Envelope::PARAMS: {
-        auto p = root_.getParams();
-        check_flat(p.getValues(), "params", limits);
-        for (auto t : p.getRuleState()) {
-          (void)t.getName();  // a Text: its bounds and NUL are checked here, not in the receiver
-          check_tensor(t.getTensor(), "params rule state", limits);
-        }
-        break;
-      }
-      case wire::Envelope::PUSH_GRADIENT: check_flat(root_.getPushGradient().getValues(), "push_gradient", limits); break;
-      case wire::Envelope::ACTIVATION: {
-        auto a = root_.getActivation();
-        check_tensor(a.getTensor(), "activation", limits);
-        auto v = view(a.getTensor(), "activation");
-        const std::size_t labels = a.getLabels().size();
-        if (labels != 0 && (v.dims.rank() == 0 || v.dims[0] != static_cast<int64_t>(labels)))
-          throw message_error(reject_reason::wrong_shape, "activation: " + std::to_string(labels) + " labels for " +
-                                                              v.dims.to_string());
-        break;
-      }
-      case wire::Envelope::GRADIENT: check_tensor(root_.getGradient().getTensor(), "gradient", limits); break;
-      // Every pointer a receiver follows is followed here once, so that a bad
-      // one is a message_error now and not a kj::Exception in the receiver.
-      case wire::Envelope::PULL_PARAMS: (void)root_.getPullParams(); break;
-      case wire::Envelope::CONTROL: (void)root_.getControl().getDetail(); break;
-      case wire::Envelope::METRICS: (void)root_.getMetrics(); break;
-      case wire::Envelope::SNAPSHOT: (void)root_.getSnapshot(); break;
-      case wire::Envelope::EVALUATION: (void)root_.getEvaluation(); break;
-      default:
-        throw message_error(reject_reason::unknown_kind, "unknown message kind " + std::to_string(int(root_.which())));
-    }
+    kind_of(root_.which()).validate(root_, limits);  // net/protocol.cpp: one row per kind
   } catch (const kj::Exception& e) {
     rethrow_capnp(e);
   }

@@ -310,7 +310,7 @@ TEST_CASE("shard: bad messages are rejected and counted, known workers are answe
   CHECK(s.rejects().get(net::reject_reason::non_finite) == 2u);
   CHECK(s.rejects().get(net::reject_reason::wrong_shape) == 4u);
   CHECK(s.rejects().get(net::reject_reason::bad_tensor) == 1u);
-  CHECK_THAT(s.last_error(), Contains("unexpected message kind"));
+  CHECK_THAT(s.last_error(), Contains("a Metrics is not for a shard"));
 
   // Nobody is answered when the source cannot be read or is no known worker: counted only.
   std::vector<uint8_t> junk(200);

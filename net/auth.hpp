@@ -1,6 +1,6 @@
 #pragma once
 
-// Authentication of a link (docs/protocol.md, "Handshake"): a mutual
+// Authentication of a link (docs/protocol.md, "Between nodes: the handshake"): a mutual
 // HMAC-SHA256 challenge-response over a shared secret, before any other frame.
 //
 //   dialer   -> hello     {schema, job digest, node_a, nonce_a, session_a}

@@ -1,6 +1,6 @@
 #pragma once
 
-// Frames: what a link between two nodes carries (docs/protocol.md, "Frames").
+// Frames: what a link between two nodes carries (docs/protocol.md, "Between nodes: frames").
 // A frame is a fixed 56-byte header, then for a message frame a table of its
 // Cap'n Proto segments' sizes and the segments as they are (gather-written,
 // never flattened), for a handshake frame a small body. The reader validates

@@ -1,7 +1,7 @@
 #pragma once
 
 // Protection of the frames of an authenticated link (docs/protocol.md,
-// "Frame protection"): every frame after the handshake carries a 16-byte
+// "Between nodes: frame protection"): every frame after the handshake carries a 16-byte
 // AES-256-GCM tag over its header, its segment table and its payload, under a
 // key of that link and direction (derived from the handshake: net/auth.hpp),
 // with the frame's number on the link as the nonce. A frame that was altered,

@@ -1,6 +1,6 @@
 #pragma once
 
-// troupe's links between nodes (docs/protocol.md, "Transport"): TCP on
+// troupe's links between nodes (docs/protocol.md, "Between nodes: sessions, delivery and liveness"): TCP on
 // Boost.Asio, one io thread per transport, authenticated before any frame
 // (net/auth.hpp), heartbeats, reconnection, at-least-once delivery within a
 // session, fault injection for tests. Asio stays out of this header.

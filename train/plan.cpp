@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "model/cost_profile.hpp"
@@ -275,30 +276,37 @@ void plan_pipeline(plan& p, const settings& s, const topology& t, const model::p
 
 } // namespace
 
+namespace {
+
+/// The placement as one JSON object: the devices, each stage's cost and the prediction.
+std::string placement_json(const plan& p, const settings& s) {
+  const model::placement_estimate& e = p.estimate;
+  nlohmann::ordered_json j;
+  j["placement"] = to_string(s.pipeline.placement);
+  j["micro_batches"] = s.pipeline.micro_batches;
+  j["batch_size"] = s.batch_size;
+  j["devices"] = nlohmann::ordered_json::array();
+  for (const auto& d : p.devices)
+    j["devices"].push_back({{"name", d.name}, {"speed", d.speed}, {"memory_bytes", d.memory_bytes}});
+  j["stages"] = nlohmann::ordered_json::array();
+  for (const model::stage_estimate& st : e.stages)
+    j["stages"].push_back({{"first_layer", st.first}, {"last_layer", st.last}, {"device", st.device},
+                           {"fwd_s", st.fwd_s}, {"bwd_s", st.bwd_s}, {"transfer_s", st.transfer_s},
+                           {"time_s", st.time_s}, {"send_bytes", st.send_bytes}, {"memory_bytes", st.memory_bytes}});
+  j["bottleneck"] = e.bottleneck;
+  j["predicted_step_s"] = e.step_s;
+  return j.dump();
+}
+
+} // namespace
+
 std::string describe_placement(const plan& p, const settings& s, bool json) {
   std::ostringstream out;
   const model::placement_estimate& e = p.estimate;
   if (p.stages.empty() || static_cast<int>(e.stages.size()) != p.stages_per_replica())
     throw error("describe_placement: the plan has no pipeline (give --pipeline-stages K > 1)");
   auto ms = [](double sec) { return sec * 1000.0; };
-  if (json) {
-    out.precision(6);
-    out << "{\"placement\":\"" << to_string(s.pipeline.placement) << "\",\"micro_batches\":" << s.pipeline.micro_batches
-        << ",\"batch_size\":" << s.batch_size << ",\"devices\":[";
-    for (std::size_t d = 0; d < p.devices.size(); ++d)
-      out << (d ? "," : "") << "{\"name\":\"" << p.devices[d].name << "\",\"speed\":" << p.devices[d].speed
-          << ",\"memory_bytes\":" << p.devices[d].memory_bytes << "}";
-    out << "],\"stages\":[";
-    for (std::size_t k = 0; k < e.stages.size(); ++k) {
-      const model::stage_estimate& st = e.stages[k];
-      out << (k ? "," : "") << "{\"first_layer\":" << st.first << ",\"last_layer\":" << st.last
-          << ",\"device\":" << st.device << ",\"fwd_s\":" << st.fwd_s << ",\"bwd_s\":" << st.bwd_s
-          << ",\"transfer_s\":" << st.transfer_s << ",\"time_s\":" << st.time_s << ",\"send_bytes\":" << st.send_bytes
-          << ",\"memory_bytes\":" << st.memory_bytes << "}";
-    }
-    out << "],\"bottleneck\":" << e.bottleneck << ",\"predicted_step_s\":" << e.step_s << "}\n";
-    return out.str();
-  }
+  if (json) return placement_json(p, s) + "\n";
   out.setf(std::ios::fixed);
   out.precision(2);
   out << "placement " << to_string(s.pipeline.placement) << ", " << e.stages.size() << " stages, "

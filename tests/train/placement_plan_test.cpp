@@ -2,6 +2,7 @@
 // devices, the emulated slowdown of each stage, the estimate, the errors.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "tests/test_util.hpp"
@@ -84,7 +85,11 @@ TEST_CASE("plan: a placer puts the stages on distinct devices and slows each as 
     for (const auto& st : p.stages) pl.devices.push_back(st.device);
     CHECK(p.estimate.step_s ==
           Approx(model::evaluate(at_speed_1, p.devices, model::same_process_link(), pl).step_s));
-    CHECK_THAT(describe_placement(p, s, true), Contains("\"predicted_step_s\":"));
+    const auto j = nlohmann::json::parse(describe_placement(p, s, true));  // valid JSON, names escaped
+    CHECK(j["predicted_step_s"].get<double>() == Approx(p.estimate.step_s));
+    CHECK(j["stages"].size() == p.estimate.stages.size());
+    CHECK(j["devices"].size() == p.devices.size());
+    CHECK(j["devices"][0]["name"].get<std::string>() == p.devices[0].name);
     CHECK_THAT(describe_placement(p, s, false), Contains("(bottleneck)"));
   }
   // With a thread per stage, the fastest device is this machine's speed: no sharing.

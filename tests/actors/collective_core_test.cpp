@@ -99,7 +99,7 @@ struct group_sim {
 
 /// Every member's buffer after an allreduce of input_of(r, n).
 std::vector<std::vector<float>> allreduce(int n_members, int64_t n, collective_options o, uint64_t seed, bool random,
-                                          collective_algorithm* algorithm = nullptr) {
+                                          collective_algorithm* algorithm = nullptr, uint64_t* early = nullptr) {
   group_sim sim(n_members, o, seed, random);
   std::vector<std::vector<float>> bufs;
   for (int r = 0; r < n_members; ++r) bufs.push_back(input_of(r, n));
@@ -109,6 +109,8 @@ std::vector<std::vector<float>> allreduce(int n_members, int64_t n, collective_o
   CHECK(sim.rejected() == 0u);
   CHECK(sim.largest_piece <= o.piece_elements);
   if (algorithm) *algorithm = sim.cores[0].algorithm();
+  if (early)
+    for (const auto& c : sim.cores) *early += c.stats().early;
   return bufs;
 }
 
@@ -117,8 +119,12 @@ std::vector<std::vector<float>> allreduce(int n_members, int64_t n, collective_o
 void check_allreduce(int n_members, int64_t n, collective_options o, collective_algorithm expected, double tolerance) {
   INFO("N = " << n_members << ", n = " << n << ", piece = " << o.piece_elements);
   collective_algorithm a = collective_algorithm::none;
-  const auto in_order = allreduce(n_members, n, o, 0, false, &a);
+  uint64_t early = 0;
+  const auto in_order = allreduce(n_members, n, o, 0, false, &a, &early);
   CHECK(a == (n_members == 1 ? collective_algorithm::none : expected));
+  // The ring receives from one neighbour in the order it sends: over links
+  // that keep order, no piece waits for its turn.
+  if (expected == collective_algorithm::ring) CHECK(early == 0u);
   for (uint64_t seed : {1u, 2u}) {
     const auto shuffled = allreduce(n_members, n, o, seed * 7919 + static_cast<uint64_t>(n), true);
     for (int r = 0; r < n_members; ++r) {
@@ -213,6 +219,15 @@ TEST_CASE("collective: chunks differ by at most one element, pieces hold at most
   CHECK(first[2][0].offset == 6);
   CHECK(first[2][0].chunk == 2);
   CHECK(first[2][0].receiver == sim.ids[3]);
+  // Each piece goes on as soon as it is in, not the whole chunk: member 3
+  // gets the first piece of member 2's chunk and sends it on, summed, at once.
+  std::vector<collective_message> got = sim.cores[3].accept(first[2][0]);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].round == 1);
+  CHECK(got[0].chunk == 2);
+  CHECK(got[0].offset == 6);
+  CHECK(got[0].receiver == sim.ids[0]);
+  CHECK(got[0].data == std::vector<float>{bufs[2][6] + input_of(3, 10)[6], bufs[2][7] + input_of(3, 10)[7]});
   // N = 5, n = 2: chunks 2 to 4 are empty, and still go round as empty pieces.
   group_sim wide(5, collective_options(), 0, false);
   std::vector<float> y(2, 1.0f);

@@ -77,8 +77,15 @@ void broadcast(coordinator_t* self, net::role role, wire::Control::Kind kind, ui
   for (const net::address& a : addresses(st.s.plan, role)) send_to(*st.dir, a, make_control(me(self), a, kind, amount));
 }
 
-void stop_training(coordinator_t* self) {
-  broadcast(self, net::role::worker, wire::Control::Kind::STOP);
+/// Stops the loaders and the workers; a worker that holds the parameters
+/// (allreduce's first) goes on answering the last snapshot's pull until stop_all.
+void stop_training(coordinator_t* self, bool holders_too = false) {
+  auto& st = self->state;
+  const std::vector<train::shard_plan>& holders = st.s.plan.worker_holders;
+  for (const net::address& a : addresses(st.s.plan, net::role::worker)) {
+    const bool holds = std::any_of(holders.begin(), holders.end(), [&](const auto& h) { return h.address == a; });
+    if (!holds || holders_too) send_to(*st.dir, a, make_control(me(self), a, wire::Control::Kind::STOP));
+  }
   broadcast(self, net::role::loader, wire::Control::Kind::STOP);
 }
 
@@ -87,7 +94,7 @@ void stop_training(coordinator_t* self) {
 /// reach them before this node's links close.
 void stop_all(coordinator_t* self) {
   auto& st = self->state;
-  stop_training(self);
+  stop_training(self, true);
   broadcast(self, net::role::shard, wire::Control::Kind::STOP);
   broadcast(self, net::role::stage, wire::Control::Kind::STOP);
   broadcast(self, net::role::evaluator, wire::Control::Kind::STOP);

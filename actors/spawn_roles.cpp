@@ -7,6 +7,7 @@
 
 #include <ostream>
 
+#include "actors/allreduce.hpp"
 #include "actors/node_actor.hpp"
 
 namespace troupe::actors {
@@ -128,10 +129,39 @@ void spawn_loaders(caf::actor_system& sys, node_context& c) {
   }
 }
 
-/// Where a worker's weights come from: Hogwild!'s shared buffer, the shards, or local steps between pushes.
+/// An allreduce's worker: its place in the group, the starting replica (a resumed run's momentum).
+allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w) {
+  const settings& s = c.config();
+  const train::plan& p = c.plan();
+  allreduce_config a;
+  for (const train::worker_plan& o : p.workers) {
+    if (o.address == w.address) a.member = static_cast<int32_t>(a.members.size());
+    a.members.push_back(o.address);
+  }
+  a.layout = c.start->net.layout();
+  const model::model::flat_buffers flat = c.start->net.flatten();
+  a.initial.assign(flat.values.data(), flat.values.data() + flat.values.numel());
+  for (const named_tensor& t : c.start->state.replicas.state)
+    if (t.name == "velocity") a.velocity.assign(t.value.data(), t.value.data() + t.value.numel());
+  a.steps_before = c.start->state.replicas.version;
+  a.lr = s.lr;
+  a.momentum = s.momentum;
+  a.weight_decay = s.weight_decay;
+  a.schedule = s.schedule;
+  a.total_steps = p.total_updates;
+  a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
+  a.holder = !p.worker_holders.empty() && p.worker_holders.front().address == w.address;
+  const std::string& fresh = c.start->state.replicas.fresh;
+  if (a.holder && !fresh.empty()) *c.log << "allreduce: the replicas' momentum starts at 0: " << fresh << "\n";
+  return a;
+}
+
+/// Where a worker's weights come from: Hogwild!'s shared buffer, the shards,
+/// local steps between pushes, or its own replica in an allreduce.
 std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w) {
   const settings& s = c.config();
   if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates);
+  if (traits(s.algo.kind).collective) return allreduce_weights(allreduce_of(c, w));
   shard_source_config sc{w.address, c.plan().shards, c.start->net.layout()};
   if (s.algo.push_every > 1)
     return local_steps(sc, s.algo.push_every, s.algo.worker_lr > 0 ? s.algo.worker_lr : s.lr, s.algo.worker_momentum);

@@ -357,6 +357,14 @@ void weight_source::on_params(const net::opened_message&) {
   reject(net::reject_reason::unknown_kind, "worker: Params, but its weights do not come from parameter shards");
 }
 
+std::vector<outgoing> weight_source::on_collective(const net::opened_message&) {
+  reject(net::reject_reason::unknown_kind, "worker: a Collective, but it is not in an allreduce");
+}
+
+std::vector<outgoing> weight_source::on_pull(const net::opened_message&) {
+  reject(net::reject_reason::unknown_kind, "worker: a PullParams, but it holds no parameters to answer with");
+}
+
 staleness_tally weight_source::take_tally() {
   staleness_tally t = tally_;
   tally_ = {};

@@ -112,6 +112,13 @@ public:
   virtual std::vector<outgoing> retry() { return {}; }
   /// A shard's Params reply. Throws net::message_error for one that does not fit.
   virtual void on_params(const net::opened_message& m);
+  /// A piece of a collective (allreduce): the messages to send in answer.
+  /// Throws net::message_error for a source that takes none.
+  virtual std::vector<outgoing> on_collective(const net::opened_message& m);
+  /// The evaluator's PullParams to a worker that holds the parameters
+  /// (allreduce's first): its answer, now or once due. Throws
+  /// net::message_error for a source that holds none.
+  virtual std::vector<outgoing> on_pull(const net::opened_message& m);
   /// True when a step may start: weights present, no push unanswered.
   virtual bool ready() const = 0;
   /// Called once with a replica's model, before the first step.
@@ -171,6 +178,10 @@ public:
   /// A shard's Params. Throws net::message_error for a message that does not fit.
   void on_params(const net::opened_message& m) { source_->on_params(m); }
   void on_params(const net::message& m) { on_params(open(m)); }
+  /// A collective's piece (allreduce); the messages to send in answer.
+  std::vector<outgoing> on_collective(const net::opened_message& m) { return source_->on_collective(m); }
+  /// The evaluator's pull of a worker that holds the parameters.
+  std::vector<outgoing> on_pull(const net::opened_message& m) { return source_->on_pull(m); }
   /// `m` opened and validated once, with the worker's limits and finite-value
   /// scan (its threads); throws net::message_error. The worker's actor opens
   /// every message so, and its handlers read the checked view.

@@ -228,21 +228,23 @@ using rule_ptr = std::unique_ptr<update_rule>;
 const std::vector<algorithm_traits>& algorithm_table() {
   using k = algorithm_kind;
   using ctx = const kernels::context&;
-  //  kind           name         actors synchronous shards shared  rule
+  //  kind           name         actors synchronous shards shared collective rule
   static const std::vector<algorithm_traits> table{
-      {k::sequential, "sequential", false, false, false, false, nullptr},
-      {k::ssgd, "ssgd", true, true, true, false, [](const update_config& c, int64_t n, ctx) { return rule_ptr(new ssgd(c, n)); }},
-      {k::asgd, "asgd", true, false, true, false,
+      {k::sequential, "sequential", false, false, false, false, false, nullptr},
+      {k::ssgd, "ssgd", true, true, true, false, false,
+       [](const update_config& c, int64_t n, ctx) { return rule_ptr(new ssgd(c, n)); }},
+      {k::asgd, "asgd", true, false, true, false, false,
        [](const update_config& c, int64_t, ctx x) { return rule_ptr(new asgd(c, false, x)); }},
-      {k::sa_asgd, "sa-asgd", true, false, true, false,
+      {k::sa_asgd, "sa-asgd", true, false, true, false, false,
        [](const update_config& c, int64_t, ctx x) { return rule_ptr(new asgd(c, true, x)); }},
-      {k::hogwild, "hogwild", true, false, false, true, nullptr},
-      {k::dc_asgd_c, "dc-asgd-c", true, false, true, false,
+      {k::hogwild, "hogwild", true, false, false, true, false, nullptr},
+      {k::dc_asgd_c, "dc-asgd-c", true, false, true, false, false,
        [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::constant)); }},
-      {k::dc_asgd_a, "dc-asgd-a", true, false, true, false,
+      {k::dc_asgd_a, "dc-asgd-a", true, false, true, false, false,
        [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::adaptive)); }},
-      {k::ddc_asgd, "ddc-asgd", true, false, true, false,
+      {k::ddc_asgd, "ddc-asgd", true, false, true, false, false,
        [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::dynamic)); }},
+      {k::allreduce, "allreduce", true, true, false, false, true, nullptr},
   };
   return table;
 }

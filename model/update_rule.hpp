@@ -19,7 +19,7 @@ namespace troupe::model {
 /// parameter-server update rule (docs/algorithms.md). The one enum of the
 /// algorithms: the table in model/update_rule.cpp gives each its name, its
 /// traits and its rule, next to the rule's code.
-enum class algorithm_kind { sequential, ssgd, asgd, sa_asgd, hogwild, dc_asgd_c, dc_asgd_a, ddc_asgd };
+enum class algorithm_kind { sequential, ssgd, asgd, sa_asgd, hogwild, dc_asgd_c, dc_asgd_a, ddc_asgd, allreduce };
 
 struct update_config;
 class update_rule;
@@ -34,6 +34,7 @@ struct algorithm_traits {
   bool synchronous;            ///< a round waits for every worker (SSGD): no lost worker, no pull retries
   bool shards;                 ///< parameter shards hold the parameters and apply the rule `make` makes
   bool shared_memory;          ///< one parameter buffer shared by the workers of one process (Hogwild!)
+  bool collective;             ///< the workers allreduce their gradients and each steps its own replica
   /// The shards' update rule for `n` parameters (null without shards).
   std::unique_ptr<update_rule> (*make)(const update_config& c, int64_t n, const kernels::context& ctx);
   /// The run goes on when a worker's node is lost.
@@ -43,7 +44,7 @@ struct algorithm_traits {
 };
 /// The traits of `k`.
 const algorithm_traits& traits(algorithm_kind k);
-/// "sequential", "ssgd", "asgd", "sa-asgd", "hogwild", "dc-asgd-c", "dc-asgd-a", "ddc-asgd".
+/// "sequential", "ssgd", "asgd", "sa-asgd", "hogwild", "dc-asgd-c", "dc-asgd-a", "ddc-asgd", "allreduce".
 const char* to_string(algorithm_kind k);
 /// Every algorithm, in the table's order.
 const std::vector<algorithm_kind>& all_algorithms();

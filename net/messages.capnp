@@ -44,6 +44,7 @@ struct Envelope {
     metrics @10 :Metrics;
     snapshot @11 :Snapshot;
     evaluation @12 :Evaluation;
+    collective @13 :Collective;
   }
 }
 
@@ -160,4 +161,20 @@ struct Evaluation {
   checkpointed @2 :Bool;
   periodic @3 :Bool;                 # the answer to a periodic Snapshot
   validationAccuracy @4 :Float64 = -1;  # on the held-out part of the training set; -1 when none
+}
+
+# One piece of one round of a collective operation among the workers of an
+# allreduce (actors/collective_core.hpp): sender and receiver are member ids,
+# offset the piece's first element in the operation's buffer.
+struct Collective {
+  epoch @0 :UInt64;                  # the group's epoch (its membership)
+  op @1 :UInt64;                     # the operation's number in the epoch
+  kind @2 :UInt8;                    # 0 allreduce, 1 broadcast, 2 barrier
+  round @3 :Int32;
+  chunk @4 :Int32;
+  offset @5 :Int64;
+  sender @6 :Int32;
+  receiver @7 :Int32;
+  bf16 @8 :Bool;                     # payload: bfloat16 values (else float32)
+  payload @9 :Data;
 }

@@ -72,6 +72,20 @@ void validate_metrics(wire::Envelope::Reader root, const reader_limits&) { (void
 void validate_snapshot(wire::Envelope::Reader root, const reader_limits&) { (void)root.getSnapshot(); }
 void validate_evaluation(wire::Envelope::Reader root, const reader_limits&) { (void)root.getEvaluation(); }
 
+/// A payload of whole elements; float32 ones finite.
+void validate_collective(wire::Envelope::Reader root, const reader_limits& l) {
+  auto c = root.getCollective();
+  const auto data = c.getPayload();
+  const std::size_t element = c.getBf16() ? 2 : 4;
+  if (data.size() % element != 0)
+    throw message_error(reject_reason::bad_tensor, "collective: a payload of " + std::to_string(data.size()) +
+                                                       " bytes is not whole " + std::to_string(element) +
+                                                       "-byte elements");
+  if (c.getKind() > 2) throw message_error(reject_reason::malformed, "collective: unknown operation kind");
+  if (!c.getBf16() && l.check_finite)
+    check_finite(reinterpret_cast<const float*>(data.begin()), static_cast<int64_t>(data.size() / 4), "collective", l);
+}
+
 } // namespace
 
 const std::vector<kind_info>& protocol_table() {
@@ -79,7 +93,7 @@ const std::vector<kind_info>& protocol_table() {
   using r = wire::Role;
   static const std::vector<kind_info> table{
       {w::BATCH, "Batch", {r::WORKER, r::STAGE}, validate_batch},
-      {w::PULL_PARAMS, "PullParams", {r::SHARD, r::STAGE}, validate_pull},
+      {w::PULL_PARAMS, "PullParams", {r::SHARD, r::STAGE, r::WORKER}, validate_pull},
       {w::PARAMS, "Params", {r::WORKER, r::STAGE, r::EVALUATOR}, validate_params},
       {w::PUSH_GRADIENT, "PushGradient", {r::SHARD}, validate_push},
       {w::ACTIVATION, "Activation", {r::STAGE}, validate_activation},
@@ -91,6 +105,7 @@ const std::vector<kind_info>& protocol_table() {
       {w::METRICS, "Metrics", {r::COORDINATOR}, validate_metrics},
       {w::SNAPSHOT, "Snapshot", {r::EVALUATOR}, validate_snapshot},
       {w::EVALUATION, "Evaluation", {r::COORDINATOR}, validate_evaluation},
+      {w::COLLECTIVE, "Collective", {r::WORKER}, validate_collective},
   };
   return table;
 }

@@ -134,7 +134,7 @@ void log_plan(const job& j, const plan& p, const model::param_layout& layout, st
   }
   log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
       << p.workers.size() << " worker(s), "
-      << (p.shards.empty() ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)")
+      << (!p.worker_holders.empty() ? std::string("no shards (each worker reduces with the others)") : p.shards.empty() ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)")
       << ", push every " << s.algo.push_every << ", " << p.workers.front().threads << " thread(s) per worker\n";
 }
 

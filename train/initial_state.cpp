@@ -61,6 +61,10 @@ initial_state resumed_start(const net::checkpoint& c, const plan& p, const setti
   for (uint32_t i = 0; i < p.shards.size(); ++i) st.shards[i] = shard_start(c, i, algorithm, p.shards.size());
   for (std::size_t i = 0; i < p.stages.size(); ++i)
     if (p.stages[i].shard < 0) st.stages[i] = stage_start(c, i, p.stages.size(), s.momentum != 0.0f);
+  if (!p.worker_holders.empty()) {
+    st.replicas = stage_start(c, 0, 1, s.momentum != 0.0f);
+    if (st.replicas.fresh.empty()) st.replicas.version = c.shard_versions[0];
+  }
   return st;
 }
 

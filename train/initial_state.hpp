@@ -35,6 +35,8 @@ struct initial_state {
   int64_t epoch_samples_dropped = 0;
   std::vector<holder_start> shards;  ///< by plan::shards
   std::vector<holder_start> stages;  ///< by plan::stages; a hybrid's stages (their shard holds the state) start fresh
+  /// Allreduce: where every worker's replica starts (its version: the steps applied before; its momentum).
+  holder_start replicas;
 };
 
 /// A fresh run: every role from the start.
@@ -44,7 +46,8 @@ initial_state fresh_start(const plan& p);
 /// state ("shard<i>/..." entries) when `c` was written by the same algorithm
 /// with as many shards; stage i that updates its own parameters takes its
 /// momentum ("shard<i>/velocity") when `c` has one holder per stage; the
-/// loaders skip the samples of the epoch in progress. A holder that cannot
+/// loaders skip the samples of the epoch in progress; allreduce's replicas take
+/// the one holder's version and momentum ("shard0/velocity"). A holder that cannot
 /// resume starts fresh, its `fresh` saying why.
 initial_state resumed_start(const net::checkpoint& c, const plan& p, const settings& s);
 

@@ -198,6 +198,8 @@ void validate(const settings& s) {
     bad(std::string("--algorithm ") + t.name +
         " shares one buffer in this process: --shards and --push-every do not apply");
   if (t.synchronous && a.push_every != 1) bad(std::string("--algorithm ") + t.name + " takes --push-every 1");
+  if (t.collective && a.shards != 1) bad(std::string("--algorithm ") + t.name + " has no parameter shards: leave --shards out");
+  if (!(a.bucket_mb >= 0.0f) || !std::isfinite(a.bucket_mb)) bad("--bucket-mb must be >= 0, got " + n2s(a.bucket_mb));
   if (t.shards) model::validate(rule_config(s));
 }
 

@@ -102,6 +102,9 @@ struct algorithm_settings {
   float mu0 = 0.9f;             ///< DDC-ASGD: mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)); v2: the momentum target
   int ddc_version = 1;          ///< DDC-ASGD's definition, 1 or 2 (model/update_rule.hpp)
   float tau_decay = 0.99f;      ///< DDC-ASGD v2: decay of the running mean of staleness
+  /// Allreduce: gradients go out in buckets of about this many MB, each as
+  /// soon as backward has filled it (0: one bucket, after backward).
+  float bucket_mb = 1.0f;
 };
 
 /// Each worker's slowdown factor (>= 1) from a.worker_speeds: the fastest
@@ -145,6 +148,8 @@ public:
   algorithm& alpha(float v) { s_.alpha = v; return *this; }
   algorithm& mu0(float v) { s_.mu0 = v; return *this; }
   algorithm& ddc_version(int v) { s_.ddc_version = v; return *this; }
+  /// Allreduce: the gradient bucket size in MB (0: one bucket after backward).
+  algorithm& bucket_mb(float mb) { s_.bucket_mb = mb; return *this; }
 
   const algorithm_settings& settings() const { return s_; }
 
@@ -163,6 +168,9 @@ inline algorithm hogwild() { return algorithm(algorithm_kind::hogwild); }
 inline algorithm dc_asgd_c() { return algorithm(algorithm_kind::dc_asgd_c); }
 inline algorithm dc_asgd_a() { return algorithm(algorithm_kind::dc_asgd_a); }
 inline algorithm ddc_asgd() { return algorithm(algorithm_kind::ddc_asgd); }
+/// Synchronous data parallelism without shards: the workers allreduce their
+/// gradients (a ring), and each applies the same optimizer step to its replica.
+inline algorithm allreduce() { return algorithm(algorithm_kind::allreduce); }
 
 /// Model parallelism: the model cut into stages that run as actors, micro-batches flowing through them.
 struct pipeline_settings {

@@ -361,6 +361,10 @@ std::vector<job_key> make_algorithm_keys() {
                   [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
       number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default 0.99)",
                  [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
+      number_key("bucket-mb", "MB",
+                 "allreduce: gradients go out in buckets of about MB megabytes, each as soon as backward has "
+                 "filled it (default 1; 0: one bucket after backward)",
+                 [](auto& s) -> auto& { return s.train.algo.bucket_mb; }, at_least(0)),
   };
 }
 

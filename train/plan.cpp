@@ -63,6 +63,7 @@ uint32_t plan::replica_of(const net::address& a) const {
 }
 
 std::vector<shard_plan> plan::parameter_holders() const {
+  if (!worker_holders.empty()) return worker_holders;
   if (stages.empty() || !shards.empty()) return shards;
   std::vector<shard_plan> out;  // every stage, those without parameters too: index k is stage k
   for (const auto& st : stages) out.push_back({st.address, st.params});
@@ -406,6 +407,10 @@ void plan_data_shards(plan& p, const settings& s, const topology& t, const model
       p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(i)}, ranges[i]});
       ++p.nodes[node].shards;
     }
+  } else if (traits(a.kind).collective) {
+    // Every replica holds the same values after each step: the first worker's answers a snapshot.
+    const model::shard_range all{0, static_cast<uint32_t>(layout.size()), 0, layout.numel()};
+    p.worker_holders.push_back({p.workers.front().address, all});
   } else if (t.nodes.size() != 1) {
     throw error(std::string("--algorithm ") + to_string(a.kind) +
                 " shares one buffer in one process: it runs on one node, the topology has " +

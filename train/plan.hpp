@@ -94,6 +94,10 @@ struct plan {
   std::vector<loader_plan> loaders;   ///< loaders[i] feeds workers[i]
   std::vector<worker_plan> workers;
   std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer) and a pipeline alone
+  /// Allreduce: the worker that answers the evaluator's pulls with its
+  /// replica (every replica holds the same values), as one holder of the
+  /// whole layout; empty otherwise.
+  std::vector<shard_plan> worker_holders;
   /// A pipeline's stages (empty: data parallel): replica r's stage k is
   /// stages[r * K + k], and loaders[r] feeds stages[r * K] (K = stages_per_replica()).
   std::vector<stage_plan> stages;

@@ -21,7 +21,7 @@ TEST_CASE("algorithm traits: one row per algorithm, names unique and parsed back
     CHECK_FALSE((t.shards && t.shared_memory));  // parameters live in one place
     CHECK(t.survives_lost_workers() == (t.on_actors && !t.synchronous));
   }
-  CHECK(names.size() == 8);
+  CHECK(names.size() == 9);
 }
 
 TEST_CASE("algorithm traits: the special cases are traits, not names", "[train][algorithms]") {

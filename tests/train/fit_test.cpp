@@ -404,9 +404,47 @@ TEST_CASE("one ASGD worker on actors reproduces the sequential loop's losses for
   }
 }
 
+TEST_CASE("one allreduce worker reproduces the sequential loop, momentum and all, for 100 steps", "[actors][fit][allreduce]") {
+  larger_data d;
+  std::ostringstream log;
+  std::vector<double> expected, got;
+  job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100);  // 32 steps per epoch
+  seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
+  fit(seq, log);
+  REQUIRE(expected.size() == 100);
+  for (float bucket_mb : {0.0f, 0.001f}) {
+    INFO("buckets of " << bucket_mb << " MB");
+    job ar = seq;
+    ar.algorithm(allreduce().bucket_mb(bucket_mb));
+    got.clear();
+    ar.on_step([&](const step_event& e) { got.push_back(e.loss); });
+    fit(ar, log);
+    REQUIRE(got.size() == 100);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(got[i] - expected[i]) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the epoch", "[actors][fit][allreduce]") {
+  larger_data d;
+  std::ostringstream log;
+  const std::string ckpt = d.dir.file("ar.ckpt");
+  job first = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(1).checkpoint(ckpt);
+  history h1 = fit(first, log);
+  REQUIRE(h1.size() == 1);
+  job more = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(2).checkpoint(ckpt);
+  history h2 = fit(more, log);
+  REQUIRE(h2.size() == 1);
+  CHECK(h2[0].epoch == 2);
+  CHECK_THAT(log.str(), !Contains("momentum starts at 0"));
+  CHECK(h2[0].test_accuracy > 0.8);
+}
+
 TEST_CASE("asynchronous algorithms train with several workers and report staleness", "[actors][fit]") {
   larger_data d;
-  for (algorithm a : {asgd(), ssgd(), hogwild(), ddc_asgd(), dc_asgd_c(), sa_asgd(), dc_asgd_a()}) {
+  for (algorithm a : {asgd(), ssgd(), hogwild(), ddc_asgd(), dc_asgd_c(), sa_asgd(), dc_asgd_a(), allreduce()}) {
     const std::string name = to_string(a.settings().kind);
     INFO(name);
     std::ostringstream log;
@@ -416,7 +454,7 @@ TEST_CASE("asynchronous algorithms train with several workers and report stalene
     // The synthetic task is easy: every algorithm learns it.
     CHECK(h.back().test_accuracy > 0.8);
     const double tau = h.back().mean_staleness;
-    if (name == "ssgd") {
+    if (name == "ssgd" || name == "allreduce") {
       CHECK(tau == 0.0);
     } else if (name == "asgd") {
       // Each of 4 workers waits for its own reply while the 3 others are applied.

@@ -1,0 +1,240 @@
+#include "actors/allreduce.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/kernels.hpp"
+#include "net/tensor_codec.hpp"
+#include "tensor/error.hpp"
+
+namespace troupe::actors {
+
+net::message to_wire(const collective_message& m, const net::address& from, const net::address& to) {
+  const bool bf16 = !m.bf16.empty();
+  const std::size_t bytes = bf16 ? m.bf16.size() * sizeof(uint16_t) : m.data.size() * sizeof(float);
+  auto b = net::make_builder(bytes);
+  auto c = net::init_envelope(*b, from, to).initCollective();
+  c.setEpoch(m.epoch);
+  c.setOp(m.op);
+  c.setKind(static_cast<uint8_t>(m.kind));
+  c.setRound(m.round);
+  c.setChunk(m.chunk);
+  c.setOffset(m.offset);
+  c.setSender(m.sender);
+  c.setReceiver(m.receiver);
+  c.setBf16(bf16);
+  auto payload = c.initPayload(static_cast<unsigned>(bytes));
+  if (bytes > 0) std::memcpy(payload.begin(), bf16 ? static_cast<const void*>(m.bf16.data()) : m.data.data(), bytes);
+  return net::message::from_builder(std::move(b));
+}
+
+collective_message from_wire(const net::envelope_reader& r) {
+  if (r.root().which() != wire::Envelope::COLLECTIVE)
+    throw net::message_error(net::reject_reason::unknown_kind, "expected a Collective");
+  auto c = r.root().getCollective();
+  collective_message m;
+  m.epoch = c.getEpoch();
+  m.op = c.getOp();
+  m.kind = static_cast<collective_kind>(c.getKind());
+  m.round = c.getRound();
+  m.chunk = c.getChunk();
+  m.offset = c.getOffset();
+  m.sender = c.getSender();
+  m.receiver = c.getReceiver();
+  const auto payload = c.getPayload();  // whole elements: checked when the message was opened
+  if (c.getBf16()) {
+    m.bf16.resize(payload.size() / sizeof(uint16_t));
+    if (!m.bf16.empty()) std::memcpy(m.bf16.data(), payload.begin(), payload.size());
+  } else {
+    m.data.resize(payload.size() / sizeof(float));
+    if (!m.data.empty()) std::memcpy(m.data.data(), payload.begin(), payload.size());
+  }
+  return m;
+}
+
+namespace {
+
+/// A contiguous range of the flat gradient, reduced by one operation; the
+/// layer of its first tensor: once backward has passed it, the range is written.
+struct bucket {
+  int64_t begin = 0, end = 0;
+  uint32_t first_tensor = 0;
+  std::size_t first_layer = 0;
+};
+
+/// Buckets from the last tensor backwards (the order backward writes
+/// gradients in), each of at least `least` elements but the first one's.
+std::vector<bucket> cut_buckets(const model::param_layout& layout, int64_t least) {
+  std::vector<bucket> out;
+  const auto n = static_cast<int64_t>(layout.size());
+  int64_t end = layout.numel();
+  for (int64_t t = n - 1; t >= 0; --t) {
+    const int64_t begin = layout[static_cast<std::size_t>(t)].offset;
+    if (t > 0 && least > 0 && end - begin < least) continue;
+    if (t > 0 && least <= 0) continue;  // one bucket: cut only at the first tensor
+    out.push_back({begin, end, static_cast<uint32_t>(t), 0});
+    end = begin;
+  }
+  return out;
+}
+
+class allreduce_source final : public weight_source {
+public:
+  explicit allreduce_source(const allreduce_config& c)
+      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), v_(c.initial.size(), 0.0f),
+        core_(ids(c.members.size()), c.member, 0, c.options), buckets_(cut_buckets(c.layout, c.bucket_elements)),
+        applied_(c.steps_before) {
+    if (static_cast<int64_t>(w_.size()) != c.layout.numel())
+      throw error("allreduce: " + std::to_string(w_.size()) + " initial values for a layout of " +
+                  std::to_string(c.layout.numel()));
+    if (!c.velocity.empty()) {
+      if (c.velocity.size() != v_.size())
+        throw error("allreduce: the checkpoint's velocity has " + std::to_string(c.velocity.size()) +
+                    " values, the model " + std::to_string(v_.size()));
+      v_ = c.velocity;
+    }
+  }
+  bool ready() const override { return !in_step_; }
+  /// The replica's own values: all there, but for a step that waits for its reduction.
+  bool has_layer(std::size_t) const override { return !in_step_ || !backward_done_; }
+  void attach(const model::model& net) override {
+    std::vector<std::size_t> layer_of_tensor;
+    const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
+    for (std::size_t l = 0; l < counts.size(); ++l) layer_of_tensor.insert(layer_of_tensor.end(), counts[l], l);
+    for (bucket& b : buckets_)
+      b.first_layer = b.first_tensor < layer_of_tensor.size() ? layer_of_tensor[b.first_tensor] : 0;
+  }
+  void bind(replica& r, bound_tensors& b) override {
+    const std::vector<model::parameter*> params = r.net.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const model::layout_entry& e = c_.layout[i];
+      b.bind_read_only(params[i]->value, e.dims, w_.data() + e.offset);
+      b.bind(params[i]->grad, e.dims, g_.data() + e.offset);
+    }
+    filled_ = started_ = 0;
+    in_step_ = true;
+    backward_done_ = false;
+  }
+  bool pushes_during_backward() const override { return buckets_.size() > 1; }
+  void after_layer(std::size_t layer, uint64_t, std::vector<outgoing>& out) override {
+    while (filled_ < buckets_.size() && buckets_[filled_].first_layer >= layer) ++filled_;
+    start_filled(out);
+  }
+  void update(const kernels::context& ctx, replica&, uint64_t, std::vector<outgoing>& out) override {
+    ctx_ = ctx;
+    backward_done_ = true;
+    filled_ = buckets_.size();
+    start_filled(out);
+  }
+  std::vector<outgoing> on_collective(const net::opened_message& m) override {
+    const collective_stats before = core_.stats();
+    std::vector<outgoing> out = send(core_.accept(from_wire(*m)));
+    if (lost_data(before, core_.stats()))
+      throw net::message_error(net::reject_reason::malformed,
+                               net::to_string(c_.members[static_cast<std::size_t>(c_.member)]) +
+                                   ": allreduce: " + core_.last_error());
+    if (core_.done() && active_) {
+      active_ = false;
+      ++started_;
+      start_filled(out);
+    }
+    return out;
+  }
+  std::vector<outgoing> on_pull(const net::opened_message& m) override {
+    if (!c_.holder)
+      throw net::message_error(net::reject_reason::unknown_kind,
+                               net::to_string(c_.members[c_.member]) + ": a PullParams for a worker that holds none");
+    return {answer(*m)};
+  }
+
+private:
+  static std::vector<int32_t> ids(std::size_t n) {
+    std::vector<int32_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(i);
+    return v;
+  }
+  /// A rejection other than of a duplicate or of a piece of an operation
+  /// already over (a frame delivered twice, nothing lost): the operation
+  /// cannot end, and waiting would hang.
+  static bool lost_data(const collective_stats& before, const collective_stats& after) {
+    const uint64_t harmless = (after.get(collective_reject::duplicate) - before.get(collective_reject::duplicate)) +
+                              (after.get(collective_reject::stale_op) - before.get(collective_reject::stale_op));
+    return after.total_rejected() - before.total_rejected() > harmless;
+  }
+  std::vector<outgoing> send(std::vector<collective_message> msgs) const {
+    std::vector<outgoing> out;
+    const net::address& me = c_.members[static_cast<std::size_t>(c_.member)];
+    for (const collective_message& m : msgs) {
+      const net::address& to = c_.members.at(static_cast<std::size_t>(m.receiver));
+      out.push_back({to, to_wire(m, me, to)});
+    }
+    return out;
+  }
+  /// Starts the next bucket's allreduce when the one before is over and backward has filled it.
+  void start_filled(std::vector<outgoing>& out) {
+    while (!active_ && started_ < filled_) {
+      const bucket& b = buckets_[started_];
+      for (outgoing& o : send(core_.start_allreduce(core_.next_op(), g_.data() + b.begin, b.end - b.begin)))
+        out.push_back(std::move(o));
+      if (!core_.done()) {
+        active_ = true;
+        return;
+      }
+      ++started_;  // one member: nothing to exchange
+    }
+    if (started_ == buckets_.size() && in_step_ && backward_done_) apply_step();
+  }
+  /// Every bucket reduced: the mean gradient's step, the same on every member.
+  void apply_step() {
+    const shape s{static_cast<int64_t>(w_.size())};
+    tensor wt = tensor::wrap(s, w_.data()), gt = tensor::wrap(s, g_.data()), vt = tensor::wrap(s, v_.data());
+    const float inv = 1.0f / static_cast<float>(c_.members.size());
+    for (float& x : g_) x *= inv;
+    const float lr = model::scheduled_lr(c_.lr, c_.schedule, static_cast<int64_t>(applied_), c_.total_steps);
+    if (c_.momentum == 0.0f)
+      kernels::sgd_step(ctx_, wt, gt, lr, c_.weight_decay);
+    else
+      kernels::momentum_step(ctx_, wt, gt, vt, lr, c_.momentum, c_.weight_decay, false);
+    ++applied_;
+    in_step_ = false;
+    report_due_ = true;
+    tally_.add(0, false);
+  }
+  outgoing answer(const net::envelope_reader& r) const {
+    const net::address to = net::read_address(r.root().getSource());
+    const net::address& me = c_.members[static_cast<std::size_t>(c_.member)];
+    auto b = net::make_builder(w_.size() * sizeof(float) + 64 * c_.layout.size());
+    auto p = net::init_envelope(*b, me, to).initParams();
+    p.setShard(r.root().getPullParams().getShard());
+    p.setVersion(applied_);
+    float* dst = net::init_flat(p.initValues(), 0, 0, c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size())));
+    std::memcpy(dst, w_.data(), w_.size() * sizeof(float));
+    if (r.root().getPullParams().getWithState() && c_.momentum != 0.0f)
+      net::encode(std::vector<named_tensor>{{"velocity", tensor::from(shape{static_cast<int64_t>(v_.size())}, v_)}},
+                  p.initRuleState(1));
+    return {to, net::message::from_builder(std::move(b))};
+  }
+
+  allreduce_config c_;
+  std::vector<float> w_, g_, v_;  // the replica's values, its gradient (reduced in place), its momentum
+  collective_core core_;
+  std::vector<bucket> buckets_;
+  std::size_t filled_ = 0, started_ = 0;  // buckets backward has filled; whose allreduce has started and ended
+  bool active_ = false;                   // a bucket's allreduce under way
+  bool in_step_ = false;                  // a step between its bind and its optimizer step
+  bool backward_done_ = false;            // its update() came: every gradient is written
+  uint64_t applied_ = 0;                  // global steps applied (with those before a resume)
+  kernels::context ctx_;
+};
+
+} // namespace
+
+std::unique_ptr<weight_source> allreduce_weights(const allreduce_config& c) {
+  if (c.members.empty() || c.member < 0 || c.member >= static_cast<int32_t>(c.members.size()))
+    throw error("allreduce: member " + std::to_string(c.member) + " of a group of " +
+                std::to_string(c.members.size()));
+  return std::make_unique<allreduce_source>(c);
+}
+
+} // namespace troupe::actors

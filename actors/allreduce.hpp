@@ -1,0 +1,45 @@
+#pragma once
+
+// Synchronous data parallelism without parameter shards: each worker keeps
+// its own replica, allreduces its gradients with the other workers (the
+// collective core, in buckets that go out as backward fills them) and applies
+// the same optimizer step to the mean, so that every replica holds the same
+// bits after every step. The first worker also answers the evaluator's pulls
+// with its replica (a snapshot, a checkpoint with its momentum).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/collective_core.hpp"
+#include "actors/worker_core.hpp"
+#include "model/layout.hpp"
+#include "model/schedule.hpp"
+
+namespace troupe::actors {
+
+struct allreduce_config {
+  std::vector<net::address> members;  ///< the workers, by member id (their plan order)
+  int32_t member = 0;                 ///< this worker's id
+  model::param_layout layout;
+  std::vector<float> initial;         ///< the starting parameters (the same on every member)
+  std::vector<float> velocity;        ///< a resumed run's momentum (empty: zeros)
+  uint64_t steps_before = 0;          ///< global steps applied before (a resumed run)
+  float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
+  model::lr_schedule schedule = model::lr_schedule::constant;
+  int64_t total_steps = 1;            ///< the schedule's length in global steps
+  int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)
+  collective_options options;
+  bool holder = false;                ///< answers PullParams (the plan's worker holder)
+};
+
+/// The weight source of a worker of an allreduce. Throws troupe::error for a
+/// config that does not fit (a member id outside the group, sizes).
+std::unique_ptr<weight_source> allreduce_weights(const allreduce_config& c);
+
+/// The wire form of a collective message from `from` (a member's address) to `to`.
+net::message to_wire(const collective_message& m, const net::address& from, const net::address& to);
+/// A Collective message read back; throws net::message_error for another kind.
+collective_message from_wire(const net::envelope_reader& r);
+
+} // namespace troupe::actors

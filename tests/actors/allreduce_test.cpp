@@ -1,0 +1,221 @@
+// Allreduce workers without actors: N worker cores, each with its own replica,
+// exchange their Collective messages (delivered here in a seeded random
+// order) and step alike. N workers of batch b against one model stepped by
+// hand on the N*b samples together; the replicas bit-identical.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "actors/allreduce.hpp"
+#include "actors/messages.hpp"
+#include "kernels/kernels.hpp"
+#include "model/nn.hpp"
+#include "model/optimizer.hpp"
+#include "tests/actors/ps_messages.hpp"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace troupe::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+model::model small_mlp() {
+  model::model m = nn::sequential(nn::dense(6, 8), nn::relu(), nn::dense(8, 3));
+  m.build({6}, 7);
+  return m;
+}
+
+std::vector<float> values_of(model::model& m) {
+  const model::model::flat_buffers f = m.flatten();
+  return std::vector<float>(f.values.data(), f.values.data() + f.values.numel());
+}
+
+/// N allreduce workers of small_mlp() and the messages between them.
+struct group {
+  std::vector<std::unique_ptr<worker_core>> workers;
+  std::vector<outgoing> in_flight;
+  std::mt19937 order{11};
+
+  group(int n, int64_t bucket_elements, bool overlap) {
+    auto pool = std::make_shared<replica_pool>([] { return small_mlp(); });
+    model::model m = small_mlp();
+    allreduce_config c;
+    for (int i = 0; i < n; ++i) c.members.push_back(worker_addr(static_cast<uint32_t>(i)));
+    c.layout = m.layout();
+    c.initial = values_of(m);
+    c.lr = 0.05f;
+    c.momentum = 0.9f;
+    c.total_steps = 100;
+    c.bucket_elements = bucket_elements;
+    c.options.piece(5);
+    c.holder = true;  // every one answers a pull here, to compare them
+    for (int i = 0; i < n; ++i) {
+      c.member = i;
+      workers.push_back(std::make_unique<worker_core>(worker_plan_of(static_cast<uint32_t>(i)), pool,
+                                                      allreduce_weights(c)));
+      if (overlap) workers.back()->overlap([this](outgoing&& o) { in_flight.push_back(std::move(o)); }, true);
+    }
+  }
+  /// Delivers every message, in a random order, until none is left.
+  void deliver() {
+    while (!in_flight.empty()) {
+      const std::size_t k = std::uniform_int_distribution<std::size_t>(0, in_flight.size() - 1)(order);
+      outgoing o = std::move(in_flight[k]);
+      in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(k));
+      worker_core& w = *workers.at(o.to.index);
+      for (outgoing& next : w.on_collective(w.open(o.msg))) in_flight.push_back(std::move(next));
+    }
+  }
+  /// Worker i's parameters, as its answer to a pull.
+  std::vector<float> params(std::size_t i) {
+    worker_core& w = *workers[i];
+    const std::vector<outgoing> a = w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(i))));
+    REQUIRE(a.size() == 1);
+    return read_params(a[0].msg).values;
+  }
+};
+
+/// Step `s`'s batch for worker `i` of a group whose workers take `b` samples each.
+tensor batch_of(int s, int i, int b, std::vector<int32_t>& labels) {
+  std::mt19937 gen(static_cast<unsigned>(1000 * s + i));
+  std::normal_distribution<float> x(0.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(b) * 6);
+  for (float& e : v) e = x(gen);
+  labels.resize(static_cast<std::size_t>(b));
+  for (int k = 0; k < b; ++k) labels[k] = static_cast<int32_t>((v[k * 6] > 0) + (v[k * 6 + 1] > 0.5f));
+  return tensor::from({b, 6}, v);
+}
+
+} // namespace
+
+TEST_CASE("allreduce: N workers of batch b step as one model on the N*b samples, replicas bit-identical",
+          "[actors][allreduce]") {
+  struct mode {
+    int workers;
+    int64_t bucket;
+    bool overlap;
+  };
+  for (mode m : {mode{1, 0, false}, mode{2, 0, false}, mode{3, 20, true}, mode{4, 1, true}, mode{3, 40, false}}) {
+    INFO(m.workers << " workers, buckets of " << m.bucket << " elements, overlap " << m.overlap);
+    const int b = 4;
+    group g(m.workers, m.bucket, m.overlap);
+    model::model ref = small_mlp();
+    auto opt = optim::sgd(0.05f).momentum(0.9f).make();
+    const kernels::context ctx{};
+    for (int s = 0; s < 100; ++s) {
+      std::vector<float> all_x;
+      std::vector<int32_t> all_y, y;
+      double mean_loss = 0;
+      for (int i = 0; i < m.workers; ++i) {
+        const tensor x = batch_of(s, i, b, y);
+        all_x.insert(all_x.end(), x.data(), x.data() + x.numel());
+        all_y.insert(all_y.end(), y.begin(), y.end());
+        worker_core& w = *g.workers[static_cast<std::size_t>(i)];
+        REQUIRE(w.can_step());
+        worker_core::step_out out = w.step(batch_message(x, y, worker_addr(static_cast<uint32_t>(i))));
+        REQUIRE_FALSE(out.paused);
+        mean_loss += out.loss / m.workers;
+        for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
+        CHECK(w.can_step() == (m.workers == 1));  // with others: not until the reduction is over
+      }
+      g.deliver();
+      tensor dl;
+      const double loss = kernels::softmax_cross_entropy(
+          ctx, ref.forward(ctx, tensor::from({m.workers * b, 6}, all_x), true), all_y, &dl);
+      ref.backward(ctx, dl);
+      opt->step(ctx, ref.parameters());
+      INFO("step " << s);
+      CHECK(std::abs(mean_loss - loss) <= 1e-4 * std::abs(loss));
+      for (auto& w : g.workers) REQUIRE(w->ready());
+    }
+    const std::vector<float> first = g.params(0);
+    for (std::size_t i = 1; i < g.workers.size(); ++i) {
+      const std::vector<float> other = g.params(i);
+      REQUIRE(other.size() == first.size());
+      CHECK(std::memcmp(other.data(), first.data(), first.size() * sizeof(float)) == 0);
+    }
+    const std::vector<float> expected = values_of(ref);
+    REQUIRE(expected.size() == first.size());
+    for (std::size_t k = 0; k < first.size(); ++k) CHECK(first[k] == Approx(expected[k]).margin(1e-4));
+  }
+}
+
+TEST_CASE("allreduce: a worker holds its parameters for a pull only when it is the holder, with its momentum",
+          "[actors][allreduce]") {
+  group g(2, 0, false);
+  std::vector<int32_t> y;
+  for (int i = 0; i < 2; ++i) {
+    auto out = g.workers[i]->step(batch_message(batch_of(0, i, 3, y), y, worker_addr(i)));
+    for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
+  }
+  g.deliver();
+  worker_core& w = *g.workers[0];
+  const auto a = w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(0), true)));
+  REQUIRE(a.size() == 1);
+  net::envelope_reader r(a[0].msg);
+  CHECK(r.root().getParams().getVersion() == 1u);
+  REQUIRE(r.root().getParams().getRuleState().size() == 1);
+  CHECK(std::string(r.root().getParams().getRuleState()[0].getName().cStr()) == "velocity");
+
+  // A worker that is not the holder (or another source) refuses a pull as a kind not for it.
+  model::model m = small_mlp();
+  allreduce_config c;
+  c.members = {worker_addr(0)};
+  c.layout = m.layout();
+  c.initial = values_of(m);
+  worker_core lone(worker_plan_of(0), std::make_shared<replica_pool>([] { return small_mlp(); }), allreduce_weights(c));
+  CHECK_THROWS_WITH(lone.on_pull(lone.open(make_pull(evaluator_addr(), worker_addr(0)))),
+                    Contains("a PullParams for a worker that holds none"));
+}
+
+TEST_CASE("allreduce: a Collective that cannot be part of the operation fails the worker, a duplicate does not",
+          "[actors][allreduce]") {
+  group g(2, 0, false);
+  std::vector<int32_t> y;
+  std::vector<outgoing> sent;
+  for (int i = 0; i < 2; ++i) {
+    auto out = g.workers[i]->step(batch_message(batch_of(0, i, 3, y), y, worker_addr(i)));
+    for (outgoing& o : out.pushes) sent.push_back(std::move(o));
+  }
+  REQUIRE_FALSE(sent.empty());
+  // A piece from worker 0 to worker 1, altered to claim a place no round has.
+  collective_message bad = from_wire(net::envelope_reader(sent.front().msg));
+  bad.offset += 1000;
+  worker_core& w1 = *g.workers[1];
+  CHECK_THROWS_AS(w1.on_collective(w1.open(to_wire(bad, worker_addr(0), worker_addr(1)))), net::message_error);
+  // Delivered twice: the second is a duplicate, counted and dropped.
+  g.in_flight = std::move(sent);
+  const net::message again = g.in_flight.front().msg;
+  g.deliver();
+  CHECK_NOTHROW(w1.on_collective(w1.open(again)));
+  CHECK(g.workers[0]->ready());
+  CHECK(w1.ready());
+}
+
+TEST_CASE("allreduce: the wire form carries every field and rejects partial elements", "[actors][allreduce]") {
+  collective_message m;
+  m.epoch = 3;
+  m.op = 9;
+  m.kind = collective_kind::allreduce;
+  m.round = 2;
+  m.chunk = 1;
+  m.offset = 40;
+  m.sender = 1;
+  m.receiver = 0;
+  m.data = {1.5f, -2.0f};
+  const collective_message back = from_wire(net::envelope_reader(to_wire(m, worker_addr(1), worker_addr(0))));
+  CHECK(back.epoch == 3u);
+  CHECK(back.op == 9u);
+  CHECK(back.round == 2);
+  CHECK(back.chunk == 1);
+  CHECK(back.offset == 40);
+  CHECK(back.sender == 1);
+  CHECK(back.receiver == 0);
+  CHECK(back.data == m.data);
+  m.data = {std::nanf("")};
+  CHECK_THROWS_AS(net::envelope_reader(to_wire(m, worker_addr(1), worker_addr(0))), net::message_error);
+}

@@ -362,6 +362,36 @@ TEST_CASE("coordinator: a role actor that stops unexpectedly fails the run", "[d
   CHECK(c.ended());
 }
 
+TEST_CASE("coordinator: a run without progress for 300 s fails with a timeout", "[deterministic][actors]") {
+  coordinator_run c(job_of(troupe::asgd().workers(1)), {});
+  c.join(0);
+  // The watchdog looks every 10 s; a report is progress.
+  for (int i = 0; i < 29; ++i) c.t.advance(10s);
+  c.report(0, 1.0);
+  for (int i = 0; i < 30; ++i) c.t.advance(10s);
+  CHECK(c.result->error.empty());  // 300 s since the report: not more
+  CHECK_FALSE(c.ended());
+  c.t.advance(10s);
+  CHECK(c.result->error == "no progress for 300 s: no worker reported a step");
+  CHECK(c.result->kind == failure::timeout);
+  CHECK(c.seen->controls(worker_addr(0), kind::STOP).size() == 1);
+  CHECK(c.ended());
+}
+
+TEST_CASE("coordinator: a snapshot the evaluator never answers ends the run after 300 s, named",
+          "[deterministic][actors]") {
+  coordinator_run c(job_of(troupe::asgd().workers(1), 1), {});
+  c.join(0);
+  for (int i = 0; i < 4; ++i) c.report(0, 1.0);  // the run's one epoch: the workers stop, a snapshot is asked for
+  REQUIRE(c.snapshots().size() == 1);
+  for (int i = 0; i < 30; ++i) c.t.advance(10s);
+  CHECK(c.result->error.empty());
+  c.t.advance(10s);
+  CHECK(c.result->error == "no progress for 300 s: no worker reported a step and the evaluator did not answer");
+  CHECK(c.result->kind == failure::timeout);
+  CHECK(c.result->epochs.empty());
+}
+
 // --- the node actor ---
 
 /// Node `self` of `names` (the coordinator on node 0): its role actors are

@@ -547,11 +547,14 @@ struct worker_run {
   caf_testing t;
   caf::actor worker;
 
-  explicit worker_run(std::chrono::milliseconds reply_timeout) {
+  /// `speed` > 1: a slower device, holding each step's result (speed - 1) x its compute time.
+  explicit worker_run(std::chrono::milliseconds reply_timeout, float speed = 1) {
     dir = make_directory(t.recorder(seen), {loader_addr(0), shard_addr(0), shard_addr(1), coordinator_addr()}, {},
                          nullptr);
     auto pool = std::make_shared<actors::replica_pool>(tiny_model);
-    auto core = std::make_shared<actors::worker_core>(worker_plan_of(0), pool, actors::shard_weights(two_shards()));
+    train::worker_plan p = worker_plan_of(0);
+    p.speed = speed;
+    auto core = std::make_shared<actors::worker_core>(p, pool, actors::shard_weights(two_shards()));
     worker = t.keep(actors::spawn_worker(t.sys(), core, loader_addr(0), coordinator_addr(), 2, reply_timeout, dir));
     dir->add(worker_addr(0), worker);
   }
@@ -635,6 +638,26 @@ TEST_CASE("worker actor: a push not answered is followed by pulls within the rep
   w.answer(0);
   w.answer(1);
   CHECK(w.seen->to(coordinator_addr(), wire::Envelope::METRICS).size() == 1);
+}
+
+TEST_CASE("worker actor: a worker on a slower device holds its pushes until its hold has passed",
+          "[deterministic][actors]") {
+  worker_run w(0ms, 3.0f);
+  w.send(actors::make_control(coordinator_addr(), worker_addr(0), kind::START));
+  w.answer(0);
+  w.answer(1);
+  w.send(batch_message(tiny_images(), tiny_labels));
+  w.send(batch_message(tiny_images(), tiny_labels));
+  // The step ran (its batch's credit went back); its pushes wait for 2 x its compute time.
+  CHECK(w.seen->controls(loader_addr(0), kind::CREDIT).size() == 2);
+  CHECK(w.seen->to(shard_addr(0), wire::Envelope::PUSH_GRADIENT).empty());
+  CHECK(w.seen->to(shard_addr(1), wire::Envelope::PUSH_GRADIENT).empty());
+  w.t.advance(1s);
+  CHECK(w.seen->to(shard_addr(0), wire::Envelope::PUSH_GRADIENT).size() == 1);
+  CHECK(w.seen->to(shard_addr(1), wire::Envelope::PUSH_GRADIENT).size() == 1);
+  // The second batch waits for the shards' answers to the push, not for the clock.
+  w.t.advance(1s);
+  CHECK(w.seen->controls(loader_addr(0), kind::CREDIT).size() == 2);
 }
 
 // --- a pipeline stage: credits and a slower device's pace ---

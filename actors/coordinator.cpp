@@ -58,6 +58,10 @@ using coordinator_t = caf::stateful_actor<coordinator_state>;
 
 const net::address& me(coordinator_t* self) { return self->state.s.plan.coordinator; }
 
+/// Now on the actor system's clock (the steady clock; a test's own clock
+/// under CAF's test coordinator): what the stall timeout measures.
+clock_type::time_point progress_now(coordinator_t* self) { return self->clock().now(); }
+
 /// The plan's addresses of `role`.
 std::vector<net::address> addresses(const train::plan& p, net::role role) {
   std::vector<net::address> out;
@@ -181,7 +185,7 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
     return;
   }
   const settings& s = st.s.job->config();
-  st.last_progress = clock_type::now();
+  st.last_progress = progress_now(self);
   if (const auto& f = st.s.job->step_callback()) {
     bool stop = false;
     f(step_event{st.acc->steps() + 1, st.acc->epoch() + 1, rep.loss, rep.worker, &stop});
@@ -205,13 +209,13 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
 void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
   auto& st = self->state;
   const evaluation_result e = read_evaluation(r);
-  st.last_progress = clock_type::now();
+  st.last_progress = progress_now(self);
   if (e.periodic) return;  // a checkpoint between epochs: no record
   auto it = st.pending.find(static_cast<int>(e.epoch));
   if (it == st.pending.end()) return;
   epoch_metrics m = it->second;
   st.pending.erase(it);
-  st.last_progress = clock_type::now();
+  st.last_progress = progress_now(self);
   m.test_accuracy = e.test_accuracy;
   m.validation_accuracy = e.validation_accuracy;
   m.wall_s = train::seconds_since(st.start);
@@ -401,7 +405,7 @@ void on_start_again(coordinator_t* self) {
 void on_watchdog(coordinator_t* self) {
   auto& st = self->state;
   if (st.done) return;
-  if (clock_type::now() - st.last_progress > stall_timeout) {
+  if (progress_now(self) - st.last_progress > stall_timeout) {
     abort_run(self, "no progress for " + std::to_string(stall_timeout.count()) + " s: no worker reported a step" +
                         (st.pending.empty() ? std::string() : " and the evaluator did not answer"),
               failure::timeout);
@@ -452,7 +456,8 @@ caf::behavior coordinator_actor(coordinator_t* self, coordinator_setup setup, st
   auto& st = self->state;
   st.s = std::move(setup);
   st.dir = std::move(dir);
-  st.start = st.last_progress = clock_type::now();
+  st.start = clock_type::now();
+  st.last_progress = progress_now(self);
   const settings& s = st.s.job->config();
   st.progress = std::make_unique<train::progress_reporter>(*st.s.log, s.progress);
   st.links = std::make_unique<link_watch>(st.s.node_names, me(self).node);

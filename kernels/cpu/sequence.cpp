@@ -1,0 +1,487 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/check.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/sequence.hpp"
+
+namespace troupe::kernels {
+
+namespace {
+
+/// x viewed as [rows, cols] by its last dimension.
+struct row_view {
+  int64_t rows, cols;
+};
+
+row_view rows_of(const tensor& x, const char* k) {
+  detail::require(x.defined() && x.rank() >= 1, k, "x must have rank >= 1");
+  const int64_t cols = x.dim(x.rank() - 1);
+  detail::require(cols > 0, k, "x has an empty last dimension: " + x.shape().to_string());
+  return {x.numel() / cols, cols};
+}
+
+/// Threads for a loop over `items` independent items of `work` floats in all.
+int loop_threads(const context& ctx, int64_t items, int64_t work) {
+  if (!detail::split(ctx, work)) return 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(detail::threads(ctx), items)));
+}
+
+float row_mean(const float* x, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s / static_cast<float>(n);
+}
+
+float row_rstd(const float* x, int64_t n, float mean, float eps) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
+  return 1.0f / std::sqrt(s / static_cast<float>(n) + eps);
+}
+
+/// dx of one row: rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+void layer_norm_row_backward(const float* x, const float* dy, const float* gamma, float mean, float rstd,
+                             int64_t n, float* dx) {
+  float sg = 0.0f, sgx = 0.0f;
+#pragma omp simd reduction(+ : sg, sgx)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = dy[i] * gamma[i];
+    sg += g;
+    sgx += g * (x[i] - mean) * rstd;
+  }
+  const float mg = sg / static_cast<float>(n), mgx = sgx / static_cast<float>(n);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dx[i] = rstd * (dy[i] * gamma[i] - mg - (x[i] - mean) * rstd * mgx);
+}
+
+/// Columns [lo, hi) of dgamma and dbeta, summed over all rows in row order.
+void layer_norm_param_columns(const float* x, const float* dy, const float* mean, const float* rstd,
+                              row_view d, int64_t lo, int64_t hi, float* dgamma, float* dbeta) {
+  std::vector<double> sg(static_cast<std::size_t>(hi - lo), 0.0), sb(sg.size(), 0.0);
+  for (int64_t r = 0; r < d.rows; ++r) {
+    const float* xr = x + r * d.cols;
+    const float* gr = dy + r * d.cols;
+    const float m = mean[r], s = rstd[r];
+    for (int64_t c = lo; c < hi; ++c) {
+      sg[c - lo] += double(gr[c]) * ((xr[c] - m) * s);
+      sb[c - lo] += gr[c];
+    }
+  }
+  for (int64_t c = lo; c < hi; ++c) {
+    dgamma[c] = static_cast<float>(sg[c - lo]);
+    dbeta[c] = static_cast<float>(sb[c - lo]);
+  }
+}
+
+/// Start of part t of `parts` over [0, len), in multiples of 16 floats (one cache line).
+int64_t part_start(int64_t len, int t, int parts) { return t == parts ? len : len * t / parts / 16 * 16; }
+
+} // namespace
+
+token_ids token_ids::of(const std::vector<int32_t>& ids, int64_t batch) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (batch <= 0 || n == 0 || n % batch != 0)
+    throw error("token_ids: " + std::to_string(n) + " ids do not make " + std::to_string(batch) +
+                " sequences of equal, positive length; give batch * time ids");
+  return token_ids{ids.data(), batch, n / batch};
+}
+
+void layer_norm_forward(const context& ctx, const tensor& x, const tensor& gamma, const tensor& beta, float eps,
+                        tensor& y, tensor& mean, tensor& rstd) {
+  const char* k = "layer_norm_forward";
+  const row_view d = rows_of(x, k);
+  detail::require_shape(gamma, {d.cols}, k, "gamma");
+  if (beta.defined()) detail::require_shape(beta, {d.cols}, k, "beta");
+  ensure_shape(y, x.shape());
+  ensure_shape(mean, {d.rows});
+  ensure_shape(rstd, {d.rows});
+  const float* xp = x.data();
+  const float* gp = gamma.data();
+  const float* bp = beta.defined() ? beta.data() : nullptr;
+  float* yp = y.data();
+  float* mp = mean.data();
+  float* sp = rstd.data();
+#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, d.rows, x.numel()))
+  for (int64_t r = 0; r < d.rows; ++r) {
+    const float* xr = xp + r * d.cols;
+    float* yr = yp + r * d.cols;
+    const float m = row_mean(xr, d.cols), s = row_rstd(xr, d.cols, m, eps);
+    mp[r] = m;
+    sp[r] = s;
+#pragma omp simd
+    for (int64_t c = 0; c < d.cols; ++c) yr[c] = (xr[c] - m) * s * gp[c] + (bp ? bp[c] : 0.0f);
+  }
+}
+
+void layer_norm_backward(const context& ctx, const tensor& x, const tensor& gamma, const tensor& mean,
+                         const tensor& rstd, const tensor& dy, tensor& dx, tensor& dgamma, tensor& dbeta) {
+  const char* k = "layer_norm_backward";
+  const row_view d = rows_of(x, k);
+  detail::require_shape(gamma, {d.cols}, k, "gamma");
+  detail::require_shape(mean, {d.rows}, k, "mean");
+  detail::require_shape(rstd, {d.rows}, k, "rstd");
+  detail::require_same(x, dy, k, "x", "dy");
+  ensure_shape(dx, x.shape());
+  ensure_shape(dgamma, {d.cols});
+  ensure_shape(dbeta, {d.cols});
+  const float *xp = x.data(), *gp = dy.data(), *mp = mean.data(), *sp = rstd.data();
+  float* dxp = dx.data();
+#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, d.rows, x.numel()))
+  for (int64_t r = 0; r < d.rows; ++r)
+    layer_norm_row_backward(xp + r * d.cols, gp + r * d.cols, gamma.data(), mp[r], sp[r], d.cols,
+                            dxp + r * d.cols);
+  // dgamma, dbeta: one block of columns per thread, so that the sums do not depend on the thread count.
+  const int parts = loop_threads(ctx, (d.cols + 15) / 16, x.numel());
+  float *dg = dgamma.data(), *db = dbeta.data();
+#pragma omp parallel num_threads(parts)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    layer_norm_param_columns(xp, gp, mp, sp, d, part_start(d.cols, t, nt), part_start(d.cols, t + 1, nt), dg, db);
+  }
+}
+
+// ---------------------------------------------------------------- GELU
+
+namespace {
+constexpr float gelu_k = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float gelu_c = 0.044715f;
+} // namespace
+
+void gelu_forward(const context& ctx, const tensor& x, tensor& y) {
+  ensure_shape(y, x.shape());
+  const float* a = x.data();
+  float* o = y.data();
+  detail::parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = a[i];
+      o[i] = 0.5f * v * (1.0f + std::tanh(gelu_k * (v + gelu_c * v * v * v)));
+    }
+  });
+}
+
+void gelu_backward(const context& ctx, const tensor& x, const tensor& dy, tensor& dx) {
+  detail::require_same(x, dy, "gelu_backward", "x", "dy");
+  ensure_shape(dx, x.shape());
+  const float* a = x.data();
+  const float* g = dy.data();
+  float* o = dx.data();
+  detail::parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = a[i];
+      const float t = std::tanh(gelu_k * (v + gelu_c * v * v * v));
+      const float dinner = gelu_k * (1.0f + 3.0f * gelu_c * v * v);
+      o[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+    }
+  });
+}
+
+// ---------------------------------------------------------------- causal self-attention
+
+namespace {
+
+/// The dimensions of an attention call.
+struct attention_dims {
+  int64_t batch, time, channels, heads, head;  // head: channels per head
+  int64_t pairs() const { return batch * heads; }
+};
+
+attention_dims attention_check(const tensor& qkv, int64_t heads, const char* k) {
+  detail::require_rank(qkv, 3, k, "qkv");
+  detail::require(qkv.dim(2) > 0 && qkv.dim(2) % 3 == 0, k,
+                  "qkv must be [B, T, 3C] (queries, keys and values side by side), got " + qkv.shape().to_string());
+  const int64_t c = qkv.dim(2) / 3;
+  detail::require(heads >= 1 && c % heads == 0, k,
+                  std::to_string(heads) + " heads do not divide the " + std::to_string(c) +
+                      " channels of qkv " + qkv.shape().to_string() + ": give heads >= 1 that divides C");
+  detail::require(qkv.dim(0) > 0 && qkv.dim(1) > 0, k, "empty batch or sequence: qkv " + qkv.shape().to_string());
+  return {qkv.dim(0), qkv.dim(1), c, heads, c / heads};
+}
+
+/// Threads of a loop over the (batch, head) pairs: the GEMMs inside run single-threaded
+/// in a parallel region, on ctx's threads otherwise (a single pair).
+int pair_threads(const context& ctx, const attention_dims& d) {
+  return loop_threads(ctx, d.pairs(), d.pairs() * d.time * d.time * d.head);
+}
+
+/// Row i of p [T, T] becomes the softmax of its entries j <= i; entries j > i become 0.
+void causal_softmax(float* p, int64_t t_len) {
+  for (int64_t i = 0; i < t_len; ++i) {
+    float* row = p + i * t_len;
+    const float mx = *std::max_element(row, row + i + 1);
+    float sum = 0.0f;
+    for (int64_t j = 0; j <= i; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    std::fill(row + i + 1, row + t_len, 0.0f);
+  }
+}
+
+/// One (batch, head): q at `q` (k and v C and 2C further, rows 3C apart), probs p [T, T], out rows C apart.
+void attention_head_forward(const context& ctx, const attention_dims& d, const float* q, float* p, float* out) {
+  const int64_t t = d.time, ld = 3 * d.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.head));
+  gemm(ctx, false, true, t, t, d.head, scale, q, ld, q + d.channels, ld, 0.0f, p, t);
+  causal_softmax(p, t);
+  gemm(ctx, false, false, t, d.head, t, 1.0f, p, t, q + 2 * d.channels, ld, 0.0f, out, d.channels);
+}
+
+/// ds = p * (dp - rowsum(dp * p)), in place of dp; entries j > i stay 0 (p is 0 there).
+void softmax_backward_rows(const float* p, float* dp, int64_t t_len) {
+  for (int64_t i = 0; i < t_len; ++i) {
+    const float* pr = p + i * t_len;
+    float* gr = dp + i * t_len;
+    float s = 0.0f;
+    for (int64_t j = 0; j <= i; ++j) s += pr[j] * gr[j];
+    for (int64_t j = 0; j <= i; ++j) gr[j] = pr[j] * (gr[j] - s);
+    std::fill(gr + i + 1, gr + t_len, 0.0f);
+  }
+}
+
+/// One (batch, head): dq at `dq` (dk and dv C and 2C further, rows 3C apart); dp is [T, T] scratch.
+void attention_head_backward(const context& ctx, const attention_dims& d, const float* q, const float* p,
+                             const float* dout, float* dq, float* dp) {
+  const int64_t t = d.time, ld = 3 * d.channels, c = d.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.head));
+  gemm(ctx, false, true, t, t, d.head, 1.0f, dout, c, q + 2 * c, ld, 0.0f, dp, t);       // dP = dO V^T
+  gemm(ctx, true, false, t, d.head, t, 1.0f, p, t, dout, c, 0.0f, dq + 2 * c, ld);       // dV = P^T dO
+  softmax_backward_rows(p, dp, t);                                                      // dS
+  gemm(ctx, false, false, t, d.head, t, scale, dp, t, q + c, ld, 0.0f, dq, ld);          // dQ = dS K / sqrt(d)
+  gemm(ctx, true, false, t, d.head, t, scale, dp, t, q, ld, 0.0f, dq + c, ld);           // dK = dS^T Q / sqrt(d)
+}
+
+} // namespace
+
+void attention_forward(const context& ctx, const tensor& qkv, int64_t heads, tensor& out, tensor& probs) {
+  const attention_dims d = attention_check(qkv, heads, "attention_forward");
+  ensure_shape(out, {d.batch, d.time, d.channels});
+  ensure_shape(probs, {d.batch, d.heads, d.time, d.time});
+  const float* in = qkv.data();
+  float* o = out.data();
+  float* p = probs.data();
+  const int n = pair_threads(ctx, d);
+#pragma omp parallel for schedule(static) num_threads(n) if (n > 1)
+  for (int64_t pair = 0; pair < d.pairs(); ++pair) {
+    const int64_t b = pair / d.heads, h = pair % d.heads;
+    attention_head_forward(ctx, d, in + b * d.time * 3 * d.channels + h * d.head, p + pair * d.time * d.time,
+                           o + b * d.time * d.channels + h * d.head);
+  }
+}
+
+void attention_backward(const context& ctx, const tensor& qkv, const tensor& probs, const tensor& dout,
+                        tensor& dqkv) {
+  const char* k = "attention_backward";
+  detail::require_rank(probs, 4, k, "probs");
+  const attention_dims d = attention_check(qkv, probs.dim(1), k);
+  detail::require_shape(probs, {d.batch, d.heads, d.time, d.time}, k, "probs");
+  detail::require_shape(dout, {d.batch, d.time, d.channels}, k, "dout");
+  ensure_shape(dqkv, qkv.shape());
+  const float *in = qkv.data(), *p = probs.data(), *g = dout.data();
+  float* out = dqkv.data();
+  const int n = pair_threads(ctx, d);
+#pragma omp parallel num_threads(n) if (n > 1)
+  {
+    std::vector<float> dp(static_cast<std::size_t>(d.time * d.time));
+#pragma omp for schedule(static)
+    for (int64_t pair = 0; pair < d.pairs(); ++pair) {
+      const int64_t b = pair / d.heads, h = pair % d.heads;
+      const int64_t at = b * d.time * 3 * d.channels + h * d.head;
+      attention_head_backward(ctx, d, in + at, p + pair * d.time * d.time, g + b * d.time * d.channels + h * d.head,
+                              out + at, dp.data());
+    }
+  }
+}
+
+// ---------------------------------------------------------------- embeddings
+
+namespace {
+
+/// Checks that tokens is a non-empty view and every id lies in [0, vocab); throws naming the first that does not.
+void check_tokens(const token_ids& tokens, int64_t vocab, const char* k, const char* what) {
+  detail::require(tokens.data != nullptr && tokens.batch > 0 && tokens.time > 0, k,
+                  std::string(what) + " must be a non-empty [batch, time] view, got [" +
+                      std::to_string(tokens.batch) + ", " + std::to_string(tokens.time) + "]");
+  for (int64_t n = 0; n < tokens.count(); ++n) {
+    const int32_t id = tokens.data[n];
+    if (id < 0 || id >= vocab)
+      throw error(std::string(k) + ": " + what + " " + std::to_string(id) + " at batch " +
+                  std::to_string(n / tokens.time) + ", time " + std::to_string(n % tokens.time) +
+                  " is outside [0, " + std::to_string(vocab) + "): the vocabulary has " + std::to_string(vocab) +
+                  " entries");
+  }
+}
+
+void fill_zero(const context& ctx, tensor& t) {
+  float* p = t.data();
+  detail::parallel_ranges(ctx, t.numel(), [&](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, 0.0f); });
+}
+
+} // namespace
+
+void embedding_forward(const context& ctx, const token_ids& tokens, const tensor& table, tensor& y) {
+  const char* k = "embedding_forward";
+  detail::require_rank(table, 2, k, "table");
+  const int64_t c = table.dim(1);
+  check_tokens(tokens, table.dim(0), k, "token");
+  ensure_shape(y, {tokens.batch, tokens.time, c});
+  const float* src = table.data();
+  float* dst = y.data();
+  const int32_t* ids = tokens.data;
+#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, tokens.count(), y.numel()))
+  for (int64_t n = 0; n < tokens.count(); ++n)
+    std::memcpy(dst + n * c, src + ids[n] * c, static_cast<std::size_t>(c) * sizeof(float));
+}
+
+void embedding_backward(const context& ctx, const token_ids& tokens, const tensor& dy, tensor& dtable) {
+  const char* k = "embedding_backward";
+  detail::require_rank(dtable, 2, k, "dtable (allocate it [V, C], like the table)");
+  const int64_t c = dtable.dim(1);
+  check_tokens(tokens, dtable.dim(0), k, "token");
+  detail::require_shape(dy, {tokens.batch, tokens.time, c}, k, "dy");
+  fill_zero(ctx, dtable);
+  const float* g = dy.data();
+  float* out = dtable.data();
+  const int32_t* ids = tokens.data;
+  // One block of columns per thread, every token in order: the sums do not depend on the thread count.
+  const int parts = loop_threads(ctx, (c + 15) / 16, dy.numel());
+#pragma omp parallel num_threads(parts)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = part_start(c, t, nt), hi = part_start(c, t + 1, nt);
+    for (int64_t n = 0; n < tokens.count(); ++n) {
+      float* row = out + ids[n] * c;
+      const float* src = g + n * c;
+#pragma omp simd
+      for (int64_t j = lo; j < hi; ++j) row[j] += src[j];
+    }
+  }
+}
+
+void position_embedding_forward(const context& ctx, const tensor& table, tensor& y) {
+  const char* k = "position_embedding_forward";
+  detail::require_rank(table, 2, k, "table");
+  detail::require_rank(y, 3, k, "y");
+  const int64_t t_len = y.dim(1), c = y.dim(2);
+  detail::require(table.dim(1) == c && table.dim(0) >= t_len, k,
+                  "table " + table.shape().to_string() + " must be [T_max, C] with T_max >= T for y " +
+                      y.shape().to_string());
+  const float* src = table.data();
+  float* dst = y.data();
+  const int64_t rows = y.dim(0) * t_len;
+#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, rows, y.numel()))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = src + (r % t_len) * c;
+    float* o = dst + r * c;
+#pragma omp simd
+    for (int64_t j = 0; j < c; ++j) o[j] += p[j];
+  }
+}
+
+void position_embedding_backward(const context& ctx, const tensor& dy, tensor& dtable) {
+  const char* k = "position_embedding_backward";
+  detail::require_rank(dtable, 2, k, "dtable (allocate it [T_max, C], like the table)");
+  detail::require_rank(dy, 3, k, "dy");
+  const int64_t batch = dy.dim(0), t_len = dy.dim(1), c = dy.dim(2);
+  detail::require(dtable.dim(1) == c && dtable.dim(0) >= t_len, k,
+                  "dtable " + dtable.shape().to_string() + " must be [T_max, C] with T_max >= T for dy " +
+                      dy.shape().to_string());
+  const float* g = dy.data();
+  float* out = dtable.data();
+  std::fill(out + t_len * c, out + dtable.numel(), 0.0f);
+#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, t_len, dy.numel()))
+  for (int64_t t = 0; t < t_len; ++t) {
+    float* o = out + t * c;
+    std::fill(o, o + c, 0.0f);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* src = g + (b * t_len + t) * c;
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) o[j] += src[j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- loss
+
+namespace {
+
+/// The cross-entropy of one row z [V] against `target`; d (when given) receives softmax(z) * inv_n,
+/// less inv_n at the target.
+double row_cross_entropy(const float* z, int64_t vocab, int32_t target, float inv_n, float* d) {
+  const float mx = *std::max_element(z, z + vocab);
+  double sum = 0;
+  if (d) {
+    for (int64_t j = 0; j < vocab; ++j) {
+      d[j] = std::exp(z[j] - mx);
+      sum += d[j];
+    }
+    const float scale = static_cast<float>(inv_n / sum);
+#pragma omp simd
+    for (int64_t j = 0; j < vocab; ++j) d[j] *= scale;
+    d[target] -= inv_n;
+  } else {
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(z[j] - mx);
+  }
+  return mx + std::log(sum) - z[target];
+}
+
+} // namespace
+
+float sequence_cross_entropy(const context& ctx, const tensor& logits, const token_ids& targets, tensor* dlogits) {
+  const char* k = "sequence_cross_entropy";
+  detail::require_rank(logits, 3, k, "logits");
+  const int64_t vocab = logits.dim(2), rows = logits.dim(0) * logits.dim(1);
+  detail::require(targets.batch == logits.dim(0) && targets.time == logits.dim(1), k,
+                  "targets are [" + std::to_string(targets.batch) + ", " + std::to_string(targets.time) +
+                      "], logits " + logits.shape().to_string() + ": they must agree on [B, T]");
+  check_tokens(targets, vocab, k, "target");
+  if (dlogits) ensure_shape(*dlogits, logits.shape());
+  std::vector<double> loss(static_cast<std::size_t>(rows));
+  const float inv_n = 1.0f / static_cast<float>(rows);
+  const float* z = logits.data();
+  float* d = dlogits ? dlogits->data() : nullptr;
+#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, rows, logits.numel()))
+  for (int64_t r = 0; r < rows; ++r)
+    loss[r] = row_cross_entropy(z + r * vocab, vocab, targets.data[r], inv_n, d ? d + r * vocab : nullptr);
+  double total = 0;
+  for (double l : loss) total += l;  // in row order: the same bits whatever the thread count
+  const float mean = static_cast<float>(total / static_cast<double>(rows));
+  if (!std::isfinite(mean))
+    throw diverged_error(std::string(k) + ": loss is not finite (" + std::to_string(mean) +
+                         "); the model diverged: lower the learning rate");
+  return mean;
+}
+
+// ---------------------------------------------------------------- optimizer
+
+void adamw_step(const context& ctx, tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int64_t step) {
+  const char* k = "adamw_step";
+  detail::require_same(w, g, k, "w", "g");
+  detail::require_same(w, m, k, "w", "m");
+  detail::require_same(w, v, k, "w", "v");
+  detail::require(step >= 1, k, "step counts from 1, got " + std::to_string(step));
+  const float c1 = 1.0f - static_cast<float>(std::pow(beta1, step));
+  const float c2 = 1.0f - static_cast<float>(std::pow(beta2, step));
+  float* wp = w.data();
+  float* mp = m.data();
+  float* vp = v.data();
+  const float* gp = g.data();
+  detail::parallel_ranges(ctx, w.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      mp[i] = beta1 * mp[i] + (1 - beta1) * gp[i];
+      vp[i] = beta2 * vp[i] + (1 - beta2) * gp[i] * gp[i];
+      wp[i] -= lr * ((mp[i] / c1) / (std::sqrt(vp[i] / c2) + eps) + weight_decay * wp[i]);
+    }
+  });
+}
+
+} // namespace troupe::kernels

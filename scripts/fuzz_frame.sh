@@ -37,7 +37,7 @@ EOF
 
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer -Wno-unknown-pragmas
        -I"$out/include" -I"$root" -I"$root/include" -I"$build")
-sources=(net/address.cpp net/message.cpp net/tensor_codec.cpp net/buffer_pool.cpp net/frame.cpp net/frame_cipher.cpp net/auth.cpp
+sources=(net/address.cpp net/message.cpp net/protocol.cpp net/tensor_codec.cpp net/buffer_pool.cpp net/frame.cpp net/frame_cipher.cpp net/auth.cpp
          tensor/tensor.cpp tests/fuzz/frame_fuzz.cpp)
 objects=()
 # An object is rebuilt when its source or any header it may include is newer (a header that changes a

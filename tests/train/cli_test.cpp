@@ -115,6 +115,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"ddc-mu0", "0.5", "mu0"},
       {"ddc-version", "2", "ddc_version"},
       {"ddc-tau-decay", "0.9", "tau_decay"},
+      {"bucket-mb", "4", "bucket_mb"},
       {"pipeline-stages", "3", "pipeline_stages"},
       {"micro-batches", "2", "micro_batches"},
       {"schedule", "1f1b", "pipeline_schedule"},

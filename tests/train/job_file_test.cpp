@@ -161,7 +161,7 @@ TEST_CASE("an enum takes the names its parse function knows", "[job_file]") {
   CHECK(parse("progress = \"none\"\n").train.progress == progress_mode::none);
   CHECK_THROWS_MATCHES(parse("algorithm = \"fast\"\n"), error,
                        message(Equals("job.toml:1: algorithm: expected one of sequential, ssgd, asgd, sa-asgd, "
-                                      "hogwild, dc-asgd-c, dc-asgd-a or ddc-asgd, got \"fast\"")));
+                                      "hogwild, dc-asgd-c, dc-asgd-a, ddc-asgd or allreduce, got \"fast\"")));
   CHECK_THROWS_MATCHES(parse("lr-schedule = \"linear\"\n"), error,
                        message(Equals("job.toml:1: lr-schedule: expected one of constant or cosine, got \"linear\"")));
   CHECK_THROWS_MATCHES(parse("progress = \"auto \"\n"), error,
@@ -250,7 +250,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
       "seed",       "threads",     "data-dir",   "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
-      "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay",
+      "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay", "bucket-mb",
       "pipeline-stages", "micro-batches", "schedule", "pipeline-cuts", "stash",
       "placement", "device-speeds", "device-memory", "stage-devices", "link-cost", "profile-cache", "trace"};
   std::vector<std::string> table;

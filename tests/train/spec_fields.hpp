@@ -80,6 +80,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"mu0", exact(a.mu0)},
       {"ddc_version", std::to_string(a.ddc_version)},
       {"tau_decay", exact(a.tau_decay)},
+      {"bucket_mb", exact(a.bucket_mb)},
       {"pipeline_stages", std::to_string(t.pipeline.stages)},
       {"micro_batches", std::to_string(t.pipeline.micro_batches)},
       {"pipeline_schedule", model::to_string(t.pipeline.schedule)},
@@ -163,6 +164,7 @@ inline train::job_spec everything_changed() {
   a.mu0 = 0.8f;
   a.ddc_version = 2;
   a.tau_decay = 0.95f;
+  a.bucket_mb = 2.5f;
   train::cluster_spec& c = s.cluster;
   c.secret_file = "/etc/troupe/secret";
   c.join_timeout_s = 12.5;

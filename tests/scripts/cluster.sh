@@ -2,7 +2,7 @@
 # Multi-process tests of a cluster on this machine (scripts/local_cluster.sh,
 # loopback, Fashion-MNIST). One scenario per call:
 #   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
-#              | netns_skips | other_job | sigstop_rejoin | wrong_secret_join | late_join
+#              | netns_skips | other_job | sigstop_rejoin | wrong_secret_join | late_join | allreduce
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,6 +66,14 @@ three_nodes)
   one_and_nodes 3 0.015
   close "$nodes" 0.83 0.02 || fail "three nodes: accuracy $nodes outside [0.81, 0.85]"
   grep -q '"workers":3' "$tmp/nodes.jsonl" || fail "the metrics record"
+  ;;
+allreduce)
+  # Three workers on three nodes sum their gradients by a ring across the links, in buckets: the arithmetic of
+  # one process (the order of every sum is fixed by the ring), so the accuracy of one process.
+  job=("${mlp[@]}" --algorithm allreduce --workers 3 --bucket-mb 0.2 --epochs 1 --max-steps 300)
+  one_and_nodes 3 0.003
+  grep -q "allreduce with 3 worker(s), no shards" "$tmp/c/node0.log" || fail "not an allreduce"
+  grep -q '"algorithm":"allreduce"' "$tmp/nodes.jsonl" || fail "the metrics record"
   ;;
 pipeline)
   # Two pipeline stages on two nodes: activations and gradients cross the link; GPipe gives the one-process

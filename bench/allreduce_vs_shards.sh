@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Synchronous data parallelism two ways, interleaved in one invocation: SSGD
+# through S parameter shards, and allreduce (a ring among the workers, no
+# shards); ASGD on the same shards for reference. N workers on N node
+# processes (scripts/local_cluster.sh), on loopback and, as root, in network
+# namespaces whose links tbf limits to RATE. Prints each run's samples/s and
+# the medians per configuration.
+#   bench/allreduce_vs_shards.sh [MODEL] [N] [STEPS] [REPS] [RATE]
+#   bench/allreduce_vs_shards.sh mlp 3 200 3 200mbit
+set -euo pipefail
+model=${1:-mlp} n=${2:-3} steps=${3:-200} reps=${4:-3} rate=${5:-200mbit}
+here=$(cd "$(dirname "$0")" && pwd)
+export TROUPE_TRAINER=${TROUPE_TRAINER:-$here/../build/troupe_trainer}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+configs=("ssgd --shards $n" "allreduce" "asgd --shards $n")
+run() {  # link (loopback | netns), algorithm options -> samples/s
+  local env=()
+  [ "$1" = netns ] && env=(TROUPE_NETNS=1 TROUPE_NETNS_RATE="$rate")
+  env "${env[@]}" "$here/../scripts/local_cluster.sh" "$n" --model "$model" --epochs 1 --max-steps $((steps * n)) \
+    --workers "$n" --algorithm $2 --progress none --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 || { echo 0; return; }
+  grep -o '"samples_per_s":[0-9.]*' "$tmp/m.jsonl" | head -1 | cut -d: -f2
+}
+links=(loopback)
+[ "$(id -u)" = 0 ] && command -v ip > /dev/null && links+=(netns)
+echo "model $model, $n workers on $n node processes, $steps global steps, $(nproc) cores; netns links: tbf $rate"
+for link in "${links[@]}"; do
+  for i in $(seq 1 "$reps"); do
+    line="$link"
+    for c in "${configs[@]}"; do line="$line|$c|$(run "$link" "$c")"; done
+    echo "$line"
+  done
+done | tee "$tmp/runs" | awk -F'|' '{ printf "%s:", $1; for (i = 2; i < NF; i += 2) printf " %s %.0f", $i, $(i + 1); printf "\n" }'
+awk -F'|' '
+  function median(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+                                     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+  { for (i = 2; i < NF; i += 2) { k = $1 " " $i; c[k]++; v[k, c[k]] = $(i + 1); keys[k] = 1 } }
+  END { for (k in keys) { n = c[k]; delete x; for (j = 1; j <= n; j++) x[j] = v[k, j]; printf "median %s: %.0f samples/s\n", k, median(x, n) } }
+' "$tmp/runs" | sort

@@ -150,6 +150,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   a.schedule = s.schedule;
   a.total_steps = p.total_updates;
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
+  a.options.bf16(s.algo.allreduce_dtype == reduce_dtype::bf16);
   a.holder = !p.worker_holders.empty() && p.worker_holders.front().address == w.address;
   const std::string& fresh = c.start->state.replicas.fresh;
   if (a.holder && !fresh.empty()) *c.log << "allreduce: the replicas' momentum starts at 0: " << fresh << "\n";

@@ -89,6 +89,15 @@ pipeline_schedule parse_pipeline_schedule(const std::string& name) {
 }
 progress_mode parse_progress(const std::string& name) { return parse_choice(name, progress_modes, "progress mode"); }
 
+const char* to_string(reduce_dtype d) { return d == reduce_dtype::bf16 ? "bf16" : "f32"; }
+const std::vector<reduce_dtype>& all_reduce_dtypes() {
+  static const std::vector<reduce_dtype> all{reduce_dtype::f32, reduce_dtype::bf16};
+  return all;
+}
+reduce_dtype parse_reduce_dtype(const std::string& name) {
+  return parse_choice(name, all_reduce_dtypes(), "allreduce dtype");
+}
+
 model::update_config rule_config(const settings& s) {
   model::update_config c;
   c.rule = s.algo.kind;

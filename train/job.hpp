@@ -60,6 +60,14 @@ enum class progress_mode {
 /// "auto", "bar", "lines", "none".
 const char* to_string(progress_mode p);
 
+/// How an allreduce sends its gradients: float32, or bfloat16 (half the
+/// bytes, rounded to nearest even; the sums are taken in float32).
+enum class reduce_dtype { f32, bf16 };
+/// "f32", "bf16".
+const char* to_string(reduce_dtype d);
+/// Both, in the order above.
+const std::vector<reduce_dtype>& all_reduce_dtypes();
+
 /// How a pipeline's stages are cut and placed on devices: `even` cuts so that
 /// the stages' multiply-adds are balanced and puts stage k on device k (the
 /// default); the others run the placers of model/placement.hpp on each layer's
@@ -78,6 +86,7 @@ pipeline_schedule parse_pipeline_schedule(const std::string& name);
 placement_kind parse_placement(const std::string& name);
 lr_schedule parse_schedule(const std::string& name);
 progress_mode parse_progress(const std::string& name);
+reduce_dtype parse_reduce_dtype(const std::string& name);
 
 /// An algorithm and how it is distributed: every plain value, as a job file holds it.
 struct algorithm_settings {
@@ -105,6 +114,7 @@ struct algorithm_settings {
   /// Allreduce: gradients go out in buckets of about this many MB, each as
   /// soon as backward has filled it (0: one bucket, after backward).
   float bucket_mb = 1.0f;
+  reduce_dtype allreduce_dtype = reduce_dtype::f32;  ///< allreduce: what the gradients travel as
 };
 
 /// Each worker's slowdown factor (>= 1) from a.worker_speeds: the fastest
@@ -150,6 +160,8 @@ public:
   algorithm& ddc_version(int v) { s_.ddc_version = v; return *this; }
   /// Allreduce: the gradient bucket size in MB (0: one bucket after backward).
   algorithm& bucket_mb(float mb) { s_.bucket_mb = mb; return *this; }
+  /// Allreduce: send the gradients as bfloat16 (half the bytes) or float32 (the default).
+  algorithm& allreduce_dtype(reduce_dtype d) { s_.allreduce_dtype = d; return *this; }
 
   const algorithm_settings& settings() const { return s_; }
 

@@ -365,6 +365,10 @@ std::vector<job_key> make_algorithm_keys() {
                  "allreduce: gradients go out in buckets of about MB megabytes, each as soon as backward has "
                  "filled it (default 1; 0: one bucket after backward)",
                  [](auto& s) -> auto& { return s.train.algo.bucket_mb; }, at_least(0)),
+      choice_key("allreduce-dtype", "TYPE",
+                 "allreduce: the gradients travel as f32 (default) or bf16 (half the bytes; summed in float32)",
+                 [](auto& s) -> auto& { return s.train.algo.allreduce_dtype; }, parse_reduce_dtype,
+                 all_reduce_dtypes()),
   };
 }
 

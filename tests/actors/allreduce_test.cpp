@@ -40,7 +40,7 @@ struct group {
   std::vector<outgoing> in_flight;
   std::mt19937 order{11};
 
-  group(int n, int64_t bucket_elements, bool overlap) {
+  group(int n, int64_t bucket_elements, bool overlap, bool bf16 = false) {
     auto pool = std::make_shared<replica_pool>([] { return small_mlp(); });
     model::model m = small_mlp();
     allreduce_config c;
@@ -51,7 +51,7 @@ struct group {
     c.momentum = 0.9f;
     c.total_steps = 100;
     c.bucket_elements = bucket_elements;
-    c.options.piece(5);
+    c.options.piece(5).bf16(bf16);
     c.holder = true;  // every one answers a pull here, to compare them
     for (int i = 0; i < n; ++i) {
       c.member = i;
@@ -218,4 +218,31 @@ TEST_CASE("allreduce: the wire form carries every field and rejects partial elem
   CHECK(back.data == m.data);
   m.data = {std::nanf("")};
   CHECK_THROWS_AS(net::envelope_reader(to_wire(m, worker_addr(1), worker_addr(0))), net::message_error);
+}
+
+TEST_CASE("allreduce in bfloat16: the replicas stay bit-identical, near the float32 steps", "[actors][allreduce]") {
+  group f32(3, 20, true), bf16(3, 20, true, true);
+  std::vector<int32_t> y;
+  for (int s = 0; s < 30; ++s) {
+    for (group* g : {&f32, &bf16}) {
+      for (int i = 0; i < 3; ++i) {
+        worker_core& w = *g->workers[static_cast<std::size_t>(i)];
+        auto out = w.step(batch_message(batch_of(s, i, 4, y), y, worker_addr(static_cast<uint32_t>(i))));
+        for (outgoing& o : out.pushes) g->in_flight.push_back(std::move(o));
+      }
+      g->deliver();
+    }
+  }
+  const std::vector<float> a = bf16.params(0), exact = f32.params(0);
+  for (std::size_t i = 1; i < 3; ++i) {
+    const std::vector<float> other = bf16.params(i);
+    CHECK(std::memcmp(other.data(), a.data(), a.size() * sizeof(float)) == 0);
+  }
+  double diff = 0, norm = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    diff += (a[k] - exact[k]) * (a[k] - exact[k]);
+    norm += exact[k] * exact[k];
+  }
+  CHECK(diff > 0);                        // the gradients did travel rounded
+  CHECK(std::sqrt(diff / norm) < 0.01);  // by about bf16's precision, not more
 }

@@ -81,6 +81,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"ddc_version", std::to_string(a.ddc_version)},
       {"tau_decay", exact(a.tau_decay)},
       {"bucket_mb", exact(a.bucket_mb)},
+      {"allreduce_dtype", to_string(a.allreduce_dtype)},
       {"pipeline_stages", std::to_string(t.pipeline.stages)},
       {"micro_batches", std::to_string(t.pipeline.micro_batches)},
       {"pipeline_schedule", model::to_string(t.pipeline.schedule)},
@@ -165,6 +166,7 @@ inline train::job_spec everything_changed() {
   a.ddc_version = 2;
   a.tau_decay = 0.95f;
   a.bucket_mb = 2.5f;
+  a.allreduce_dtype = reduce_dtype::bf16;
   train::cluster_spec& c = s.cluster;
   c.secret_file = "/etc/troupe/secret";
   c.join_timeout_s = 12.5;

@@ -53,6 +53,34 @@ collective_message from_wire(const net::envelope_reader& r) {
   return m;
 }
 
+net::message make_regroup(const net::address& from, const net::address& to, const regroup& g) {
+  auto b = net::make_builder();
+  auto r = net::init_envelope(*b, from, to).initRegroup();
+  r.setEpoch(g.epoch);
+  r.setPhase(g.phase);
+  r.setStep(g.step);
+  r.setRoot(g.root);
+  auto members = r.initMembers(static_cast<unsigned>(g.members.size()));
+  for (unsigned i = 0; i < members.size(); ++i) members.set(i, g.members[i]);
+  auto joiners = r.initJoiners(static_cast<unsigned>(g.joiners.size()));
+  for (unsigned i = 0; i < joiners.size(); ++i) joiners.set(i, g.joiners[i]);
+  return net::message::from_builder(std::move(b));
+}
+
+regroup read_regroup(const net::envelope_reader& m) {
+  if (m.root().which() != wire::Envelope::REGROUP)
+    throw net::message_error(net::reject_reason::unknown_kind, "expected a Regroup");
+  auto r = m.root().getRegroup();
+  regroup g;
+  g.epoch = r.getEpoch();
+  g.phase = r.getPhase();
+  g.step = r.getStep();
+  g.root = r.getRoot();
+  for (uint32_t x : r.getMembers()) g.members.push_back(x);
+  for (uint32_t x : r.getJoiners()) g.joiners.push_back(x);
+  return g;
+}
+
 namespace {
 
 /// A contiguous range of the flat gradient, reduced by one operation; the
@@ -82,9 +110,8 @@ std::vector<bucket> cut_buckets(const model::param_layout& layout, int64_t least
 class allreduce_source final : public weight_source {
 public:
   explicit allreduce_source(const allreduce_config& c)
-      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), v_(c.initial.size(), 0.0f),
-        core_(ids(c.members.size()), c.member, 0, c.options), buckets_(cut_buckets(c.layout, c.bucket_elements)),
-        applied_(c.steps_before) {
+      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), v_(c.initial.size(), 0.0f), g_local_(g_.size()),
+        buckets_(cut_buckets(c.layout, c.bucket_elements)), applied_(c.steps_before) {
     if (static_cast<int64_t>(w_.size()) != c.layout.numel())
       throw error("allreduce: " + std::to_string(w_.size()) + " initial values for a layout of " +
                   std::to_string(c.layout.numel()));
@@ -94,10 +121,12 @@ public:
                     " values, the model " + std::to_string(v_.size()));
       v_ = c.velocity;
     }
+    for (std::size_t i = 0; i < c.members.size(); ++i) group_.push_back(static_cast<int32_t>(i));
+    core_ = std::make_unique<collective_core>(group_, c.member, 0, c.options);
   }
-  bool ready() const override { return !in_step_; }
+  bool ready() const override { return !in_step_ && !syncing_; }
   /// The replica's own values: all there, but for a step that waits for its reduction.
-  bool has_layer(std::size_t) const override { return !in_step_ || !backward_done_; }
+  bool has_layer(std::size_t) const override { return ready() || (in_step_ && !backward_done_); }
   void attach(const model::model& net) override {
     std::vector<std::size_t> layer_of_tensor;
     const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
@@ -108,11 +137,11 @@ public:
   void bind(replica& r, bound_tensors& b) override {
     const std::vector<model::parameter*> params = r.net.parameters();
     for (std::size_t i = 0; i < params.size(); ++i) {
-        const model::layout_entry& e = c_.layout[i];
+      const model::layout_entry& e = c_.layout[i];
       b.bind_read_only(params[i]->value, e.dims, w_.data() + e.offset);
       b.bind(params[i]->grad, e.dims, g_.data() + e.offset);
     }
-    filled_ = started_ = 0;
+    filled_ = started_ = kept_ = 0;
     in_step_ = true;
     backward_done_ = false;
   }
@@ -128,32 +157,36 @@ public:
     start_filled(out);
   }
   std::vector<outgoing> on_collective(const net::opened_message& m) override {
-    const collective_stats before = core_.stats();
-    std::vector<outgoing> out = send(core_.accept(from_wire(*m)));
-    if (lost_data(before, core_.stats()))
-      throw net::message_error(net::reject_reason::malformed,
-                               net::to_string(c_.members[static_cast<std::size_t>(c_.member)]) +
-                                   ": allreduce: " + core_.last_error());
-    if (core_.done() && active_) {
-      active_ = false;
-      ++started_;
-      start_filled(out);
-    }
+    std::vector<outgoing> out;
+    route(from_wire(*m), out);
     return out;
   }
   std::vector<outgoing> on_pull(const net::opened_message& m) override {
     if (!c_.holder)
-      throw net::message_error(net::reject_reason::unknown_kind,
-                               net::to_string(c_.members[c_.member]) + ": a PullParams for a worker that holds none");
+      throw net::message_error(net::reject_reason::unknown_kind, name() + ": a PullParams for a worker that holds none");
     return {answer(*m)};
+  }
+  std::vector<outgoing> on_regroup(const net::opened_message& m) override {
+    const regroup g = read_regroup(*m);
+    std::vector<outgoing> out;
+    if (g.epoch <= epoch_) return out;  // a group this worker is past
+    if (g.phase == regroup::hold) {
+      held_ = true;  // no reduction goes on, and no step is applied, until the new group goes
+      regroup r;
+      r.epoch = g.epoch;
+      r.phase = regroup::report;
+      r.step = applied_;
+      const net::address to = net::read_address(m->root().getSource());
+      out.push_back({to, make_regroup(self(), to, r)});
+    } else if (g.phase == regroup::go) {
+      go(g, out);
+    }
+    return out;
   }
 
 private:
-  static std::vector<int32_t> ids(std::size_t n) {
-    std::vector<int32_t> v(n);
-    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(i);
-    return v;
-  }
+  const net::address& self() const { return c_.members[static_cast<std::size_t>(c_.member)]; }
+  std::string name() const { return net::to_string(self()); }
   /// A rejection other than of a duplicate or of a piece of an operation
   /// already over (a frame delivered twice, nothing lost): the operation
   /// cannot end, and waiting would hang.
@@ -162,34 +195,67 @@ private:
                               (after.get(collective_reject::stale_op) - before.get(collective_reject::stale_op));
     return after.total_rejected() - before.total_rejected() > harmless;
   }
+  void route(collective_message in, std::vector<outgoing>& out) {
+    if (in.epoch > epoch_) future_.push_back(std::move(in));  // a group this worker has not heard of yet
+    else if (in.epoch == epoch_ && !held_) take(in, out);      // else of a group that is over: dropped
+  }
+  /// A piece of the group's operation under way (or of the next one).
+  void take(const collective_message& in, std::vector<outgoing>& out) {
+    const collective_stats before = core_->stats();
+    for (outgoing& o : send(core_->accept(in))) out.push_back(std::move(o));
+    if (lost_data(before, core_->stats()))
+      throw net::message_error(net::reject_reason::malformed, name() + ": allreduce: " + core_->last_error());
+    if (core_->done() && active_) operation_over(out);
+  }
+  void operation_over(std::vector<outgoing>& out) {
+    active_ = false;
+    if (broadcasting_) {
+      end_broadcast();
+    } else {
+      ++started_;
+    }
+    start_filled(out);
+  }
   std::vector<outgoing> send(std::vector<collective_message> msgs) const {
     std::vector<outgoing> out;
-    const net::address& me = c_.members[static_cast<std::size_t>(c_.member)];
     for (const collective_message& m : msgs) {
       const net::address& to = c_.members.at(static_cast<std::size_t>(m.receiver));
-      out.push_back({to, to_wire(m, me, to)});
+      out.push_back({to, to_wire(m, self(), to)});
     }
     return out;
   }
   /// Starts the next bucket's allreduce when the one before is over and backward has filled it.
   void start_filled(std::vector<outgoing>& out) {
-    while (!active_ && started_ < filled_) {
+    while (!held_ && !active_ && !syncing_ && started_ < filled_) {
       const bucket& b = buckets_[started_];
-      for (outgoing& o : send(core_.start_allreduce(core_.next_op(), g_.data() + b.begin, b.end - b.begin)))
+      keep_local(started_ + 1);
+      for (outgoing& o : send(core_->start_allreduce(core_->next_op(), g_.data() + b.begin, b.end - b.begin)))
         out.push_back(std::move(o));
-      if (!core_.done()) {
+      if (!core_->done()) {
         active_ = true;
         return;
       }
       ++started_;  // one member: nothing to exchange
     }
-    if (started_ == buckets_.size() && in_step_ && backward_done_) apply_step();
+    if (!held_ && started_ == buckets_.size() && in_step_ && backward_done_) apply_step();
+  }
+  /// Keeps this worker's own gradient of buckets [kept_, upto) before they are
+  /// reduced in place: a step redone in a new group reduces them again.
+  void keep_local(std::size_t upto) {
+    for (; kept_ < upto && kept_ < buckets_.size(); ++kept_) {
+      const bucket& b = buckets_[kept_];
+      std::copy(g_.begin() + b.begin, g_.begin() + b.end, g_local_.begin() + b.begin);
+    }
   }
   /// Every bucket reduced: the mean gradient's step, the same on every member.
   void apply_step() {
+    w_before_ = w_;  // a new group may roll this step back
+    v_before_ = v_;
+    std::swap(g_last_local_, g_local_);
+    g_local_.resize(g_.size());
     const shape s{static_cast<int64_t>(w_.size())};
     tensor wt = tensor::wrap(s, w_.data()), gt = tensor::wrap(s, g_.data()), vt = tensor::wrap(s, v_.data());
-    const float inv = 1.0f / static_cast<float>(c_.members.size());
+    const float inv = 1.0f / static_cast<float>(group_.size());
     for (float& x : g_) x *= inv;
     const float lr = model::scheduled_lr(c_.lr, c_.schedule, static_cast<int64_t>(applied_), c_.total_steps);
     if (c_.momentum == 0.0f)
@@ -201,32 +267,109 @@ private:
     report_due_ = true;
     tally_.add(0, false);
   }
-  outgoing answer(const net::envelope_reader& r) const {
-    const net::address to = net::read_address(r.root().getSource());
-    const net::address& me = c_.members[static_cast<std::size_t>(c_.member)];
-    auto b = net::make_builder(w_.size() * sizeof(float) + 64 * c_.layout.size());
-    auto p = net::init_envelope(*b, me, to).initParams();
-    p.setShard(r.root().getPullParams().getShard());
-    p.setVersion(applied_);
-    float* dst = net::init_flat(p.initValues(), 0, 0, c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size())));
-    std::memcpy(dst, w_.data(), w_.size() * sizeof(float));
-    if (r.root().getPullParams().getWithState() && c_.momentum != 0.0f)
-      net::encode(std::vector<named_tensor>{{"velocity", tensor::from(shape{static_cast<int64_t>(v_.size())}, v_)}},
-                  p.initRuleState(1));
-    return {to, net::message::from_builder(std::move(b))};
-  }
+  void go(const regroup& g, std::vector<outgoing>& out);
+  void redo_from_local();
+  void end_broadcast();
+  outgoing answer(const net::envelope_reader& r) const;
 
   allreduce_config c_;
   std::vector<float> w_, g_, v_;  // the replica's values, its gradient (reduced in place), its momentum
-  collective_core core_;
+  std::vector<float> g_local_;    // the step's own gradient, kept as each bucket's reduction starts
+  std::vector<float> w_before_, v_before_, g_last_local_;  // before the last step applied, and its own gradient
+  std::vector<int32_t> group_;    // the members (worker indices) of the group, in rank order
+  uint64_t epoch_ = 0;
+  std::unique_ptr<collective_core> core_;
+  std::vector<collective_message> future_;  // pieces of a group not yet formed here
   std::vector<bucket> buckets_;
-  std::size_t filled_ = 0, started_ = 0;  // buckets backward has filled; whose allreduce has started and ended
-  bool active_ = false;                   // a bucket's allreduce under way
+  std::size_t filled_ = 0, started_ = 0, kept_ = 0;  // buckets filled by backward; reduced; kept in g_local_
+  bool active_ = false;                   // an operation under way
   bool in_step_ = false;                  // a step between its bind and its optimizer step
   bool backward_done_ = false;            // its update() came: every gradient is written
+  bool held_ = false;                     // a new group forms: nothing is reduced or applied
+  bool syncing_ = false;                  // a joiner waiting for the group's parameters
+  bool broadcasting_ = false;             // the new group's broadcast to its joiners is under way
+  std::vector<float> shared_;             // the broadcast's buffer: parameters, then momentum
   uint64_t applied_ = 0;                  // global steps applied (with those before a resume)
+  uint64_t sync_step_ = 0;                // a joiner's steps once the broadcast is over
   kernels::context ctx_;
 };
+
+/// The new group: roll a step back or redo it, take the parameters when joining, replay early pieces.
+void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
+  const auto me = static_cast<uint32_t>(c_.member);
+  const bool joiner = std::find(g.joiners.begin(), g.joiners.end(), me) != g.joiners.end();
+  if (!joiner && applied_ == g.step + 1) {  // this worker applied a step the others did not: undone, redone
+    w_ = w_before_;
+    v_ = v_before_;
+    applied_ = g.step;
+    g_local_ = g_last_local_;
+    kept_ = buckets_.size();
+    in_step_ = backward_done_ = true;
+  } else if (!joiner && applied_ != g.step) {
+    throw error(name() + ": allreduce: the group goes on after step " + std::to_string(g.step) +
+                ", this worker has applied " + std::to_string(applied_));
+  }
+  epoch_ = g.epoch;
+  group_.assign(g.members.begin(), g.members.end());
+  core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, c_.options);
+  held_ = active_ = false;
+  if (joiner) {
+    in_step_ = false;  // its step in flight was on other parameters: dropped
+    syncing_ = true;
+    sync_step_ = g.step;
+  } else if (in_step_ && backward_done_) {
+    redo_from_local();
+  }
+  if (!g.joiners.empty()) {
+    shared_.assign(2 * w_.size(), 0.0f);
+    if (me == g.root) {
+      std::copy(w_.begin(), w_.end(), shared_.begin());
+      std::copy(v_.begin(), v_.end(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()));
+    }
+    broadcasting_ = active_ = true;
+    for (outgoing& o : send(core_->start_broadcast(0, static_cast<int32_t>(g.root), shared_.data(),
+                                                   static_cast<int64_t>(shared_.size()))))
+      out.push_back(std::move(o));
+    if (core_->done()) operation_over(out);
+  } else {
+    start_filled(out);
+  }
+  std::vector<collective_message> early;
+  early.swap(future_);
+  for (collective_message& m : early) route(std::move(m), out);
+}
+
+/// The step in flight (or rolled back) reduced again, from this worker's own gradient.
+void allreduce_source::redo_from_local() {
+  keep_local(buckets_.size());
+  g_ = g_local_;
+  filled_ = buckets_.size();
+  started_ = 0;
+}
+
+/// The joiners take the root's parameters and momentum; everyone goes on with the steps.
+void allreduce_source::end_broadcast() {
+  broadcasting_ = false;
+  if (!syncing_) return;
+  std::copy(shared_.begin(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), w_.begin());
+  std::copy(shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), shared_.end(), v_.begin());
+  applied_ = sync_step_;
+  syncing_ = false;
+}
+
+outgoing allreduce_source::answer(const net::envelope_reader& r) const {
+  const net::address to = net::read_address(r.root().getSource());
+  auto b = net::make_builder(w_.size() * sizeof(float) + 64 * c_.layout.size());
+  auto p = net::init_envelope(*b, self(), to).initParams();
+  p.setShard(r.root().getPullParams().getShard());
+  p.setVersion(applied_);
+  float* dst = net::init_flat(p.initValues(), 0, 0, c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size())));
+  std::memcpy(dst, w_.data(), w_.size() * sizeof(float));
+  if (r.root().getPullParams().getWithState() && c_.momentum != 0.0f)
+    net::encode(std::vector<named_tensor>{{"velocity", tensor::from(shape{static_cast<int64_t>(v_.size())}, v_)}},
+                p.initRuleState(1));
+  return {to, net::message::from_builder(std::move(b))};
+}
 
 } // namespace
 

@@ -37,6 +37,19 @@ struct allreduce_config {
 /// config that does not fit (a member id outside the group, sizes).
 std::unique_ptr<weight_source> allreduce_weights(const allreduce_config& c);
 
+/// A Regroup message (net/messages.capnp): an allreduce's group re-formed.
+struct regroup {
+  enum phase_t : uint8_t { hold = 0, report = 1, go = 2 };
+  uint64_t epoch = 0;
+  uint8_t phase = hold;
+  uint64_t step = 0;
+  std::vector<uint32_t> members, joiners;
+  uint32_t root = 0;
+};
+net::message make_regroup(const net::address& from, const net::address& to, const regroup& g);
+/// Throws net::message_error for another kind.
+regroup read_regroup(const net::envelope_reader& r);
+
 /// The wire form of a collective message from `from` (a member's address) to `to`.
 net::message to_wire(const collective_message& m, const net::address& from, const net::address& to);
 /// A Collective message read back; throws net::message_error for another kind.

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <ostream>
 
+#include "actors/allreduce.hpp"
 #include "actors/messages.hpp"
 #include "net/protocol.hpp"
 #include "actors/node_actor.hpp"
@@ -53,6 +54,13 @@ struct coordinator_state {
   std::set<uint32_t> stopping;           // other nodes asked to stop, not yet stopped
   std::unique_ptr<link_watch> links;     // this node's links, for the join timeout's verdict
   bool started = false, finishing = false, done = false;
+  /// Allreduce: the group being re-formed (docs/algorithms.md, "Elastic membership").
+  struct {
+    uint64_t epoch = 0;
+    std::vector<uint32_t> members, joiners;   // worker indices
+    std::map<uint32_t, uint64_t> reported;    // member -> the steps it has applied
+    std::set<uint32_t> rejoining;             // nodes whose workers join the next group
+  } group;
 };
 using coordinator_t = caf::stateful_actor<coordinator_state>;
 
@@ -251,6 +259,100 @@ void start_node(coordinator_t* self, uint32_t node) {
     if (s.address.node == node) send_to(*st.dir, s.address, make_control(me(self), s.address, wire::Control::Kind::START));
 }
 
+/// Allreduce: the group re-forms among the workers of the nodes not lost; a
+/// node that joined again takes the parameters from the others. The workers
+/// that stay are held first and report the steps they have applied.
+void begin_regroup(coordinator_t* self) {
+  auto& st = self->state;
+  auto& g = st.group;
+  ++g.epoch;
+  g.members.clear();
+  g.joiners.clear();
+  g.reported.clear();
+  const auto& workers = st.s.plan.workers;
+  for (uint32_t i = 0; i < workers.size(); ++i) {
+    if (st.lost.count(workers[i].address.node)) continue;
+    g.members.push_back(i);
+    if (g.rejoining.count(workers[i].address.node)) g.joiners.push_back(i);
+  }
+  regroup hold;
+  hold.epoch = g.epoch;
+  hold.phase = regroup::hold;
+  for (uint32_t i : g.members)
+    if (std::find(g.joiners.begin(), g.joiners.end(), i) == g.joiners.end())
+      send_to(*st.dir, workers[i].address, make_regroup(me(self), workers[i].address, hold));
+}
+
+/// A held worker's steps: once every one has reported, the group goes on after the fewest.
+void on_regroup_report(coordinator_t* self, const net::envelope_reader& r) {
+  auto& st = self->state;
+  auto& g = st.group;
+  const regroup rep = read_regroup(r);
+  if (rep.phase != regroup::report || rep.epoch != g.epoch) return;  // of a group already replaced
+  g.reported[net::read_address(r.root().getSource()).index] = rep.step;
+  if (g.reported.size() + g.joiners.size() < g.members.size()) return;
+  regroup go;
+  go.epoch = g.epoch;
+  go.phase = regroup::go;
+  go.step = std::min_element(g.reported.begin(), g.reported.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; })->second;
+  go.members = g.members;
+  go.joiners = g.joiners;
+  go.root = g.reported.begin()->first;
+  for (uint32_t i : g.members) {
+    const net::address& a = st.s.plan.workers[i].address;
+    send_to(*st.dir, a, make_regroup(me(self), a, go));
+  }
+  g.rejoining.clear();
+  *st.s.log << "allreduce: the group goes on with " << g.members.size() << " worker(s) after step " << go.step
+            << (g.joiners.empty() ? "" : ", the joining ones taking the parameters from worker " +
+                                             std::to_string(go.root))
+            << std::endl;
+}
+
+/// Whether losing node `node` ends the run (it ran stages, shards, the
+/// snapshot replica, or workers the algorithm cannot do without); if so, ends it.
+bool ends_run(coordinator_t* self, uint32_t node, const std::string& who, const std::string& why) {
+  auto& st = self->state;
+  std::string shards, stages;
+  for (const auto& s : st.s.plan.shards)
+    if (s.address.node == node) shards += (shards.empty() ? "" : ", ") + std::to_string(s.address.index);
+  for (const auto& s : st.s.plan.stages)
+    if (s.address.node == node) stages += (stages.empty() ? "" : ", ") + std::to_string(s.address.index);
+  if (!stages.empty()) {
+    abort_run(self, who + " was lost (" + why + "); it ran pipeline stage(s) " + stages +
+                        ": the pipeline cannot go on. Run the same command on every node to start again" +
+                        (st.s.job->config().checkpoint.empty() ? "." : " from the last checkpoint."),
+              failure::lost_node);
+    return true;
+  }
+  if (!shards.empty()) {
+    const std::string& ckpt = st.s.job->config().checkpoint;
+    abort_run(self, who + " was lost (" + why + "); it held parameter shard(s) " + shards + ". " +
+                        (ckpt.empty() ? std::string("The job writes no checkpoint (--checkpoint): it must start over.")
+                                      : "Run the same command on every node to resume from the last checkpoint, " + ckpt +
+                                            "."),
+              failure::lost_node);
+    return true;
+  }
+  for (const auto& h : st.s.plan.worker_holders)
+    if (h.address.node == node) {
+      abort_run(self, who + " was lost (" + why + "); its worker " + std::to_string(h.address.index) +
+                          " held the replica snapshots and checkpoints are taken from. Run the same command on every "
+                          "node to start again" +
+                          (st.s.job->config().checkpoint.empty() ? "." : " from the last checkpoint."),
+                failure::lost_node);
+      return true;
+    }
+  if (!traits(st.s.job->config().algo.kind).survives_lost_workers()) {
+    abort_run(self, who + " was lost (" + why + "): " + to_string(st.s.job->config().algo.kind) +
+                        " waits for every worker in each round and cannot go on without it",
+              failure::lost_node);
+    return true;
+  }
+  return false;
+}
+
 /// Node `node`'s transport link is gone: a worker node's workers are lost and
 /// the run goes on without them; a shard's node stops the run.
 void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
@@ -265,33 +367,7 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
     return;
   }
   if (st.finishing || st.lost.count(node)) return;
-  std::string shards, stages;
-  for (const auto& s : st.s.plan.shards)
-    if (s.address.node == node) shards += (shards.empty() ? "" : ", ") + std::to_string(s.address.index);
-  for (const auto& s : st.s.plan.stages)
-    if (s.address.node == node) stages += (stages.empty() ? "" : ", ") + std::to_string(s.address.index);
-  if (!stages.empty()) {
-    abort_run(self, who + " was lost (" + why + "); it ran pipeline stage(s) " + stages +
-                        ": the pipeline cannot go on. Run the same command on every node to start again" +
-                        (st.s.job->config().checkpoint.empty() ? "." : " from the last checkpoint."),
-              failure::lost_node);
-    return;
-  }
-  if (!shards.empty()) {
-    const std::string& ckpt = st.s.job->config().checkpoint;
-    abort_run(self, who + " was lost (" + why + "); it held parameter shard(s) " + shards + ". " +
-                        (ckpt.empty() ? std::string("The job writes no checkpoint (--checkpoint): it must start over.")
-                                      : "Run the same command on every node to resume from the last checkpoint, " + ckpt +
-                                            "."),
-              failure::lost_node);
-    return;
-  }
-  if (!traits(st.s.job->config().algo.kind).survives_lost_workers()) {
-    abort_run(self, who + " was lost (" + why + "): " + to_string(st.s.job->config().algo.kind) +
-                        " waits for every worker in each round and cannot go on without it",
-              failure::lost_node);
-    return;
-  }
+  if (ends_run(self, node, who, why)) return;
   st.lost.insert(node);
   int lost_workers = 0, left = 0;
   for (const auto& w : st.s.plan.workers) (st.lost.count(w.address.node) ? lost_workers : left) += 1;
@@ -308,6 +384,7 @@ void on_lost(coordinator_t* self, uint32_t node, const std::string& why) {
   // learns that its workers were dropped, and joins again, when its link is back.
   const net::address node_actor{node, net::role::node, 0};
   send_to(*st.dir, node_actor, make_control(me(self), node_actor, wire::Control::Kind::LOST, node, why));
+  if (traits(st.s.job->config().algo.kind).collective) begin_regroup(self);
 }
 
 void on_start(coordinator_t* self);
@@ -332,7 +409,10 @@ void on_join(coordinator_t* self, uint32_t node) {
     st.progress->finish_line();
     *st.s.log << "node " << node_name(self, node) << " joined again: its workers go on from the current parameters"
               << std::endl;
+    const bool collective = traits(st.s.job->config().algo.kind).collective;
+    if (collective) st.group.rejoining.insert(node);
     start_node(self, node);
+    if (collective) begin_regroup(self);
   }
 }
 
@@ -432,6 +512,7 @@ void on_message(coordinator_t* self, const net::message& m) {
     switch (r.root().which()) {
       case wire::Envelope::METRICS: on_metrics(self, r); break;
       case wire::Envelope::EVALUATION: on_evaluation(self, r); break;
+      case wire::Envelope::REGROUP: on_regroup_report(self, r); break;
       case wire::Envelope::CONTROL: {
         auto c = r.root().getControl();
         const net::address from = net::read_address(r.root().getSource());

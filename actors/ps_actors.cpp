@@ -191,6 +191,10 @@ void worker_on_message(worker_actor_t* self, const net::message& m) {
     case wire::Envelope::PULL_PARAMS:
       for (auto& o : st.core->on_pull(r)) send_to(*st.dir, o.to, std::move(o.msg));
       break;
+    case wire::Envelope::REGROUP:
+      for (auto& o : st.core->on_regroup(r)) send_to(*st.dir, o.to, std::move(o.msg));
+      if (!st.busy) worker_report(self);
+      break;
     case wire::Envelope::CONTROL: {
       const control_view cv = read_control(*r);
       if (cv.kind == wire::Control::Kind::STOP) {

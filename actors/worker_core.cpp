@@ -361,6 +361,10 @@ std::vector<outgoing> weight_source::on_collective(const net::opened_message&) {
   reject(net::reject_reason::unknown_kind, "worker: a Collective, but it is not in an allreduce");
 }
 
+std::vector<outgoing> weight_source::on_regroup(const net::opened_message&) {
+  reject(net::reject_reason::unknown_kind, "worker: a Regroup, but it is not in an allreduce");
+}
+
 std::vector<outgoing> weight_source::on_pull(const net::opened_message&) {
   reject(net::reject_reason::unknown_kind, "worker: a PullParams, but it holds no parameters to answer with");
 }

@@ -119,6 +119,9 @@ public:
   /// (allreduce's first): its answer, now or once due. Throws
   /// net::message_error for a source that holds none.
   virtual std::vector<outgoing> on_pull(const net::opened_message& m);
+  /// The coordinator re-forms an allreduce's group (Regroup): the messages to
+  /// send in answer. Throws net::message_error for a source that is in none.
+  virtual std::vector<outgoing> on_regroup(const net::opened_message& m);
   /// True when a step may start: weights present, no push unanswered.
   virtual bool ready() const = 0;
   /// Called once with a replica's model, before the first step.
@@ -182,6 +185,8 @@ public:
   std::vector<outgoing> on_collective(const net::opened_message& m) { return source_->on_collective(m); }
   /// The evaluator's pull of a worker that holds the parameters.
   std::vector<outgoing> on_pull(const net::opened_message& m) { return source_->on_pull(m); }
+  /// The coordinator re-forms the allreduce's group.
+  std::vector<outgoing> on_regroup(const net::opened_message& m) { return source_->on_regroup(m); }
   /// `m` opened and validated once, with the worker's limits and finite-value
   /// scan (its threads); throws net::message_error. The worker's actor opens
   /// every message so, and its handlers read the checked view.

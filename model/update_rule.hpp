@@ -37,8 +37,8 @@ struct algorithm_traits {
   bool collective;             ///< the workers allreduce their gradients and each steps its own replica
   /// The shards' update rule for `n` parameters (null without shards).
   std::unique_ptr<update_rule> (*make)(const update_config& c, int64_t n, const kernels::context& ctx);
-  /// The run goes on when a worker's node is lost.
-  bool survives_lost_workers() const { return on_actors && !synchronous; }
+  /// The run goes on when a worker's node is lost (an allreduce's group re-forms without it).
+  bool survives_lost_workers() const { return on_actors && (!synchronous || collective); }
   /// A worker pulls again from shards that did not answer in time.
   bool retries_pulls() const { return on_actors && !synchronous; }
 };

@@ -45,6 +45,7 @@ struct Envelope {
     snapshot @11 :Snapshot;
     evaluation @12 :Evaluation;
     collective @13 :Collective;
+    regroup @14 :Regroup;
   }
 }
 
@@ -177,4 +178,20 @@ struct Collective {
   receiver @7 :Int32;
   bf16 @8 :Bool;                     # payload: bfloat16 values (else float32)
   payload @9 :Data;
+}
+
+# An allreduce's group re-formed after a worker was lost or joined again
+# (docs/algorithms.md, "Elastic membership"): the coordinator holds the
+# workers (phase hold), each reports the global steps it has applied (phase
+# report), then the coordinator lets the group go on in its new epoch (phase
+# go): a worker one step ahead of `step` rolls that step back, the step after
+# `step` is reduced again among `members`, and `joiners` first receive the
+# parameters and momentum from member `root` by broadcast.
+struct Regroup {
+  epoch @0 :UInt64;                  # the group's new epoch
+  phase @1 :UInt8;                   # 0 hold, 1 report, 2 go
+  step @2 :UInt64;                   # report: the steps the worker has applied; go: the steps every member keeps
+  members @3 :List(UInt32);          # go: the workers (their indices) of the new group, in rank order
+  joiners @4 :List(UInt32);          # go: those of them that take the parameters from `root`
+  root @5 :UInt32;                   # go: the worker whose replica the joiners receive
 }

@@ -72,6 +72,13 @@ void validate_metrics(wire::Envelope::Reader root, const reader_limits&) { (void
 void validate_snapshot(wire::Envelope::Reader root, const reader_limits&) { (void)root.getSnapshot(); }
 void validate_evaluation(wire::Envelope::Reader root, const reader_limits&) { (void)root.getEvaluation(); }
 
+void validate_regroup(wire::Envelope::Reader root, const reader_limits&) {
+  auto g = root.getRegroup();
+  if (g.getPhase() > 2) throw message_error(reject_reason::malformed, "regroup: unknown phase");
+  (void)g.getMembers();
+  (void)g.getJoiners();
+}
+
 /// A payload of whole elements; float32 ones finite.
 void validate_collective(wire::Envelope::Reader root, const reader_limits& l) {
   auto c = root.getCollective();
@@ -106,6 +113,7 @@ const std::vector<kind_info>& protocol_table() {
       {w::SNAPSHOT, "Snapshot", {r::EVALUATOR}, validate_snapshot},
       {w::EVALUATION, "Evaluation", {r::COORDINATOR}, validate_evaluation},
       {w::COLLECTIVE, "Collective", {r::WORKER}, validate_collective},
+      {w::REGROUP, "Regroup", {r::WORKER, r::COORDINATOR}, validate_regroup},
   };
   return table;
 }

@@ -246,3 +246,164 @@ TEST_CASE("allreduce in bfloat16: the replicas stay bit-identical, near the floa
   CHECK(diff > 0);                        // the gradients did travel rounded
   CHECK(std::sqrt(diff / norm) < 0.01);  // by about bf16's precision, not more
 }
+
+namespace {
+
+/// The coordinator's part of a regroup: hold the members that stay, collect their steps, let the group go.
+uint64_t regroup_group(group& g, uint64_t epoch, const std::vector<uint32_t>& members,
+                       const std::vector<uint32_t>& joiners) {
+  const net::address coordinator{0, net::role::coordinator, 0};
+  regroup hold;
+  hold.epoch = epoch;
+  uint64_t least = UINT64_MAX;
+  for (uint32_t i : members) {
+    if (std::find(joiners.begin(), joiners.end(), i) != joiners.end()) continue;
+    worker_core& w = *g.workers[i];
+    const auto out = w.on_regroup(w.open(make_regroup(coordinator, worker_addr(i), hold)));
+    REQUIRE(out.size() == 1);
+    const regroup rep = read_regroup(net::envelope_reader(out[0].msg));
+    CHECK(rep.phase == regroup::report);
+    least = std::min(least, rep.step);
+  }
+  regroup go;
+  go.epoch = epoch;
+  go.phase = regroup::go;
+  go.step = least;
+  go.members = members;
+  go.joiners = joiners;
+  go.root = members.front();
+  for (uint32_t i : members) {
+    worker_core& w = *g.workers[i];
+    for (outgoing& o : w.on_regroup(w.open(make_regroup(coordinator, worker_addr(i), go))))
+      g.in_flight.push_back(std::move(o));
+  }
+  return least;
+}
+
+/// The version (global steps applied) of worker i's replica.
+uint64_t version_of(group& g, std::size_t i) {
+  worker_core& w = *g.workers[i];
+  const auto a = w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(static_cast<uint32_t>(i)))));
+  return read_params(a[0].msg).version;
+}
+
+} // namespace
+
+TEST_CASE("allreduce: a worker lost mid-step, the others redo the step without it, one that joins takes the parameters",
+          "[actors][allreduce][elastic]") {
+  for (unsigned seed : {1u, 2u, 3u, 4u, 5u}) {
+    INFO("delivery seed " << seed);
+    group g(3, 20, true);
+    g.order.seed(seed);
+    std::vector<int32_t> y;
+    auto step_all = [&](int s, const std::vector<std::size_t>& who) {
+      for (std::size_t i : who) {
+        worker_core& w = *g.workers[i];
+        REQUIRE(w.can_step());
+        auto out = w.step(batch_message(batch_of(s, static_cast<int>(i), 4, y), y, worker_addr(i)));
+        for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
+      }
+    };
+    for (int s = 0; s < 3; ++s) {
+      step_all(s, {0, 1, 2});
+      g.deliver();
+    }
+    // Step 3: some of its pieces arrive, then worker 2 dies: nothing more goes to or comes from it.
+    step_all(3, {0, 1, 2});
+    std::mt19937 cut(seed);
+    const std::size_t deliver_first = std::uniform_int_distribution<std::size_t>(0, 8)(cut);
+    for (std::size_t k = 0; k < deliver_first && !g.in_flight.empty(); ++k) {
+      outgoing o = std::move(g.in_flight.front());
+      g.in_flight.erase(g.in_flight.begin());
+      if (o.to.index == 2) continue;
+      worker_core& w = *g.workers.at(o.to.index);
+      for (outgoing& next : w.on_collective(w.open(o.msg))) g.in_flight.push_back(std::move(next));
+    }
+    g.in_flight.clear();  // the rest was to or from the lost node, or is dropped with its group
+    const uint64_t kept = regroup_group(g, 1, {0, 1}, {});
+    CHECK(kept == 3);  // nobody finished step 3 with worker 2's pieces missing... or it was rolled back
+    g.deliver();
+    CHECK(version_of(g, 0) == 4);
+    CHECK(version_of(g, 1) == 4);
+    CHECK(g.params(0) == g.params(1));
+    for (int s = 4; s < 6; ++s) {
+      step_all(s, {0, 1});
+      g.deliver();
+    }
+    // The same command on the lost node: a fresh worker 2 that joins and takes the parameters by broadcast.
+    {
+      model::model m = small_mlp();
+      allreduce_config c;
+      for (uint32_t i = 0; i < 3; ++i) c.members.push_back(worker_addr(i));
+      c.member = 2;
+      c.layout = m.layout();
+      c.initial = values_of(m);
+      c.lr = 0.05f;
+      c.momentum = 0.9f;
+      c.total_steps = 100;
+      c.bucket_elements = 20;
+      c.options.piece(5);
+      c.holder = true;
+      g.workers[2] = std::make_unique<worker_core>(worker_plan_of(2), std::make_shared<replica_pool>(small_mlp),
+                                                   allreduce_weights(c));
+    }
+    step_all(6, {2});  // it starts before it hears of the group: that step is dropped
+    const uint64_t joined_at = regroup_group(g, 2, {0, 1, 2}, {2});
+    CHECK(joined_at == 6);
+    g.deliver();
+    CHECK(version_of(g, 2) == 6);
+    for (int s = 6; s < 9; ++s) {
+      step_all(s, {0, 1, 2});
+      g.deliver();
+    }
+    CHECK(version_of(g, 2) == 9);
+    CHECK(g.params(0) == g.params(1));
+    CHECK(g.params(0) == g.params(2));
+  }
+}
+
+TEST_CASE("allreduce: a worker that finished a step the others did not rolls it back when the group re-forms",
+          "[actors][allreduce][elastic]") {
+  group g(3, 20, true);
+  std::vector<int32_t> y;
+  auto step = [&](group& into, int s, std::size_t i, int data_of) {
+    worker_core& w = *into.workers[i];
+    REQUIRE(w.can_step());
+    auto out = w.step(batch_message(batch_of(s, data_of, 4, y), y, worker_addr(static_cast<uint32_t>(i))));
+    for (outgoing& o : out.pushes) into.in_flight.push_back(std::move(o));
+  };
+  for (int s = 0; s < 3; ++s) {
+    for (std::size_t i = 0; i < 3; ++i) step(g, s, i, static_cast<int>(i));
+    g.deliver();
+  }
+  // Step 3: everything is delivered but the pieces to worker 1, until worker 0 has applied the step.
+  for (std::size_t i = 0; i < 3; ++i) step(g, 3, i, static_cast<int>(i));
+  std::vector<outgoing> to_1;
+  while (!g.workers[0]->ready()) {
+    REQUIRE_FALSE((g.in_flight.empty() && to_1.empty()));
+    outgoing o;
+    if (g.in_flight.empty()) {  // worker 1 gets one piece only when nothing else can go
+      o = std::move(to_1.front());
+      to_1.erase(to_1.begin());
+    } else {
+      o = std::move(g.in_flight.front());
+      g.in_flight.erase(g.in_flight.begin());
+      if (o.to.index == 1) {
+        to_1.push_back(std::move(o));
+        continue;
+      }
+    }
+    worker_core& w = *g.workers.at(o.to.index);
+    for (outgoing& next : w.on_collective(w.open(o.msg))) g.in_flight.push_back(std::move(next));
+  }
+  REQUIRE(version_of(g, 0) == 4);
+  REQUIRE(version_of(g, 1) == 3);
+  // Worker 2 is lost now: the group of 0 and 1 goes on after step 3, worker 0 undoing its step 4.
+  g.in_flight.clear();
+  CHECK(regroup_group(g, 1, {0, 1}, {}) == 3);
+  g.deliver();
+  CHECK(version_of(g, 0) == 4);
+  CHECK(version_of(g, 1) == 4);
+  // Worker 0's step 4 counted worker 2's gradient, the redone one does not: both replicas hold the redone one.
+  CHECK(g.params(0) == g.params(1));
+}

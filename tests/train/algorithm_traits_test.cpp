@@ -19,7 +19,7 @@ TEST_CASE("algorithm traits: one row per algorithm, names unique and parsed back
     CHECK(std::string(to_string(k)) == t.name);
     CHECK((t.make != nullptr) == t.shards);  // a rule exactly where shards apply one
     CHECK_FALSE((t.shards && t.shared_memory));  // parameters live in one place
-    CHECK(t.survives_lost_workers() == (t.on_actors && !t.synchronous));
+    CHECK(t.survives_lost_workers() == (t.on_actors && (!t.synchronous || t.collective)));  // an allreduce re-forms its group
   }
   CHECK(names.size() == 9);
 }

@@ -3,6 +3,7 @@
 # loopback, Fashion-MNIST). One scenario per call:
 #   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
 #              | netns_skips | other_job | sigstop_rejoin | wrong_secret_join | late_join | allreduce
+#              | allreduce_kill | allreduce_rejoin
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,6 +75,42 @@ allreduce)
   one_and_nodes 3 0.003
   grep -q "allreduce with 3 worker(s), no shards" "$tmp/c/node0.log" || fail "not an allreduce"
   grep -q '"algorithm":"allreduce"' "$tmp/nodes.jsonl" || fail "the metrics record"
+  ;;
+allreduce_kill)
+  # An allreduce's worker node killed mid-run: the group re-forms with the two others (the step in flight
+  # redone), the job finishes, within a point of the run without the fault.
+  job=("${mlp[@]}" --algorithm allreduce --workers 3 --epochs 4)
+  TROUPE_PEER_TIMEOUT=1.5 TROUPE_CLUSTER_DIR=$tmp/ref "$cluster" 3 "${job[@]}" --metrics-out "$tmp/ref.jsonl" > /dev/null ||
+    fail "the run without the fault"
+  TROUPE_PEER_TIMEOUT=1.5 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${job[@]}" --metrics-out "$tmp/m.jsonl" &
+  runner=$!
+  wait_for "$tmp/c/node0.log" 60 "epoch 1/4" || fail "no first epoch"
+  kill -9 "$(cat "$tmp/c/node2.pid")"
+  wait $runner || fail "the job did not finish after node2 was killed"
+  grep -q "node node2 was lost" "$tmp/c/node0.log" || fail "the coordinator did not record the loss"
+  grep -q "allreduce: the group goes on with 2 worker(s)" "$tmp/c/node0.log" || fail "the group did not re-form"
+  grep -q '"lost_workers":1' "$tmp/m.jsonl" || fail "the metrics do not record the lost worker"
+  ref=$(accuracy "$tmp/ref.jsonl"); got=$(accuracy "$tmp/m.jsonl")
+  echo "accuracy: no fault $ref, a worker node killed $got"
+  close "$ref" "$got" 0.01 || fail "more than a point from the run without the fault"
+  ;;
+allreduce_rejoin)
+  # The killed node started again with the same command: its worker takes the parameters and momentum by
+  # broadcast, enters the ring at a step boundary, and the job finishes with three workers.
+  TROUPE_PEER_TIMEOUT=1 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm allreduce --workers 3 \
+    --epochs 7 --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 &
+  runner=$!
+  wait_for "$tmp/c/node0.log" 60 "epoch 1/7" || fail "no first epoch"
+  kill -9 "$(cat "$tmp/c/node2.pid")"
+  wait_for "$tmp/c/node0.log" 10 "the group goes on with 2 worker(s)" || fail "the group did not re-form"
+  "$TROUPE_TRAINER" --config "$tmp/c/cluster.toml" --node node2 "${mlp[@]}" --algorithm allreduce --workers 3 \
+    --epochs 7 --metrics-out "$tmp/m.jsonl" >> "$tmp/c/node2.log" 2>&1 &
+  again=$!
+  wait_for "$tmp/c/node0.log" 30 "taking the parameters from worker" || fail "node2's worker did not join the group"
+  wait $runner || true  # local_cluster.sh reports the killed first node2
+  wait $again || fail "the restarted node2 did not end cleanly"
+  grep -q '"epoch":7' "$tmp/m.jsonl" || fail "the job did not finish"
+  grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
   ;;
 pipeline)
   # Two pipeline stages on two nodes: activations and gradients cross the link; GPipe gives the one-process

@@ -66,11 +66,11 @@ public:
     std::vector<parameter*> out;
     for (std::size_t i = 0; i < chain_.size(); ++i)
       for (parameter* p : chain_[i]->parameters()) {
-        // Named after the place in the block once; the model adds the block's own place.
-        const std::string prefix = std::to_string(i) + "." + chain_[i]->kind() + ".";
-        if (p->name.rfind(prefix, 0) != 0) p->name = prefix + p->name;
+        // Named after the place in the block the first time; the model adds the block's own place.
+        if (!named_) p->name = std::to_string(i) + "." + chain_[i]->kind() + "." + p->name;
         out.push_back(p);
       }
+    named_ = true;
     return out;
   }
 
@@ -102,6 +102,7 @@ private:
 
   nn::transformer_block o_;
   layers chain_;
+  bool named_ = false;
 };
 
 } // namespace

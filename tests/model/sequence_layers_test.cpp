@@ -294,6 +294,8 @@ TEST_CASE("gpt: shapes, parameter names and count, every gradient", "[sequence_l
   CHECK(ps[1]->name == "1.positional_embedding.weight");
   CHECK(ps[2]->name == "2.transformer_block.0.residual.0.layer_norm.gamma");
   CHECK(ps.back()->name == "5.sequence_dense.bias");
+  net.parameters();
+  CHECK(net.parameters()[2]->name == "2.transformer_block.0.residual.0.layer_norm.gamma");  // named once
   const tensor x = random_tokens(2, t, v, 11);
   std::vector<int32_t> targets;
   for (int64_t i = 0; i < x.numel(); ++i) targets.push_back((static_cast<int32_t>(x.at(i)) + 1) % v);
@@ -363,4 +365,30 @@ TEST_CASE("a tiny gpt learns a periodic text with AdamW", "[sequence_layers]") {
   }
   CHECK(first > 1.0f);  // about ln(5) at the start
   CHECK(last < 0.2f * first);
+}
+
+TEST_CASE("gpt flattened and cut into stages computes what the whole model does", "[sequence_layers]") {
+  const int64_t v = 6, t = 4;
+  auto whole = zoo::gpt(v, t, 8, 2, 2, 2), head = zoo::gpt(v, t, 8, 2, 2, 2), tail = zoo::gpt(v, t, 8, 2, 2, 2);
+  for (auto* m : {&whole, &head, &tail}) m->build({t}, 3);
+  const auto flat = whole.flatten();  // parameters and gradients become views of two buffers
+  const tensor x = random_tokens(2, t, v, 13);
+  const tensor dy = testing::random_tensor({2, t, v}, 14);
+  const tensor y = whole.forward(ctx, x, true).clone();
+  whole.backward(ctx, dy);
+
+  auto first = head.slice(0, 3), second = tail.slice(3, 6);
+  CHECK(second.parameters().front()->name == "3.transformer_block.0.residual.0.layer_norm.gamma");
+  const tensor& y2 = second.forward(ctx, first.forward(ctx, x, true), true);
+  CHECK(y2.to_vector() == y.to_vector());
+  const tensor dmid = second.backward(ctx, dy).clone();
+  CHECK(dmid.shape() == shape{2, t, 8});
+  first.backward(ctx, dmid);
+  std::vector<float> grads;
+  for (auto* m : {&first, &second})
+    for (auto* p : m->parameters()) {
+      const auto g = p->grad.to_vector();
+      grads.insert(grads.end(), g.begin(), g.end());
+    }
+  CHECK(grads == flat.grads.to_vector());  // every gradient written in place, the same bits
 }

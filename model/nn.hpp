@@ -134,4 +134,82 @@ model::model sequential(const Layers&... layers) {
   return model::model(std::move(v));
 }
 
+// ---------------------------------------------------------------- sequences
+// Layers of GPT-style language models (kernels/sequence.hpp). A sample is a
+// sequence: [T] token ids (floats holding exact integers: the model input is a
+// float tensor), or [T, C] features; the batch adds the first dimension.
+
+/// Token embedding: [T] token ids -> [T, dim], row `id` of a learned table
+/// [vocab, dim] (parameter "weight", drawn from N(0, 0.02^2)). Every id must be
+/// an integer in [0, vocab): forward throws troupe::error naming the bad one.
+/// Tokens are discrete: the layer gives no gradient of its input (zeros when a
+/// stage after the first asks for one).
+struct embedding {
+  int64_t vocab, dim;
+  embedding(int64_t v, int64_t d) : vocab(v), dim(d) {}
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// Learned position embedding: [T, dim] -> the same plus rows 0..T-1 of a table
+/// [max_len, dim] (parameter "weight", drawn from N(0, 0.02^2)). T > max_len is
+/// an error at build time (and in forward).
+struct positional_embedding {
+  int64_t max_len, dim;
+  positional_embedding(int64_t max_length, int64_t d) : max_len(max_length), dim(d) {}
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// Layer normalization over the last dimension (of size `features`): y =
+/// (x - mean) / sqrt(var + eps) * gamma + beta; gamma starts at 1, beta at 0.
+struct layer_norm {
+  int64_t features;
+  float eps_ = 1e-5f;
+  explicit layer_norm(int64_t f) : features(f) {}
+  layer_norm& eps(float e) { eps_ = e; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// GELU, GPT-2's tanh approximation, elementwise.
+struct gelu { std::unique_ptr<model::layer> make() const; };
+
+/// A fully connected layer over the last dimension: [..., in] -> [..., out],
+/// every leading position a row (y = x W^T + b, W [out, in], parameters
+/// "weight" and "bias" as dense's). dense() keeps asking for a flat input, so
+/// that an image model that forgets flatten() is still told so.
+/// Initialisation is Xavier by default (transformers have no ReLU).
+struct sequence_dense {
+  int64_t in_features, out_features;
+  bool bias_ = true;
+  init_scheme init_ = init_scheme::xavier;
+  sequence_dense(int64_t in, int64_t out) : in_features(in), out_features(out) {}
+  sequence_dense& bias(bool b) { bias_ = b; return *this; }
+  sequence_dense& init(init_scheme s) { init_ = s; return *this; }
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// Causal multi-head self-attention over [T, dim]: a fused projection to
+/// queries, keys and values (parameters "qkv.weight" [3 dim, dim], "qkv.bias"
+/// [3 dim]), the attention core (position t attends to positions <= t), and an
+/// output projection ("proj.weight" [dim, dim], "proj.bias" [dim]). dim must
+/// be a multiple of heads. No dropout (put a dropout() after it if needed).
+struct causal_self_attention {
+  int64_t dim, heads;
+  causal_self_attention(int64_t d, int64_t h) : dim(d), heads(h) {}
+  std::unique_ptr<model::layer> make() const;
+};
+
+/// A pre-norm GPT block over [T, dim], one layer of the chain made of two
+/// residual blocks:
+///   residual(layer_norm(dim), causal_self_attention(dim, heads)),
+///   residual(layer_norm(dim), sequence_dense(dim, mlp_ratio * dim), gelu(),
+///            sequence_dense(mlp_ratio * dim, dim)).
+/// Parameters are named after the residual and the layer inside it:
+/// "2.transformer_block.0.residual.1.causal_self_attention.qkv.weight",
+/// "2.transformer_block.1.residual.3.sequence_dense.bias".
+struct transformer_block {
+  int64_t dim, heads, mlp_ratio;
+  transformer_block(int64_t d, int64_t h, int64_t ratio = 4) : dim(d), heads(h), mlp_ratio(ratio) {}
+  std::unique_ptr<model::layer> make() const;
+};
+
 } // namespace troupe::nn

@@ -56,4 +56,15 @@ model::model by_name(const std::string& name) {
   throw error("unknown model '" + name + "': choose mlp, cnn or resnet");
 }
 
+model::model gpt(int64_t vocab, int64_t context, int64_t dim, int64_t heads, int64_t blocks, int64_t mlp_ratio) {
+  if (blocks < 0) throw error("gpt: blocks must be >= 0, got " + std::to_string(blocks));
+  std::vector<std::unique_ptr<model::layer>> layers;
+  layers.push_back(embedding(vocab, dim).make());
+  layers.push_back(positional_embedding(context, dim).make());
+  for (int64_t b = 0; b < blocks; ++b) layers.push_back(transformer_block(dim, heads, mlp_ratio).make());
+  layers.push_back(layer_norm(dim).make());
+  layers.push_back(sequence_dense(dim, vocab).make());
+  return model::model(std::move(layers));
+}
+
 } // namespace troupe::zoo

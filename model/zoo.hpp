@@ -25,4 +25,13 @@ model::model resnet(int64_t in_channels = 1, int64_t classes = 10);
 model::model by_name(const std::string& name);
 std::vector<std::string> names();
 
+/// A GPT-style decoder-only language model (Radford et al. 2019) over token ids:
+/// input [context] ids per sample, output [context, vocab] next-token logits.
+/// embedding(vocab, dim), positional_embedding(context, dim), `blocks` pre-norm
+/// transformer_block(dim, heads, mlp_ratio), layer_norm(dim) and an untied head
+/// sequence_dense(dim, vocab). Defaults: context 128, 128 features, 4 heads,
+/// 4 blocks, mlp_ratio 4. Build it for input {context} (or any shorter length).
+model::model gpt(int64_t vocab, int64_t context = 128, int64_t dim = 128, int64_t heads = 4, int64_t blocks = 4,
+                 int64_t mlp_ratio = 4);
+
 } // namespace troupe::zoo

@@ -1,0 +1,125 @@
+// The block behind nn::transformer_block: a chain of two residual blocks
+// (attention, then the MLP), one layer of the model's chain.
+#include "model/nn.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+namespace k = troupe::kernels;
+
+using layers = std::vector<std::unique_ptr<layer>>;
+
+class transformer_block_layer final : public layer {
+public:
+  transformer_block_layer(const nn::transformer_block& o, layers chain) : o_(o), chain_(std::move(chain)) {}
+
+  std::string kind() const override { return "transformer_block"; }
+  std::string describe() const override {
+    return "transformer_block(" + std::to_string(o_.dim) + ", " + std::to_string(o_.heads) + " heads, mlp x" +
+           std::to_string(o_.mlp_ratio) + ")";
+  }
+
+  shape infer(const shape& in, const std::string& source) override {
+    shape cur = in;
+    for (std::size_t i = 0; i < chain_.size(); ++i) {
+      const std::string from = i == 0 ? source : "previous layer (" + inner_name(i - 1) + ")";
+      try {
+        cur = chain_[i]->infer(cur, from);
+      } catch (const shape_error& e) {
+        throw shape_error(inner_name(i) + ": " + e.what());
+      }
+    }
+    return cur;
+  }
+
+  void initialize(std::mt19937_64& rng) override {
+    for (auto& l : chain_) l->initialize(rng);
+  }
+
+  bool fuse_next(const layer*) override {
+    for (std::size_t i = 0; i < chain_.size(); ++i) {
+      const bool fused = chain_[i]->fuse_next(i + 1 < chain_.size() ? chain_[i + 1].get() : nullptr);
+      if (i + 1 < chain_.size()) chain_[i + 1]->set_applied_by_previous(fused);
+    }
+    chain_.front()->set_applied_by_previous(false);
+    return false;
+  }
+
+  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
+    const tensor* cur = &x;
+    for (auto& l : chain_) cur = &l->forward(ctx, *cur, training);
+    return *cur;
+  }
+
+  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+    static const tensor none;
+    const tensor* g = &dy;
+    for (auto it = chain_.rbegin(); it != chain_.rend(); ++it) {
+      g = &(*it)->backward(ctx, *g);
+      if (!(*it)->needs_input_grad()) return none;  // nothing before it learns
+    }
+    return *g;
+  }
+
+  std::vector<parameter*> parameters() override {
+    std::vector<parameter*> out;
+    for (std::size_t i = 0; i < chain_.size(); ++i)
+      for (parameter* p : chain_[i]->parameters()) {
+        // Named after the place in the block the first time; the model adds the block's own place.
+        if (!named_) p->name = std::to_string(i) + "." + chain_[i]->kind() + "." + p->name;
+        out.push_back(p);
+      }
+    named_ = true;
+    return out;
+  }
+
+  std::vector<named_tensor> buffers() override {
+    std::vector<named_tensor> out;
+    for (std::size_t i = 0; i < chain_.size(); ++i)
+      for (auto& b : chain_[i]->buffers())
+        out.push_back({std::to_string(i) + "." + chain_[i]->kind() + "." + b.name, b.value});
+    return out;
+  }
+
+  std::vector<inner_layer> inner_layers() override {
+    std::vector<inner_layer> out;
+    for (std::size_t i = 0; i < chain_.size(); ++i) out.push_back({std::to_string(i + 1), chain_[i].get()});
+    return out;
+  }
+
+  void set_needs_input_grad(bool b) override {
+    layer::set_needs_input_grad(b);
+    bool learns_upstream = b;
+    for (auto& l : chain_) {
+      l->set_needs_input_grad(learns_upstream);
+      if (!l->parameters().empty()) learns_upstream = true;
+    }
+  }
+
+private:
+  std::string inner_name(std::size_t i) const { return chain_[i]->kind() + " #" + std::to_string(i + 1) + " inside"; }
+
+  nn::transformer_block o_;
+  layers chain_;
+  bool named_ = false;
+};
+
+} // namespace
+
+} // namespace troupe::model
+
+namespace troupe::nn {
+
+std::unique_ptr<model::layer> transformer_block::make() const {
+  if (dim <= 0 || heads <= 0 || mlp_ratio <= 0)
+    throw error("transformer_block(" + std::to_string(dim) + ", " + std::to_string(heads) + ", " +
+                std::to_string(mlp_ratio) + "): sizes must be positive");
+  const int64_t hidden = mlp_ratio * dim;
+  std::vector<std::unique_ptr<model::layer>> chain;
+  chain.push_back(residual(layer_norm(dim), causal_self_attention(dim, heads)).make());
+  chain.push_back(residual(layer_norm(dim), sequence_dense(dim, hidden), gelu(), sequence_dense(hidden, dim)).make());
+  return std::make_unique<model::transformer_block_layer>(*this, std::move(chain));
+}
+
+} // namespace troupe::nn

@@ -460,28 +460,4 @@ float sequence_cross_entropy(const context& ctx, const tensor& logits, const tok
   return mean;
 }
 
-// ---------------------------------------------------------------- optimizer
-
-void adamw_step(const context& ctx, tensor& w, const tensor& g, tensor& m, tensor& v, float lr, float beta1,
-                float beta2, float eps, float weight_decay, int64_t step) {
-  const char* k = "adamw_step";
-  detail::require_same(w, g, k, "w", "g");
-  detail::require_same(w, m, k, "w", "m");
-  detail::require_same(w, v, k, "w", "v");
-  detail::require(step >= 1, k, "step counts from 1, got " + std::to_string(step));
-  const float c1 = 1.0f - static_cast<float>(std::pow(beta1, step));
-  const float c2 = 1.0f - static_cast<float>(std::pow(beta2, step));
-  float* wp = w.data();
-  float* mp = m.data();
-  float* vp = v.data();
-  const float* gp = g.data();
-  detail::parallel_ranges(ctx, w.numel(), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      mp[i] = beta1 * mp[i] + (1 - beta1) * gp[i];
-      vp[i] = beta2 * vp[i] + (1 - beta2) * gp[i] * gp[i];
-      wp[i] -= lr * ((mp[i] / c1) / (std::sqrt(vp[i] / c2) + eps) + weight_decay * wp[i]);
-    }
-  });
-}
-
 } // namespace troupe::kernels

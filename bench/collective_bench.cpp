@@ -14,15 +14,17 @@
 // Algorithms: ring and doubling are the allreduce forced to the ring
 // (small_threshold_bytes = 0) or to recursive doubling (a threshold above
 // every size); broadcast is the chain (threshold 0), tree the binomial tree.
-// Every timed operation starts after a barrier (not timed) and is timed on
-// rank 0. A broadcast's root is rank 1, so that rank 0 is the last member to
-// receive it (the end of the chain, a leaf of the tree); its time is rank 0's
-// from the barrier to its last piece.
+// Every timed operation starts after a barrier (not timed). An allreduce's
+// time is each member's, from the barrier to its end, averaged over the
+// members (as nccl-tests does). A broadcast's root (rank 0) is done once it
+// has sent, so a broadcast is timed on the root up to a barrier after it, less
+// the median time of a bare barrier.
 //
 // After each timed operation every member checks its buffer against the
 // exact expected result (small integers: sums are exact in float32) and the
 // members agree, by an allreduce of the error counts, before going on: a
-// wrong result stops every member with an error (exit status 1).
+// wrong result stops every member with an error (exit status 1); --corrupt R
+// makes rank R spoil its result, to see that check fire.
 //
 // Rank 0 prints one markdown row per (algorithm, size): link, N, algorithm,
 // piece, size, iterations, time (median, min, max, in ms), algbw and busbw (MB/s,
@@ -90,6 +92,7 @@ struct config {
   std::size_t piece_size = std::size_t(16) << 20;
   int warmup = 1, min_iters = 3, max_iters = 20;
   double target_s = 3;
+  int corrupt = -1;  // a test of the check: this rank spoils its result
 };
 
 std::size_t parse_size(const std::string& s) {
@@ -263,7 +266,11 @@ public:
     m_.configure(o);
     const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
     buf_.assign(static_cast<std::size_t>(n), 0.0f);
-    const int32_t root = m_.size() > 1 ? 1 : 0;
+    const int32_t root = 0;
+    // One operation: each member's time from the barrier to its end, averaged
+    // over the members (as nccl-tests does). A broadcast's root is done once it
+    // has sent, so a broadcast is timed on the root up to a barrier after it,
+    // less the median time of a bare barrier (measured after the iterations).
     auto once = [&]() {
       fill(a, root);
       m_.barrier();
@@ -272,16 +279,22 @@ public:
         m_.allreduce(buf_.data(), n);
       else
         m_.broadcast(root, buf_.data(), n);
+      const collective_algorithm ran = m_.last_algorithm();
+      if (!is_allreduce(a)) m_.barrier();
       const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-      check_algorithm(a);
-      verify(a, root, bytes);
-      return s;
+      check_algorithm(a, ran);
+      if (m_.rank() == c_.corrupt) buf_[buf_.size() / 2] += 1;
+      const double mean = verify(a, root, bytes, s);
+      return is_allreduce(a) ? mean : s;
     };
     double warm = 0;
     for (int k = 0; k < c_.warmup; ++k) warm = once();
     const int iters = agree_iterations(warm);
     std::vector<double> times;
     for (int k = 0; k < iters; ++k) times.push_back(once());
+    double less = 0;
+    if (!is_allreduce(a)) less = barrier_time(iters);
+    for (double& t : times) t -= less;
     return {a, piece, bytes, iters, median(times), *std::min_element(times.begin(), times.end()),
             *std::max_element(times.begin(), times.end())};
   }
@@ -292,8 +305,9 @@ private:
     for (std::size_t i = 0; i < buf_.size(); ++i) buf_[i] = source ? pattern(m_.rank(), i) : -1.0f;
   }
 
-  /// Every member checks its result; the members sum their error counts so that all stop together.
-  void verify(algo a, int32_t root, std::size_t bytes) {
+  /// Every member checks its result; the members sum their error counts (so
+  /// that all stop together) and their times. Returns the members' mean time.
+  double verify(algo a, int32_t root, std::size_t bytes, double seconds) {
     const int nr = m_.size();
     int64_t bad = 0, first = -1;
     for (std::size_t i = 0; i < buf_.size(); ++i) {
@@ -308,11 +322,24 @@ private:
       std::cerr << "collective_bench: MISMATCH on rank " << m_.rank() << ": " << algo_name(a) << " of "
                 << size_name(bytes) << ": " << bad << " wrong elements, the first at " << first << " ("
                 << buf_[static_cast<std::size_t>(first)] << ")\n";
-    float count = static_cast<float>(bad > 0);
-    m_.allreduce(&count, 1);
-    if (count != 0)
-      throw std::runtime_error("wrong result on " + std::to_string(static_cast<int>(count)) + " member(s): " +
+    float sums[2] = {static_cast<float>(bad > 0), static_cast<float>(seconds * 1e3)};
+    m_.allreduce(sums, 2);
+    if (sums[0] != 0)
+      throw std::runtime_error("wrong result on " + std::to_string(static_cast<int>(sums[0])) + " member(s): " +
                                algo_name(a) + " of " + size_name(bytes));
+    return sums[1] / 1e3 / nr;
+  }
+
+  /// The median time of a bare barrier on rank 0, after a barrier.
+  double barrier_time(int iters) {
+    std::vector<double> t;
+    for (int k = 0; k < std::max(iters, 5); ++k) {
+      m_.barrier();
+      const auto t0 = clock_type::now();
+      m_.barrier();
+      t.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    return median(t);
   }
 
   /// Rank 0 picks the iteration count from its warm-up time; an allreduce tells the others.
@@ -327,7 +354,7 @@ private:
   }
 
   /// The core ran what the threshold forces.
-  void check_algorithm(algo a) const {
+  void check_algorithm(algo a, collective_algorithm ran) const {
     collective_algorithm want = collective_algorithm::none;
     if (m_.size() > 1) switch (a) {
         case algo::ring: want = collective_algorithm::ring; break;
@@ -335,8 +362,7 @@ private:
         case algo::broadcast: want = collective_algorithm::chain; break;
         case algo::tree: want = collective_algorithm::binomial_tree; break;
       }
-    if (m_.last_algorithm() != want)
-      throw std::runtime_error(std::string(algo_name(a)) + " ran " + to_string(m_.last_algorithm()));
+    if (ran != want) throw std::runtime_error(std::string(algo_name(a)) + " ran " + to_string(ran));
   }
 
   const config& c_;
@@ -394,6 +420,8 @@ config parse(int argc, char** argv) {
       c.min_iters = std::stoi(value());
     } else if (a == "--max-iters") {
       c.max_iters = std::stoi(value());
+    } else if (a == "--corrupt") {
+      c.corrupt = std::stoi(value());
     } else if (a == "--target-s") {
       c.target_s = std::stod(value());
     } else {

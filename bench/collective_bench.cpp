@@ -15,8 +15,10 @@
 // (small_threshold_bytes = 0) or to recursive doubling (a threshold above
 // every size); broadcast is the chain (threshold 0), tree the binomial tree.
 // Every timed operation starts after a barrier (not timed). An allreduce's
-// time is each member's, from the barrier to its end, averaged over the
-// members (as nccl-tests does). A broadcast's root (rank 0) is done once it
+// time is the longest of the members' times from the barrier to their end
+// (nccl-tests averages them; recursive doubling with N not a power of two is
+// not symmetric: the members folded in finish last, and a step waits for them).
+// A broadcast's root (rank 0) is done once it
 // has sent, so a broadcast is timed on the root up to a barrier after it, less
 // the median time of a bare barrier.
 //
@@ -267,10 +269,10 @@ public:
     const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
     buf_.assign(static_cast<std::size_t>(n), 0.0f);
     const int32_t root = 0;
-    // One operation: each member's time from the barrier to its end, averaged
-    // over the members (as nccl-tests does). A broadcast's root is done once it
-    // has sent, so a broadcast is timed on the root up to a barrier after it,
-    // less the median time of a bare barrier (measured after the iterations).
+    // One operation: the longest of the members' times from the barrier to
+    // their end. A broadcast's root is done once it has sent, so a broadcast
+    // is timed on the root up to a barrier after it, less the median time of
+    // a bare barrier (measured after the iterations).
     auto once = [&]() {
       fill(a, root);
       m_.barrier();
@@ -284,8 +286,8 @@ public:
       const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
       check_algorithm(a, ran);
       if (m_.rank() == c_.corrupt) buf_[buf_.size() / 2] += 1;
-      const double mean = verify(a, root, bytes, s);
-      return is_allreduce(a) ? mean : s;
+      const double longest = verify(a, root, bytes, s);
+      return is_allreduce(a) ? longest : s;
     };
     double warm = 0;
     for (int k = 0; k < c_.warmup; ++k) warm = once();
@@ -306,7 +308,7 @@ private:
   }
 
   /// Every member checks its result; the members sum their error counts (so
-  /// that all stop together) and their times. Returns the members' mean time.
+  /// that all stop together) and gather their times. Returns the longest.
   double verify(algo a, int32_t root, std::size_t bytes, double seconds) {
     const int nr = m_.size();
     int64_t bad = 0, first = -1;
@@ -322,12 +324,14 @@ private:
       std::cerr << "collective_bench: MISMATCH on rank " << m_.rank() << ": " << algo_name(a) << " of "
                 << size_name(bytes) << ": " << bad << " wrong elements, the first at " << first << " ("
                 << buf_[static_cast<std::size_t>(first)] << ")\n";
-    float sums[2] = {static_cast<float>(bad > 0), static_cast<float>(seconds * 1e3)};
-    m_.allreduce(sums, 2);
+    std::vector<float> sums(static_cast<std::size_t>(nr) + 1, 0.0f);  // the count, then each member's time
+    sums[0] = static_cast<float>(bad > 0);
+    sums[static_cast<std::size_t>(m_.rank()) + 1] = static_cast<float>(seconds * 1e3);
+    m_.allreduce(sums.data(), static_cast<int64_t>(sums.size()));
     if (sums[0] != 0)
       throw std::runtime_error("wrong result on " + std::to_string(static_cast<int>(sums[0])) + " member(s): " +
                                algo_name(a) + " of " + size_name(bytes));
-    return sums[1] / 1e3 / nr;
+    return *std::max_element(sums.begin() + 1, sums.end()) / 1e3;
   }
 
   /// The median time of a bare barrier on rank 0, after a barrier.

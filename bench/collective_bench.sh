@@ -121,7 +121,8 @@ echo
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name:\s*//p' | head -n 1); date $(date -u +%Y-%m-%dT%H:%MZ)," \
      "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
-echo "time: median over the iterations (min, max) of one operation in ms; algbw = bytes / time," \
+echo "time: median over the iterations (min, max) of one operation in ms (an allreduce: until its last member is done;" \
+     "a broadcast: on its root, up to a barrier after it, less a bare barrier); algbw = bytes / time," \
      "busbw = algbw * 2(N-1)/N for an allreduce (algbw for a broadcast), MB/s = 10^6 bytes/s."
 echo
 echo "| link | N | algorithm | piece | size | iters | time ms | min ms | max ms | algbw MB/s | busbw MB/s |"

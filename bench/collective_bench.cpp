@@ -9,7 +9,7 @@
 //   build/bench/troupe_collective_bench --rank R --nodes HOST:PORT,HOST:PORT,... --secret-file FILE
 //       [--label loopback] [--sizes 4K,8K,...,64M] [--algorithms ring,doubling,broadcast[,tree]]
 //       [--piece 65536] [--pieces 16384,65536,262144 --piece-size 16M]
-//       [--warmup 1] [--min-iters 3] [--max-iters 20] [--target-s 3]
+//       [--warmup 1] [--min-iters 3] [--max-iters 20] [--target-s 3] [--corrupt R]
 //
 // Algorithms: ring and doubling are the allreduce forced to the ring
 // (small_threshold_bytes = 0) or to recursive doubling (a threshold above
@@ -18,9 +18,10 @@
 // time is the longest of the members' times from the barrier to their end
 // (nccl-tests averages them; recursive doubling with N not a power of two is
 // not symmetric: the members folded in finish last, and a step waits for them).
-// A broadcast's root (rank 0) is done once it
-// has sent, so a broadcast is timed on the root up to a barrier after it, less
-// the median time of a bare barrier.
+// A broadcast's root (rank 0) is done once it has sent, so a broadcast is
+// timed on the root up to a barrier after it, less the median time of a bare
+// barrier: below some tens of KiB that difference is within the barrier's own
+// jitter (it can come out near zero or negative).
 //
 // After each timed operation every member checks its buffer against the
 // exact expected result (small integers: sums are exact in float32) and the
@@ -453,7 +454,7 @@ int main(int argc, char** argv) {
               << "usage: troupe_collective_bench --rank R --nodes HOST:PORT,... --secret-file FILE [--label NAME]\n"
                  "  [--sizes 4K,...,64M] [--algorithms ring,doubling,broadcast,tree] [--piece 65536]\n"
                  "  [--pieces 16384,65536,262144 --piece-size 16M] [--warmup 1] [--min-iters 3] [--max-iters 20]\n"
-                 "  [--target-s 3]\n";
+                 "  [--target-s 3] [--corrupt R]\n";
     return 2;
   }
   try {

@@ -314,7 +314,8 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, c_.options);
   held_ = active_ = false;
   if (joiner) {
-    in_step_ = false;  // its step in flight was on other parameters: dropped
+    in_step_ = backward_done_ = false;  // its step in flight was on other parameters: dropped
+    filled_ = started_ = kept_ = 0;
     syncing_ = true;
     sync_step_ = g.step;
   } else if (in_step_ && backward_done_) {

@@ -41,13 +41,15 @@ const char* to_string(collective_algorithm a);
 struct collective_options {
   /// The most elements one message carries: a chunk goes in pieces of this
   /// size so that the next hop forwards a piece while the rest still comes.
-  /// A placeholder until bench/ measures it (docs/benchmarks.md).
+  /// 65 536: 16 384 and 262 144 did no better for the ring at 16 MiB
+  /// (docs/benchmarks.md, "Collective bandwidth").
   int64_t piece_elements = int64_t{1} << 16;
   /// An allreduce of fewer bytes (as float32) than this runs by recursive
   /// doubling, a broadcast by a binomial tree; the rest by the ring and the
-  /// chain. 0 (the ring and the chain for every size) until a measurement
-  /// sets the default (docs/benchmarks.md).
-  int64_t small_threshold_bytes = 0;
+  /// chain. 8 KiB: below it recursive doubling beat the ring on every link
+  /// and N measured (loopback, 1 Gbit/s and 200 Mbit/s, N = 2-4), above it
+  /// the ring won on some (docs/benchmarks.md, "Collective bandwidth").
+  int64_t small_threshold_bytes = 8192;
   collective_payload payload = collective_payload::f32;
   /// Operations not yet started whose messages are kept when they arrive
   /// early; a message further ahead is rejected. Allreduces and barriers let

@@ -40,7 +40,7 @@ struct group {
   std::vector<outgoing> in_flight;
   std::mt19937 order{11};
 
-  group(int n, int64_t bucket_elements, bool overlap, bool bf16 = false) {
+  group(int n, int64_t bucket_elements, bool overlap, bool bf16 = false, int64_t small_threshold = 0) {
     auto pool = std::make_shared<replica_pool>([] { return small_mlp(); });
     model::model m = small_mlp();
     allreduce_config c;
@@ -51,7 +51,7 @@ struct group {
     c.momentum = 0.9f;
     c.total_steps = 100;
     c.bucket_elements = bucket_elements;
-    c.options.piece(5).bf16(bf16);
+    c.options.piece(5).bf16(bf16).small_threshold(small_threshold);
     c.holder = true;  // every one answers a pull here, to compare them
     for (int i = 0; i < n; ++i) {
       c.member = i;
@@ -98,11 +98,14 @@ TEST_CASE("allreduce: N workers of batch b step as one model on the N*b samples,
     int workers;
     int64_t bucket;
     bool overlap;
+    int64_t small = 0;  // recursive doubling below this many bytes
   };
-  for (mode m : {mode{1, 0, false}, mode{2, 0, false}, mode{3, 20, true}, mode{4, 1, true}, mode{3, 40, false}}) {
-    INFO(m.workers << " workers, buckets of " << m.bucket << " elements, overlap " << m.overlap);
+  for (mode m : {mode{1, 0, false}, mode{2, 0, false}, mode{3, 20, true}, mode{4, 1, true}, mode{3, 40, false},
+                 mode{3, 20, true, 8192}, mode{5, 0, false, 8192}}) {
+    INFO(m.workers << " workers, buckets of " << m.bucket << " elements, overlap " << m.overlap << ", small "
+                   << m.small);
     const int b = 4;
-    group g(m.workers, m.bucket, m.overlap);
+    group g(m.workers, m.bucket, m.overlap, false, m.small);
     model::model ref = small_mlp();
     auto opt = optim::sgd(0.05f).momentum(0.9f).make();
     const kernels::context ctx{};
@@ -291,9 +294,9 @@ uint64_t version_of(group& g, std::size_t i) {
 
 TEST_CASE("allreduce: a worker lost mid-step, the others redo the step without it, one that joins takes the parameters",
           "[actors][allreduce][elastic]") {
-  for (unsigned seed : {1u, 2u, 3u, 4u, 5u}) {
+  for (unsigned seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
     INFO("delivery seed " << seed);
-    group g(3, 20, true);
+    group g(3, 20, true, false, seed > 3 ? 8192 : 0);  // the ring, and recursive doubling with a binomial-tree broadcast
     g.order.seed(seed);
     std::vector<int32_t> y;
     auto step_all = [&](int s, const std::vector<std::size_t>& who) {
@@ -342,7 +345,7 @@ TEST_CASE("allreduce: a worker lost mid-step, the others redo the step without i
       c.momentum = 0.9f;
       c.total_steps = 100;
       c.bucket_elements = 20;
-      c.options.piece(5);
+      c.options.piece(5).small_threshold(seed > 3 ? 8192 : 0);  // as the group's
       c.holder = true;
       g.workers[2] = std::make_unique<worker_core>(worker_plan_of(2), std::make_shared<replica_pool>(small_mlp),
                                                    allreduce_weights(c));

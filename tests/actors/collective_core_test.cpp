@@ -22,6 +22,10 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+/// The tests' options: the ring (and the chain) for every size unless a test sets the threshold
+/// (the default, 8 KiB, sends small buffers by recursive doubling).
+collective_options ring_options() { return collective_options().small_threshold(0); }
+
 /// Member ids that are not their ranks.
 std::vector<int32_t> ids_of(int n) {
   std::vector<int32_t> ids;
@@ -150,44 +154,45 @@ std::vector<int64_t> sizes_for(int n_members) { return {0, 1, n_members - 1, n_m
 TEST_CASE("collective: a ring allreduce gives every member the same bits in any delivery order", "[collective]") {
   for (int n_members = 1; n_members <= 9; ++n_members)
     for (int64_t n : sizes_for(n_members))
-      check_allreduce(n_members, n, collective_options().piece(1000), collective_algorithm::ring,
+      check_allreduce(n_members, n, ring_options().piece(1000), collective_algorithm::ring,
                       n_members * std::numeric_limits<float>::epsilon());
   // Small pieces: many per chunk, and many pieces come before their turn.
   for (int n_members : {2, 5, 8}) {
-    check_allreduce(n_members, 1000, collective_options().piece(7), collective_algorithm::ring,
+    check_allreduce(n_members, 1000, ring_options().piece(7), collective_algorithm::ring,
                     n_members * std::numeric_limits<float>::epsilon());
   }
 }
 
 TEST_CASE("collective: recursive doubling for small buffers works for any member count", "[collective]") {
-  const auto small = collective_options().piece(1000).small_threshold(int64_t{1} << 40);
+  const auto small = ring_options().piece(1000).small_threshold(int64_t{1} << 40);
   for (int n_members = 1; n_members <= 9; ++n_members)
     for (int64_t n : sizes_for(n_members))
       check_allreduce(n_members, n, small, collective_algorithm::recursive_doubling,
                       n_members * std::numeric_limits<float>::epsilon());
-  check_allreduce(7, 100, collective_options().piece(3).small_threshold(4000), collective_algorithm::recursive_doubling,
+  check_allreduce(7, 100, ring_options().piece(3).small_threshold(4000), collective_algorithm::recursive_doubling,
                   7 * std::numeric_limits<float>::epsilon());
 }
 
 TEST_CASE("collective: the ring and recursive doubling sum in different orders, each fixed", "[collective]") {
   // The inputs are such that the order of a sum shows: the bit-for-bit checks above would see a changed order.
   for (int n_members : {3, 5, 9}) {
-    const auto ring = allreduce(n_members, 1000, collective_options(), 0, false);
-    const auto doubling = allreduce(n_members, 1000, collective_options().small_threshold(int64_t{1} << 20), 0, false);
+    const auto ring = allreduce(n_members, 1000, ring_options(), 0, false);
+    const auto doubling = allreduce(n_members, 1000, ring_options().small_threshold(int64_t{1} << 20), 0, false);
     CHECK_FALSE(same_bits(ring[0], doubling[0]));
   }
 }
 
 TEST_CASE("collective: the threshold chooses between recursive doubling and the ring", "[collective]") {
-  collective_core c(ids_of(4), ids_of(4)[1], 0, collective_options().small_threshold(4096));
+  collective_core c(ids_of(4), ids_of(4)[1], 0, ring_options().small_threshold(4096));
   CHECK(c.allreduce_algorithm(0) == collective_algorithm::recursive_doubling);
   CHECK(c.allreduce_algorithm(1023) == collective_algorithm::recursive_doubling);
   CHECK(c.allreduce_algorithm(1024) == collective_algorithm::ring);
-  CHECK(collective_core(ids_of(4), 40, 0).allreduce_algorithm(0) == collective_algorithm::ring);
+  CHECK(collective_core(ids_of(4), 40, 0).allreduce_algorithm(2047) == collective_algorithm::recursive_doubling);  // the default: 8 KiB
+  CHECK(collective_core(ids_of(4), 40, 0).allreduce_algorithm(2048) == collective_algorithm::ring);
   CHECK(collective_core(ids_of(1), 40, 0).allreduce_algorithm(5) == collective_algorithm::none);
-  CHECK(collective_core(ids_of(3), 37, 0, collective_options().small_threshold(7)).allreduce_algorithm(1) ==
+  CHECK(collective_core(ids_of(3), 37, 0, ring_options().small_threshold(7)).allreduce_algorithm(1) ==
         collective_algorithm::recursive_doubling);
-  CHECK(collective_core(ids_of(3), 37, 0, collective_options().small_threshold(7)).allreduce_algorithm(2) ==
+  CHECK(collective_core(ids_of(3), 37, 0, ring_options().small_threshold(7)).allreduce_algorithm(2) ==
         collective_algorithm::ring);
 }
 
@@ -206,7 +211,7 @@ TEST_CASE("collective: one member is its own result and sends nothing", "[collec
 
 TEST_CASE("collective: chunks differ by at most one element, pieces hold at most piece_elements", "[collective]") {
   // N = 4, n = 10: chunks of 3, 3, 2, 2; member 2 first sends its chunk, [6, 8).
-  group_sim sim(4, collective_options().piece(2), 0, false);
+  group_sim sim(4, ring_options().piece(2), 0, false);
   std::vector<std::vector<float>> bufs;
   for (int r = 0; r < 4; ++r) bufs.push_back(input_of(r, 10));
   std::vector<std::vector<collective_message>> first;
@@ -229,7 +234,7 @@ TEST_CASE("collective: chunks differ by at most one element, pieces hold at most
   CHECK(got[0].receiver == sim.ids[0]);
   CHECK(got[0].data == std::vector<float>{bufs[2][6] + input_of(3, 10)[6], bufs[2][7] + input_of(3, 10)[7]});
   // N = 5, n = 2: chunks 2 to 4 are empty, and still go round as empty pieces.
-  group_sim wide(5, collective_options(), 0, false);
+  group_sim wide(5, ring_options(), 0, false);
   std::vector<float> y(2, 1.0f);
   const auto m = wide.cores[4].start_allreduce(0, y.data(), 2);
   REQUIRE(m.size() == 1);
@@ -243,7 +248,7 @@ TEST_CASE("collective: broadcast from every root, by a chain and by a binomial t
       for (bool tree : {false, true})
         for (int root = 0; root < n_members; ++root) {
           INFO("N = " << n_members << ", n = " << n << ", root = " << root << ", tree = " << tree);
-          auto o = collective_options().piece(100).small_threshold(tree ? int64_t{1} << 30 : 0);
+          auto o = ring_options().piece(100).small_threshold(tree ? int64_t{1} << 30 : 0);
           group_sim sim(n_members, o, 31 * n_members + root, true);
           std::vector<std::vector<float>> bufs;
           for (int r = 0; r < n_members; ++r) bufs.push_back(input_of(r, n));
@@ -266,7 +271,7 @@ TEST_CASE("collective: a barrier is done on no member before every member starte
   for (int n_members = 1; n_members <= 9; ++n_members)
     for (int late = 0; late < n_members; ++late) {
       INFO("N = " << n_members << ", late member " << late);
-      group_sim sim(n_members, collective_options(), 100 + late, true);
+      group_sim sim(n_members, ring_options(), 100 + late, true);
       for (int r = 0; r < n_members; ++r)
         if (r != late) sim.post(sim.cores[r].start_barrier(0));
       sim.drain();
@@ -325,7 +330,7 @@ TEST_CASE("collective: operations one after another, with pieces of the next one
   const std::vector<int64_t> sizes{1000, 10, -50, 0, 333, 0, 0, 1};
   // The root of the broadcast is done as soon as it has sent, and may start
   // the barrier while others are still in the allreduce before: two ahead.
-  const auto o = collective_options().piece(16).small_threshold(400).ahead(2);
+  const auto o = ring_options().piece(16).small_threshold(400).ahead(2);
   for (int n_members : {2, 3, 5, 8}) {
     INFO("N = " << n_members);
     const auto in_order = run_sequence(n_members, sizes, o, 0, false);
@@ -365,17 +370,17 @@ TEST_CASE("collective: bfloat16 pieces, sums in float32, within the bound of the
   for (int n_members = 1; n_members <= 9; ++n_members)
     for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{100003}}) {
       const double bound = (n_members + 2) * std::ldexp(1.0, -8);
-      check_allreduce(n_members, n, collective_options().piece(1000).bf16(), collective_algorithm::ring, bound);
-      check_allreduce(n_members, n, collective_options().piece(1000).bf16().small_threshold(int64_t{1} << 40),
+      check_allreduce(n_members, n, ring_options().piece(1000).bf16(), collective_algorithm::ring, bound);
+      check_allreduce(n_members, n, ring_options().piece(1000).bf16().small_threshold(int64_t{1} << 40),
                       collective_algorithm::recursive_doubling, bound);
     }
   // Every member ends with bf16 values, the same ones whichever way they came.
-  for (auto o : {collective_options().bf16(), collective_options().bf16().small_threshold(int64_t{1} << 40)}) {
+  for (auto o : {ring_options().bf16(), ring_options().bf16().small_threshold(int64_t{1} << 40)}) {
     const auto r = allreduce(5, 999, o.piece(64), 3, true);
     int64_t not_bf16 = 0;
     for (float v : r[2]) not_bf16 += from_bf16(to_bf16(v)) != v;
     CHECK(not_bf16 == 0);
-    CHECK_FALSE(same_bits(r[2], allreduce(5, 999, collective_options().piece(64), 3, true)[2]));
+    CHECK_FALSE(same_bits(r[2], allreduce(5, 999, ring_options().piece(64), 3, true)[2]));
   }
 }
 
@@ -383,7 +388,7 @@ namespace {
 
 /// Three members in a ring allreduce of 10 elements in pieces of 2, started.
 struct started_ring {
-  group_sim sim{3, collective_options().piece(2), 0, false};
+  group_sim sim{3, ring_options().piece(2), 0, false};
   std::vector<std::vector<float>> bufs;
   started_ring() {
     for (int r = 0; r < 3; ++r) bufs.push_back(input_of(r, 10));
@@ -401,7 +406,7 @@ struct started_ring {
 } // namespace
 
 TEST_CASE("collective: malformed and stale messages are rejected, counted and never applied", "[collective]") {
-  const auto clean = allreduce(3, 10, collective_options().piece(2), 0, false);
+  const auto clean = allreduce(3, 10, ring_options().piece(2), 0, false);
   started_ring g;
   collective_core& c = g.sim.cores[0];
   const collective_message good = g.to(0);
@@ -477,7 +482,7 @@ TEST_CASE("collective: a bad group, bad options or an operation out of turn is a
   CHECK_THROWS_MATCHES(collective_core({}, 0, 0), troupe::error, message(Contains("at least one member")));
   CHECK_THROWS_MATCHES(collective_core({1, 2, 1}, 1, 0), troupe::error, message(Contains("listed twice")));
   CHECK_THROWS_MATCHES(collective_core({1, 2}, 3, 0), troupe::error, message(Contains("not in its own group")));
-  CHECK_THROWS_MATCHES(collective_core({1, 2}, 1, 0, collective_options().piece(0)), troupe::error,
+  CHECK_THROWS_MATCHES(collective_core({1, 2}, 1, 0, ring_options().piece(0)), troupe::error,
                        message(Contains("piece_elements")));
   collective_core c({1, 2}, 1, 0);
   std::vector<float> x(4, 1.0f);

@@ -1,0 +1,99 @@
+// The scaling model (model/scaling.hpp) on the zoo's models: one worker's
+// compute measured here (batch 64, one thread), then the predicted step time
+// and efficiency of allreduce, SSGD and ASGD for N workers on links of a
+// given rate. With --validate, the 3-node runs of bench/allreduce_vs_shards.sh
+// (2 cores shared by the node processes: each worker's compute x N / 2).
+//   troupe_scaling_table [--validate]
+#include <algorithm>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/context.hpp"
+#include "model/cost_profile.hpp"
+#include "model/scaling.hpp"
+#include "model/zoo.hpp"
+
+using namespace troupe;
+
+namespace {
+
+struct measured {
+  std::string name;
+  model::scaling_inputs in;
+};
+
+measured measure(const std::string& name) {
+  model::model m = zoo::by_name(name);
+  m.build({1, 28, 28}, 1);
+  const auto costs = model::measure_costs(m, 64, 1, kernels::context::with_threads(1), 5, 1);
+  measured out{name, {}};
+  for (const auto& c : costs) {
+    out.in.compute_s += c.fwd_s + c.bwd_s;  // backward with the update
+    out.in.backward_s += c.bwd_s;
+  }
+  out.in.bucket_bytes = 1 << 20;  // --bucket-mb 1
+  out.in.param_bytes = static_cast<int64_t>(m.num_parameters()) * 4;
+  return out;
+}
+
+model::link_cost link_of(double bits_per_s, double per_message_s) { return {8.0 / bits_per_s, per_message_s}; }
+
+void table(const std::vector<measured>& models, double gbit, double b) {
+  std::cout << "\n" << gbit << " Gbit/s, " << b * 1e6 << " us per message; step ms (efficiency)\n\n"
+            << "| model | N | allreduce | SSGD, N shards | ASGD, N shards | ASGD shards to keep up |\n"
+            << "|---|---|---|---|---|---|\n";
+  for (const measured& m : models)
+    for (int n = 8; n <= 1024; n *= 2) {
+      model::scaling_inputs in = m.in;
+      in.link = link_of(gbit * 1e9, b);
+      auto cell = [](const model::scaling_estimate& e) {
+        std::ostringstream s;
+        s << std::fixed << std::setprecision(2) << e.step_s * 1e3 << " (" << std::setprecision(0)
+          << e.efficiency * 100 << " %)";
+        return s.str();
+      };
+      std::cout << "| " << m.name << " | " << n << " | " << cell(model::allreduce_estimate(in, n)) << " | "
+                << cell(model::ssgd_estimate(in, n, n)) << " | " << cell(model::asgd_estimate(in, n, n)) << " | "
+                << model::shards_to_keep_up(in, n, n) << " |\n";
+    }
+}
+
+void validate(const std::vector<measured>& models) {
+  std::cout << "\npredicted samples/s of N workers on N node processes (global batch 64 N) sharing 2 cores "
+               "(each worker's compute x max(1, N / 2)), N shards\n\n"
+            << "| model | link | N | allreduce | SSGD | ASGD |\n|---|---|---|---|---|---|\n";
+  for (const measured& m : models)
+    for (double mbit : {200.0, 1000.0})
+      for (int n = 2; n <= 4; ++n) {
+        model::scaling_inputs in = m.in;
+        const double share = std::max(1.0, n / 2.0);
+        in.compute_s *= share;
+        in.backward_s *= share;
+        in.link = link_of(mbit * 1e6, 50e-6);
+        auto rate = [n](const model::scaling_estimate& e) { return static_cast<int>(64 * n / e.step_s); };
+        std::cout << "| " << m.name << " | " << mbit << " Mbit/s | " << n << " | "
+                  << rate(model::allreduce_estimate(in, n)) << " | " << rate(model::ssgd_estimate(in, n, n)) << " | "
+                  << rate(model::asgd_estimate(in, n, n)) << " |\n";
+      }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<measured> models;
+  for (const char* name : {"mlp", "cnn", "resnet"}) {
+    models.push_back(measure(name));
+    std::cout << name << ": " << models.back().in.param_bytes / 4 << " parameters, compute "
+              << models.back().in.compute_s * 1e3 << " ms per batch of 64 on one thread\n";
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--validate") == 0) {
+    validate(models);
+    return 0;
+  }
+  for (double gbit : {10.0, 100.0}) table(models, gbit, 20e-6);
+  return 0;
+}

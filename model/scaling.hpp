@@ -1,0 +1,56 @@
+#pragma once
+
+// The step time of a data-parallel job for any number of workers, from one
+// worker's compute time and the links' cost (a seconds per byte, b per
+// message): synchronous allreduce (a ring, or recursive doubling for small
+// buffers), and parameter shards, synchronous (SSGD) and asynchronous (ASGD).
+// One worker per node, each node's link full duplex; docs/experiments.md says
+// what it leaves out and how it compares with measured runs.
+
+#include <cstdint>
+
+#include "model/placement.hpp"
+
+namespace troupe::model {
+
+struct scaling_inputs {
+  double compute_s = 0;            ///< one worker's forward and backward of its batch
+  double backward_s = 0;           ///< of which backward: an allreduce's buckets overlap it
+  int64_t bucket_bytes = 0;        ///< an allreduce's buckets (0: one, after backward)
+  double update_s = 0;             ///< one optimizer step over all the parameters (elementwise)
+  int64_t param_bytes = 0;         ///< the gradient on the wire (and the parameters a shard sends back)
+  link_cost link;                  ///< each node's link: a * bytes + b per message, both ways at once
+  int64_t piece_bytes = 262144;    ///< an allreduce sends a chunk in messages of at most this
+  int64_t small_bytes = 8192;      ///< an allreduce of fewer bytes runs by recursive doubling
+};
+
+struct scaling_estimate {
+  double step_s = 0;      ///< until every worker has made one update
+  double comm_s = 0;      ///< of which waiting for the network
+  double efficiency = 0;  ///< compute_s / step_s
+};
+
+/// A ring allreduce of `bytes` among `n`: 2 (n - 1) rounds of a chunk of bytes / n.
+double ring_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t piece_bytes);
+/// Recursive doubling: log2 p rounds of the whole buffer (p the largest power
+/// of two <= n), two more when n is not one (the extra members folded in and out).
+double doubling_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t piece_bytes);
+
+/// Compute, then the allreduce (the cheaper algorithm for the size), then the
+/// update; with buckets, all but the last bucket's reduction overlap backward
+/// (buckets of equal size: the cut by tensors is not modelled).
+scaling_estimate allreduce_estimate(const scaling_inputs& in, int n);
+/// SSGD through `shards` shards on as many of the n nodes: every worker's
+/// pushes reach the shards (a shard's node receives n - 1 of bytes / shards),
+/// the shards apply the round, then send it back (n - 1 replies each).
+scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards);
+/// ASGD on `shards` shards (on as many of the workers' nodes when n >=
+/// shards): a worker's cycle is its compute, its push and the reply; the
+/// shards' links carry every worker's push and reply, so the step is at least
+/// the busiest link's share of n pushes.
+scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards);
+/// The fewest shards (up to `max_shards`) with which ASGD's step is within 5 %
+/// of its step with `max_shards`: how many a PS job needs to keep up.
+int shards_to_keep_up(const scaling_inputs& in, int n, int max_shards);
+
+} // namespace troupe::model

@@ -1,0 +1,78 @@
+// The scaling model's step times against hand-computed values and its limits.
+#include <catch2/catch.hpp>
+
+#include "model/scaling.hpp"
+#include "tensor/error.hpp"
+
+using namespace troupe;
+using namespace troupe::model;
+
+namespace {
+scaling_inputs inputs(double compute, int64_t bytes, double a, double b) {
+  scaling_inputs in;
+  in.compute_s = compute;
+  in.param_bytes = bytes;
+  in.link = {a, b};
+  in.piece_bytes = int64_t{1} << 40;  // one message per chunk unless a test says otherwise
+  return in;
+}
+} // namespace
+
+TEST_CASE("scaling: the ring and recursive doubling by hand", "[model][scaling]") {
+  const link_cost l{1e-3, 0.5};
+  CHECK(ring_allreduce_s(1000, 1, l, 1 << 20) == 0.0);
+  CHECK(ring_allreduce_s(1000, 2, l, 1 << 20) == Approx(2 * (0.5 + 0.5)));          // one round each way: 500 bytes
+  CHECK(ring_allreduce_s(1200, 4, l, 1 << 20) == Approx(6 * (0.3 + 0.5)));          // 2 (N - 1) rounds of 300 bytes
+  CHECK(ring_allreduce_s(1200, 4, l, 100) == Approx(6 * (0.3 + 3 * 0.5)));          // 3 pieces per chunk
+  CHECK(doubling_allreduce_s(1000, 4, l, 1 << 20) == Approx(2 * (1.0 + 0.5)));      // log2 4 rounds
+  CHECK(doubling_allreduce_s(1000, 3, l, 1 << 20) == Approx((1 + 2) * (1.0 + 0.5)));  // fold in and out
+  // The ring's bytes per member stay below twice the buffer however many members: bandwidth-optimal.
+  const link_cost bw{1e-9, 0};
+  CHECK(ring_allreduce_s(int64_t{1} << 30, 1024, bw, int64_t{1} << 40) < 2 * 1e-9 * (int64_t{1} << 30));
+  CHECK(ring_allreduce_s(int64_t{1} << 30, 1024, bw, int64_t{1} << 40) > 1.99 * 1e-9 * (int64_t{1} << 30));
+}
+
+TEST_CASE("scaling: allreduce takes the cheaper algorithm for its size", "[model][scaling]") {
+  scaling_inputs in = inputs(0.01, 4096, 1e-9, 1e-4);
+  in.small_bytes = 8192;
+  const scaling_estimate small = allreduce_estimate(in, 8);
+  CHECK(small.comm_s == Approx(doubling_allreduce_s(4096, 8, in.link, in.piece_bytes)));
+  in.param_bytes = 1 << 20;
+  const scaling_estimate big = allreduce_estimate(in, 8);
+  CHECK(big.comm_s == Approx(ring_allreduce_s(1 << 20, 8, in.link, in.piece_bytes)));
+  CHECK(big.step_s == Approx(0.01 + big.comm_s));
+  CHECK(big.efficiency == Approx(0.01 / big.step_s));
+  CHECK(allreduce_estimate(in, 1).efficiency == Approx(1.0));
+}
+
+TEST_CASE("scaling: shards carry N pushes, and enough of them keep up", "[model][scaling]") {
+  const scaling_inputs in = inputs(0.01, 1'000'000, 1e-8, 0);  // 10 ms per MB on each link
+  // SSGD on one shard: its node takes in N - 1 gradients and sends back N - 1: linear in N.
+  CHECK(ssgd_estimate(in, 5, 1).comm_s == Approx(2 * 4 * 0.01));
+  // One shard per node moves as much as the ring: 2 (N - 1) / N of the model each way.
+  CHECK(ssgd_estimate(in, 4, 4).comm_s == Approx(2 * 3 * 0.0025));
+  CHECK(ssgd_estimate(in, 4, 4).comm_s == Approx(ring_allreduce_s(in.param_bytes, 4, in.link, in.piece_bytes)));
+  // ASGD: many workers on one shard are bound by its link; more shards relieve it.
+  const scaling_estimate one = asgd_estimate(in, 64, 1), many = asgd_estimate(in, 64, 64);
+  CHECK(one.step_s == Approx(64 * 0.01));
+  CHECK(many.step_s == Approx(0.01 + 2 * 0.01 * 63 / 64));  // then a worker's own round trip bounds it
+  CHECK(many.efficiency > one.efficiency);
+  const int needed = shards_to_keep_up(in, 64, 64);
+  CHECK(needed > 1);
+  CHECK(needed < 64);
+  CHECK(asgd_estimate(in, 64, needed).step_s <= 1.05 * many.step_s);
+  CHECK(asgd_estimate(in, 64, needed - 1).step_s > 1.05 * many.step_s);
+  CHECK_THROWS_AS(ssgd_estimate(in, 0, 1), error);
+  CHECK_THROWS_AS(asgd_estimate(in, 4, 0), error);
+}
+
+TEST_CASE("scaling: buckets overlap the reduction with backward, all but the last", "[model][scaling]") {
+  scaling_inputs in = inputs(0.03, 3'000'000, 1e-8, 0);  // the ring of 3 MB among 2: 30 ms
+  in.backward_s = 0.02;
+  const double whole = allreduce_estimate(in, 2).step_s;
+  CHECK(whole == Approx(0.03 + 0.03));
+  in.bucket_bytes = 1'000'000;  // three buckets of 10 ms: two during backward (20 ms), one after
+  CHECK(allreduce_estimate(in, 2).step_s == Approx(0.01 + 0.02 + 0.01));
+  in.backward_s = 0.001;  // a short backward hides little
+  CHECK(allreduce_estimate(in, 2).step_s == Approx(0.029 + 0.02 + 0.01));
+}

@@ -70,9 +70,14 @@ three_nodes)
   ;;
 allreduce)
   # Three workers on three nodes sum their gradients by a ring across the links, in buckets: the arithmetic of
-  # one process (the order of every sum is fixed by the ring), so the accuracy of one process.
+  # one process (the order of every sum is fixed by the ring: the same train loss, to a report or two). The
+  # final snapshot may hold one step more in one run than in the other (a step the workers had begun when
+  # the run ended at 300 reports), so the accuracies agree to a point, not exactly.
   job=("${mlp[@]}" --algorithm allreduce --workers 3 --bucket-mb 0.2 --epochs 1 --max-steps 300)
-  one_and_nodes 3 0.003
+  one_and_nodes 3 0.01
+  loss() { grep -o '"train_loss":[0-9.]*' "$1" | tail -1 | cut -d: -f2; }
+  close "$(loss "$tmp/one.jsonl")" "$(loss "$tmp/nodes.jsonl")" 0.002 ||
+    fail "train losses differ: $(loss "$tmp/one.jsonl") and $(loss "$tmp/nodes.jsonl")"
   grep -q "allreduce with 3 worker(s), no shards" "$tmp/c/node0.log" || fail "not an allreduce"
   grep -q '"algorithm":"allreduce"' "$tmp/nodes.jsonl" || fail "the metrics record"
   ;;

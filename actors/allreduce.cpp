@@ -1,5 +1,7 @@
 #include "actors/allreduce.hpp"
 
+#include "actors/messages.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -274,6 +276,7 @@ private:
 
   allreduce_config c_;
   std::vector<float> w_, g_, v_;  // the replica's values, its gradient (reduced in place), its momentum
+  std::vector<shape> shapes_ = c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size()));
   std::vector<float> g_local_;    // the step's own gradient, kept as each bucket's reduction starts
   std::vector<float> w_before_, v_before_, g_last_local_;  // before the last step applied, and its own gradient
   std::vector<int32_t> group_;    // the members (worker indices) of the group, in rank order
@@ -360,16 +363,13 @@ void allreduce_source::end_broadcast() {
 
 outgoing allreduce_source::answer(const net::envelope_reader& r) const {
   const net::address to = net::read_address(r.root().getSource());
-  auto b = net::make_builder(w_.size() * sizeof(float) + 64 * c_.layout.size());
-  auto p = net::init_envelope(*b, self(), to).initParams();
-  p.setShard(r.root().getPullParams().getShard());
-  p.setVersion(applied_);
-  float* dst = net::init_flat(p.initValues(), 0, 0, c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size())));
-  std::memcpy(dst, w_.data(), w_.size() * sizeof(float));
-  if (r.root().getPullParams().getWithState() && c_.momentum != 0.0f)
-    net::encode(std::vector<named_tensor>{{"velocity", tensor::from(shape{static_cast<int64_t>(v_.size())}, v_)}},
-                p.initRuleState(1));
-  return {to, net::message::from_builder(std::move(b))};
+  held_params h;
+  h.shard = r.root().getPullParams().getShard();
+  h.version = applied_;
+  h.shapes = &shapes_;
+  h.values = w_.data();
+  if (r.root().getPullParams().getWithState() && c_.momentum != 0.0f) h.velocity = &v_;
+  return {to, make_params(self(), to, h)};
 }
 
 } // namespace

@@ -1,5 +1,9 @@
 #include "actors/messages.hpp"
 
+#include <cstring>
+
+#include "net/tensor_codec.hpp"
+
 #include "kernels/kernels.hpp"
 
 #include <cmath>
@@ -84,6 +88,22 @@ train::step_report read_metrics(const net::envelope_reader& r) {
   if (!std::isfinite(out.loss) || !std::isfinite(out.mean_staleness))
     reject(net::reject_reason::non_finite, "metrics: non-finite loss or staleness");
   return out;
+}
+
+net::message make_params(const net::address& from, const net::address& to, const held_params& h) {
+  int64_t n = 0;
+  for (const shape& d : *h.shapes) n += d.numel();
+  auto b = net::make_builder(static_cast<std::size_t>(n) * sizeof(float) + 64 * h.shapes->size());
+  auto p = net::init_envelope(*b, from, to).initParams();
+  p.setShard(h.shard);
+  p.setVersion(h.version);
+  float* dst = net::init_flat(p.initValues(), h.first, h.offset, *h.shapes);
+  if (n > 0) std::memcpy(dst, h.values, static_cast<std::size_t>(n) * sizeof(float));
+  if (h.velocity && !h.velocity->empty()) {
+    const shape s{static_cast<int64_t>(h.velocity->size())};
+    net::encode(std::vector<named_tensor>{{"velocity", tensor::from(s, *h.velocity)}}, p.initRuleState(1));
+  }
+  return net::message::from_builder(std::move(b));
 }
 
 net::message make_snapshot(const net::address& from, const net::address& to, const snapshot_request& s) {

@@ -33,6 +33,21 @@ net::message make_control(const net::address& from, const net::address& to, wire
 /// message put in `push`.
 float* open_push(net::message& push, const net::address& from, const net::address& shard,
                  const model::shard_range& range, const std::vector<shape>& shapes);
+/// What a holder of parameters (a stage, an allreduce's worker) answers a
+/// pull with: its range of the layout (`first` tensor, element `offset`,
+/// `shapes`, the values) at `version`, and its momentum as "velocity" when
+/// `velocity` is given (a checkpoint's pull; empty or null: none).
+struct held_params {
+  uint32_t shard = 0;
+  uint64_t version = 0;
+  uint32_t first = 0;
+  int64_t offset = 0;
+  const std::vector<shape>* shapes = nullptr;
+  const float* values = nullptr;
+  const std::vector<float>* velocity = nullptr;
+};
+net::message make_params(const net::address& from, const net::address& to, const held_params& h);
+
 /// A worker's report to the coordinator.
 net::message make_metrics(const net::address& from, const net::address& to, const train::step_report& r);
 /// Throws net::message_error for a report with non-finite numbers or from a non-worker.

@@ -108,19 +108,16 @@ void stage_core::answer_due_pulls(std::vector<outgoing>& out) {
 
 outgoing stage_core::answer_pull(const net::envelope_reader& r) const {
   const net::address to = net::read_address(r.root().getSource());
-  const model::shard_range& range = c_.plan.params;
-  auto b = net::make_builder(range.numel() * sizeof(float) + 64 * (range.last - range.first));
-  auto p = net::init_envelope(*b, c_.plan.address, to).initParams();
-  p.setShard(c_.plan.address.index);
-  p.setVersion(version_id_);
-  float* dst = net::init_flat(p.initValues(), range.first, range.begin, shapes_);
-  if (!current_->empty()) std::memcpy(dst, current_->data(), current_->size() * sizeof(float));
+  held_params h;
+  h.shard = c_.plan.address.index;
+  h.version = version_id_;
+  h.first = c_.plan.params.first;
+  h.offset = c_.plan.params.begin;
+  h.shapes = &shapes_;
+  h.values = current_->data();
   // A checkpoint's: the stage's own optimizer state (a hybrid's is its shard's).
-  if (r.root().getPullParams().getWithState() && c_.plan.shard < 0 && c_.momentum != 0.0f && !velocity_.empty()) {
-    const shape s{static_cast<int64_t>(velocity_.size())};
-    net::encode(std::vector<named_tensor>{{"velocity", tensor::from(s, velocity_)}}, p.initRuleState(1));
-  }
-  return {to, net::message::from_builder(std::move(b))};
+  if (r.root().getPullParams().getWithState() && c_.plan.shard < 0 && c_.momentum != 0.0f) h.velocity = &velocity_;
+  return {to, make_params(c_.plan.address, to, h)};
 }
 
 void stage_core::restore(const std::vector<named_tensor>& state) {

@@ -1,12 +1,14 @@
 #include "train/bootstrap.hpp"
 
 #include <cstdlib>
+#include <iomanip>
 #include <optional>
 #include <iostream>
 #include <ostream>
 #include <sstream>
 
 #include "model/cost_profile.hpp"
+#include "model/scaling.hpp"
 #include "net/checkpoint.hpp"
 #include "net/message.hpp"
 #include "train/cluster.hpp"
@@ -159,6 +161,38 @@ net::transport_options link_options(const cluster_spec& c, uint32_t self, const 
   return to;
 }
 
+namespace {
+
+/// A data-parallel job's predicted step (model/scaling.hpp) on its links
+/// (--link-cost, else one process's), from one worker's compute measured here.
+std::string predict_scaling(const job& j, model::model& net, const plan& p) {
+  const settings& s = j.config();
+  const algorithm_traits& t = traits(s.algo.kind);
+  const int n = static_cast<int>(p.workers.size());
+  model::scaling_inputs in;
+  for (const auto& c : model::measure_costs(net, s.batch_size, 1, kernels::context::with_threads(p.workers[0].threads), 3, 1)) {
+    in.compute_s += c.fwd_s + c.bwd_s;
+    in.backward_s += c.bwd_s;
+  }
+  in.param_bytes = static_cast<int64_t>(net.num_parameters()) * (s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4);
+  in.bucket_bytes = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0);
+  const auto& lc = s.pipeline.link_cost;
+  in.link = lc.size() == 2 ? model::link_cost{lc[0], lc[1]} : model::same_process_link();
+  const int shards = std::max(1, static_cast<int>(p.shards.size()));
+  const model::scaling_estimate e = t.collective ? model::allreduce_estimate(in, n)
+                                    : t.synchronous ? model::ssgd_estimate(in, n, shards)
+                                                    : model::asgd_estimate(in, n, shards);
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(2);
+  out << "predicted step (every worker one update, model/scaling.hpp; one worker per node, links "
+      << (lc.size() == 2 ? "of --link-cost" : "of one process") << "): " << e.step_s * 1e3 << " ms, of which "
+      << e.comm_s * 1e3 << " ms communication; efficiency " << std::setprecision(0) << e.efficiency * 100 << " %\n";
+  return out.str();
+}
+
+} // namespace
+
 std::string describe_plan(const job& j, bool json) {
   j.validate();
   const settings& s = j.config();
@@ -170,7 +204,8 @@ std::string describe_plan(const job& j, bool json) {
   const plan p = plan_of(j, c, 0, net, data, std::cerr);
   if (p.stages.empty()) {
     if (json) throw error("--json: the plan of a pipeline only (give --pipeline-stages K > 1)");
-    return p.describe();
+    const bool data_parallel = traits(s.algo.kind).on_actors && !p.workers.empty() && !p.shared_buffer;
+    return p.describe() + (data_parallel ? predict_scaling(j, net, p) : std::string());
   }
   return describe_placement(p, s, json);
 }

@@ -125,6 +125,11 @@ void validate_pipeline(const settings& s) {
   if (p.stages < 1 || p.stages > 256) bad("--pipeline-stages must be in [1, 256], got " + n2s(p.stages));
   if (p.micro_batches < 1) bad("--micro-batches must be at least 1, got " + n2s(p.micro_batches));
   if (p.stash < 0) bad("--stash must be >= 0 (0: every version in flight), got " + n2s(p.stash));
+  if (!p.link_cost.empty() && p.link_cost.size() != 2)
+    bad("--link-cost: give seconds per byte and seconds per message, e.g. 6e-10,2e-5 (got " +
+        n2s(p.link_cost.size()) + " values)");
+  for (float v : p.link_cost)
+    if (!(v >= 0.0f) || !std::isfinite(v)) bad("--link-cost: values must be >= 0, got " + n2s(v));
   if (p.stages > 1) {
     if (p.micro_batches > s.batch_size)
       bad("--micro-batches " + n2s(p.micro_batches) + " exceeds --batch-size " + n2s(s.batch_size));
@@ -142,11 +147,6 @@ void validate_pipeline(const settings& s) {
       bad("--device-memory: " + n2s(p.device_memory_mb.size()) + " limits for " + n2s(devices) + " devices");
     for (float m : p.device_memory_mb)
       if (!(m >= 0.0f) || !std::isfinite(m)) bad("--device-memory: every limit must be >= 0 MB (0: none), got " + n2s(m));
-    if (!p.link_cost.empty() && p.link_cost.size() != 2)
-      bad("--link-cost: give seconds per byte and seconds per message, e.g. 6e-10,2e-5 (got " +
-          n2s(p.link_cost.size()) + " values)");
-    for (float v : p.link_cost)
-      if (!(v >= 0.0f) || !std::isfinite(v)) bad("--link-cost: values must be >= 0, got " + n2s(v));
     if (p.placement == placement_kind::manual && p.cuts.empty())
       bad("--placement manual needs --pipeline-cuts (and --stage-devices, or stages go on devices 0, 1, ...)");
     if (!p.stage_devices.empty() && p.placement != placement_kind::manual && p.placement != placement_kind::even)
@@ -163,8 +163,9 @@ void validate_pipeline(const settings& s) {
       }
     }
   } else if (p.placement != placement_kind::even || !p.device_speeds.empty() || !p.stage_devices.empty() ||
-             !p.link_cost.empty()) {
-    bad("--placement, --device-speeds, --stage-devices and --link-cost place pipeline stages: give --pipeline-stages K > 1");
+             (!p.link_cost.empty() && s.algo.workers < 2)) {
+    bad("--placement, --device-speeds, --stage-devices and --link-cost place pipeline stages: give --pipeline-stages K > 1 "
+        "(--link-cost also prices a data-parallel job's links in troupe_plan, with --workers N > 1)");
   }
 }
 

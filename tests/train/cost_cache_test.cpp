@@ -54,3 +54,24 @@ TEST_CASE("cost cache: jobs given one cache place on the same measured costs", "
   (void)describe_plan(placed_pipeline(dir.path()).batch_size(64).cost_cache(cache), true);
   CHECK(cache->size() == 2);
 }
+
+TEST_CASE("troupe_plan's description of a data-parallel job predicts its step on its links", "[train][plan][scaling]") {
+  testing::temp_dir dir{"troupe_scaling_plan"};
+  testing::write_dataset(dir.path());
+  auto dp = [&](algorithm a, std::vector<float> link) {
+    job j = job().model([] { return zoo::mlp(); }, "mlp").data(data::idx_dir(dir.path())).batch_size(32).threads(1);
+    j.algorithm(a.workers(4));
+    settings s = j.config();
+    s.pipeline.link_cost = std::move(link);
+    j.configure(s);
+    return describe_plan(j, false);
+  };
+  const std::string slow = dp(allreduce(), {4e-8f, 5e-5f}), fast = dp(allreduce(), {1e-10f, 1e-6f});
+  CHECK_THAT(slow, Catch::Contains("predicted step") && Catch::Contains("links of --link-cost"));
+  // The MLP's 0.9 MB through 200 Mbit/s links: communication dominates; on fast links it does not.
+  auto efficiency = [](const std::string& d) { return std::stoi(d.substr(d.rfind("efficiency ") + 11)); };
+  CHECK(efficiency(slow) < 20);
+  CHECK(efficiency(fast) > efficiency(slow));
+  CHECK_THAT(dp(ssgd().shards(2), {}), Catch::Contains("links of one process"));
+  CHECK_THAT(dp(hogwild(), {}), !Catch::Contains("predicted step"));  // one shared buffer: no links
+}

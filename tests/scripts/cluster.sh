@@ -3,7 +3,7 @@
 # loopback, Fashion-MNIST). One scenario per call:
 #   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
 #              | netns_skips | other_job | sigstop_rejoin | wrong_secret_join | late_join | allreduce
-#              | allreduce_kill | allreduce_rejoin
+#              | allreduce_kill | allreduce_rejoin | allreduce_sigstop
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -115,6 +115,24 @@ allreduce_rejoin)
   wait $runner || true  # local_cluster.sh reports the killed first node2
   wait $again || fail "the restarted node2 did not end cleanly"
   grep -q '"epoch":7' "$tmp/m.jsonl" || fail "the job did not finish"
+  grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
+  ;;
+allreduce_sigstop)
+  # An allreduce's worker node frozen longer than the peer timeout (SIGSTOP, then SIGCONT): the group goes on
+  # without it; back, it finds it was dropped, joins again by itself, takes the parameters by broadcast, and
+  # the run finishes with it; its process exits 0.
+  TROUPE_PEER_TIMEOUT=1 TROUPE_CLUSTER_DIR=$tmp/c "$cluster" 3 "${mlp[@]}" --algorithm allreduce --workers 3 \
+    --epochs 6 --metrics-out "$tmp/m.jsonl" > /dev/null 2> "$tmp/runner.err" &
+  runner=$!
+  wait_for "$tmp/c/node0.log" 60 "epoch 1/6" || fail "no first epoch"
+  victim=$(cat "$tmp/c/node2.pid")
+  kill -STOP "$victim"
+  wait_for "$tmp/c/node0.log" 20 "the group goes on with 2 worker(s)" || { kill -CONT "$victim"; fail "the group did not re-form"; }
+  kill -CONT "$victim"
+  wait_for "$tmp/c/node0.log" 30 "taking the parameters from worker" || fail "node2's worker did not join the group again"
+  wait $runner || fail "the run failed (see above)"
+  grep -q "a node ended with status" "$tmp/runner.err" && fail "node2 did not exit 0: $(cat "$tmp/runner.err")"
+  grep -q '"epoch":6' "$tmp/m.jsonl" || fail "the job did not finish"
   grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
   ;;
 pipeline)

@@ -55,6 +55,12 @@ collective_message from_wire(const net::envelope_reader& r) {
   return m;
 }
 
+bool lost_data(const collective_stats& before, const collective_stats& after) {
+  const uint64_t harmless = (after.get(collective_reject::duplicate) - before.get(collective_reject::duplicate)) +
+                            (after.get(collective_reject::stale_op) - before.get(collective_reject::stale_op));
+  return after.total_rejected() - before.total_rejected() > harmless;
+}
+
 net::message make_regroup(const net::address& from, const net::address& to, const regroup& g) {
   auto b = net::make_builder();
   auto r = net::init_envelope(*b, from, to).initRegroup();
@@ -189,14 +195,6 @@ public:
 private:
   const net::address& self() const { return c_.members[static_cast<std::size_t>(c_.member)]; }
   std::string name() const { return net::to_string(self()); }
-  /// A rejection other than of a duplicate or of a piece of an operation
-  /// already over (a frame delivered twice, nothing lost): the operation
-  /// cannot end, and waiting would hang.
-  static bool lost_data(const collective_stats& before, const collective_stats& after) {
-    const uint64_t harmless = (after.get(collective_reject::duplicate) - before.get(collective_reject::duplicate)) +
-                              (after.get(collective_reject::stale_op) - before.get(collective_reject::stale_op));
-    return after.total_rejected() - before.total_rejected() > harmless;
-  }
   void route(collective_message in, std::vector<outgoing>& out) {
     if (in.epoch > epoch_) future_.push_back(std::move(in));  // a group this worker has not heard of yet
     else if (in.epoch == epoch_ && !held_) take(in, out);      // else of a group that is over: dropped

@@ -50,6 +50,11 @@ net::message make_regroup(const net::address& from, const net::address& to, cons
 /// Throws net::message_error for another kind.
 regroup read_regroup(const net::envelope_reader& r);
 
+/// True when a core's rejections between `before` and `after` include more
+/// than duplicates and pieces of operations already over (a frame delivered
+/// twice): a piece that cannot be part of the operation, which then cannot end.
+bool lost_data(const collective_stats& before, const collective_stats& after);
+
 /// The wire form of a collective message from `from` (a member's address) to `to`.
 net::message to_wire(const collective_message& m, const net::address& from, const net::address& to);
 /// A Collective message read back; throws net::message_error for another kind.

@@ -334,7 +334,10 @@ void stage_step(stage_actor_t* self) {
   while (!st.busy) {
     const auto t0 = clock_type::now();
     stage_core::result r = st.core->run(1);
-    if (r.actions == 0) break;
+    if (r.actions == 0) {  // nothing to compute; an allreduce's pieces (and pulls they made due) still go
+      if (!r.messages.empty()) stage_send(self, r);
+      break;
+    }
     if (st.pace) {
       const double extra = st.pace->hold(r.last, train::seconds_since(t0));
       st.hold_until = clock_type::now() + std::chrono::microseconds(static_cast<int64_t>(extra * 1e6));

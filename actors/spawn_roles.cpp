@@ -79,6 +79,11 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.steps_before = c.start->state.first_steps;
   sc.stash = s.pipeline.stash;
   sc.trace = c.trace;
+  if (traits(s.algo.kind).collective && p.pipeline_replicas > 1) {  // stage k of every replica reduces together
+    for (int r = 0; r < p.pipeline_replicas; ++r) sc.peers.push_back(p.stages[static_cast<std::size_t>(r * stages + k)].address);
+    sc.member = sp.replica;
+    sc.snapshot_replicas = p.pipeline_replicas;
+  }
   return sc;
 }
 

@@ -1,4 +1,6 @@
 #include "actors/stage_core.hpp"
+
+#include "actors/allreduce.hpp"
 #include "net/protocol.hpp"
 
 #include <cstring>
@@ -31,6 +33,11 @@ stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, s
   velocity_.assign(current_->size(), 0.0f);
   grads_.assign(current_->size(), 0.0f);
   if (c_.stash > 0) stash_.emplace_back(0, current_);
+  if (!c_.peers.empty()) {
+    std::vector<int32_t> ids(c_.peers.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    group_ = std::make_unique<collective_core>(ids, c_.member, 0);
+  }
 }
 
 std::vector<outgoing> stage_core::start() {
@@ -74,6 +81,9 @@ void stage_core::take(const net::opened_message& m) {
     case wire::Envelope::PARAMS:
       take_params(r);
       break;
+    case wire::Envelope::COLLECTIVE:
+      take_collective(r);
+      break;
     default:
       reject(net::reject_reason::unknown_kind, track_ + ": unexpected message kind");
   }
@@ -84,7 +94,7 @@ std::vector<outgoing> stage_core::take_pull(const net::opened_message& m) {
   if (r.root().which() != wire::Envelope::PULL_PARAMS) reject(net::reject_reason::unknown_kind, "expected PullParams");
   const uint64_t steps = r.root().getPullParams().getSteps();
   std::vector<outgoing> out;
-  if (static_cast<uint64_t>(applied_mini_batches()) >= steps) out.push_back(answer_pull(r));
+  if (static_cast<uint64_t>(applied_mini_batches() * c_.snapshot_replicas) >= steps) out.push_back(answer_pull(r));
   else pulls_.emplace_back(steps, m);
   return out;
 }
@@ -95,7 +105,7 @@ int64_t stage_core::applied_mini_batches() const {
 }
 
 void stage_core::answer_due_pulls(std::vector<outgoing>& out) {
-  const auto applied = static_cast<uint64_t>(applied_mini_batches());
+  const auto applied = static_cast<uint64_t>(applied_mini_batches() * c_.snapshot_replicas);
   for (auto it = pulls_.begin(); it != pulls_.end();) {
     if (it->first > applied) {
       ++it;
@@ -150,6 +160,11 @@ bool stage_core::ready(const model::pipeline_action& a) const {
 
 stage_core::result stage_core::run(int max_actions) {
   result out;
+  if (!group_out_.empty()) {  // an allreduce's pieces, and the pulls its end made due
+    for (outgoing& o : group_out_) out.messages.push_back(std::move(o));
+    group_out_.clear();
+    answer_due_pulls(out.messages);
+  }
   while (out.actions < max_actions && !done() && ready(program_.peek())) {
     ++out.actions;
     const model::pipeline_action a = program_.peek();
@@ -363,6 +378,21 @@ void stage_core::update(int64_t, result& out) {
   const float inv = 1.0f / static_cast<float>(summed_);
   for (float& x : grads_) x *= inv;
   const int64_t step = c_.steps_before + last_backward_ / c_.micro_batches;
+  if (group_) {  // an allreduce's hybrid: the mean over the replicas first; the next forwards wait for it
+    summed_ = 0;
+    reducing_ = awaiting_params_ = true;
+    reducing_step_ = step;
+    for (const collective_message& m : group_->start_allreduce(group_->next_op(), grads_.data(),
+                                                               static_cast<int64_t>(grads_.size())))
+      out.messages.push_back({c_.peers.at(static_cast<std::size_t>(m.receiver)),
+                              to_wire(m, c_.plan.address, c_.peers.at(static_cast<std::size_t>(m.receiver)))});
+    if (group_->done()) finish_reduction();
+    return;
+  }
+  apply_own_step(step);
+}
+
+void stage_core::apply_own_step(int64_t step) {
   const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, step, c_.total_steps);
   // A version a micro-batch in flight (or the stash) still holds never changes.
   weights w = current_.use_count() == 1 ? current_ : std::make_shared<std::vector<float>>(*current_);
@@ -386,6 +416,24 @@ void stage_core::update(int64_t, result& out) {
         f.w = stash_.front().second;
       }
   }
+}
+
+void stage_core::take_collective(const net::envelope_reader& r) {
+  if (!group_) reject(net::reject_reason::unknown_kind, track_ + ": a Collective for a stage in no allreduce");
+  const collective_stats before = group_->stats();
+  for (const collective_message& m : group_->accept(from_wire(r))) {
+    const net::address& to = c_.peers.at(static_cast<std::size_t>(m.receiver));
+    group_out_.push_back({to, to_wire(m, c_.plan.address, to)});
+  }
+  if (lost_data(before, group_->stats())) reject(net::reject_reason::malformed, track_ + ": " + group_->last_error());
+  if (reducing_ && group_->done()) finish_reduction();
+}
+
+void stage_core::finish_reduction() {
+  const float inv = 1.0f / static_cast<float>(c_.peers.size());
+  for (float& x : grads_) x *= inv;
+  reducing_ = awaiting_params_ = false;
+  apply_own_step(reducing_step_);
 }
 
 double device_pace::hold(model::pipeline_action::kind what, double compute) {

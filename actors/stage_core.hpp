@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/collective_core.hpp"
 #include "actors/worker_core.hpp"
 #include "kernels/context.hpp"
 #include "model/schedule.hpp"
@@ -45,6 +46,13 @@ struct stage_config {
   int64_t total_steps = 1;           ///< mini-batches of the run (the lr schedule's length)
   int64_t steps_before = 0;          ///< mini-batches done before this start (a resumed run)
   int stash = 0;                     ///< 1F1B: weight versions kept (0: every one in flight)
+  /// An allreduce's hybrid: stage k of every pipeline replica, by replica (this
+  /// stage is `member`); each mini-batch's gradient is averaged over them
+  /// before the update, and the next forwards wait for it. Empty: none.
+  std::vector<net::address> peers;
+  int32_t member = 0;
+  /// A snapshot's PullParams counts the mini-batches of this many replicas.
+  int snapshot_replicas = 1;
   std::shared_ptr<train::tracer> trace;
 };
 
@@ -133,6 +141,11 @@ private:
   void forward(int64_t mb, result& out);
   void backward(int64_t mb, result& out);
   void update(int64_t mb, result& out);
+  /// The own-parameters step of mini-batch `step` on the summed gradients (already averaged).
+  void apply_own_step(int64_t step);
+  /// An allreduce's hybrid: a Collective piece of the gradient's reduction.
+  void take_collective(const net::envelope_reader& r);
+  void finish_reduction();
   /// A hybrid's update: the mean gradient to the shard.
   void push(result& out);
   void take_params(const net::envelope_reader& r);
@@ -154,6 +167,10 @@ private:
   uint64_t version_id_ = 0;
   std::deque<std::pair<uint64_t, weights>> stash_;  // 1F1B: versions kept, oldest first
   std::vector<float> velocity_, grads_;              // momentum; gradients summed (GPipe) or the last (1F1B)
+  std::unique_ptr<collective_core> group_;           // an allreduce's hybrid: stage k of every replica
+  std::vector<outgoing> group_out_;                  // its messages, sent by the next run()
+  bool reducing_ = false;                            // a mini-batch's gradient is being reduced
+  int64_t reducing_step_ = 0;
   int64_t summed_ = 0;                               // samples whose gradients grads_ sums
   int64_t last_backward_ = 0;
   std::map<int64_t, input> batches_;                 // first stage: mini-batch -> Batch

@@ -112,7 +112,7 @@ const std::vector<kind_info>& protocol_table() {
       {w::METRICS, "Metrics", {r::COORDINATOR}, validate_metrics},
       {w::SNAPSHOT, "Snapshot", {r::EVALUATOR}, validate_snapshot},
       {w::EVALUATION, "Evaluation", {r::COORDINATOR}, validate_evaluation},
-      {w::COLLECTIVE, "Collective", {r::WORKER}, validate_collective},
+      {w::COLLECTIVE, "Collective", {r::WORKER, r::STAGE}, validate_collective},
       {w::REGROUP, "Regroup", {r::WORKER, r::COORDINATOR}, validate_regroup},
   };
   return table;

@@ -121,8 +121,11 @@ void log_plan(const job& j, const plan& p, const model::param_layout& layout, st
   if (!p.stages.empty()) {
     log << "model " << j.model_name() << ": " << layout.numel() << " parameters; ";
     if (p.pipeline_replicas > 1 || !p.shards.empty())
-      log << p.pipeline_replicas << " replica(s) of a pipeline (" << to_string(s.algo.kind) << " on " << p.shards.size()
-          << " shard(s), one per stage with parameters) of ";
+      log << p.pipeline_replicas << " replica(s) of a pipeline ("
+          << (p.shards.empty() ? std::string("stage k of each allreduces with the others'")
+                               : std::string(to_string(s.algo.kind)) + " on " + std::to_string(p.shards.size()) +
+                                     " shard(s), one per stage with parameters")
+          << ") of ";
     else
       log << "a pipeline of ";
     log << p.stages_per_replica() << " stages (" << model::to_string(s.pipeline.schedule) << ", "

@@ -65,8 +65,10 @@ uint32_t plan::replica_of(const net::address& a) const {
 std::vector<shard_plan> plan::parameter_holders() const {
   if (!worker_holders.empty()) return worker_holders;
   if (stages.empty() || !shards.empty()) return shards;
-  std::vector<shard_plan> out;  // every stage, those without parameters too: index k is stage k
-  for (const auto& st : stages) out.push_back({st.address, st.params});
+  // Every stage of the first replica (the others hold the same after an allreduce), those without
+  // parameters too: index k is stage k.
+  std::vector<shard_plan> out;
+  for (int k = 0; k < stages_per_replica(); ++k) out.push_back({stages[k].address, stages[k].params});
   return out;
 }
 
@@ -156,7 +158,7 @@ void add_replicas(plan& p, const settings& s, const topology& t, std::vector<sta
   const bool hybrid = traits(s.algo.kind).on_actors;
   const int replicas = hybrid ? s.algo.workers : 1;
   p.pipeline_replicas = replicas;
-  if (hybrid) {
+  if (hybrid && traits(s.algo.kind).shards) {  // an allreduce's stages reduce with their peers instead
     const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
     for (int k = 0; k < k_stages; ++k) {
       stage_plan& st = one[static_cast<std::size_t>(k)];
@@ -352,9 +354,9 @@ void check_hybrid(const settings& s, const std::vector<float>& slowdowns) {
   const algorithm_settings& a = s.algo;
   if (!traits(a.kind).on_actors) return;
   const std::string with = "--pipeline-stages with --algorithm " + std::string(to_string(a.kind)) + ": ";
-  if (!traits(a.kind).shards)
-    throw error(with + "a hybrid's stages push to parameter shards; use another asynchronous algorithm, or "
-                       "sequential (each stage updates its own parameters)");
+  if (!traits(a.kind).shards && !traits(a.kind).collective)
+    throw error(with + "a hybrid's stages push to parameter shards or allreduce with their peers; use another "
+                       "algorithm, or sequential (each stage updates its own parameters)");
   if (s.pipeline.schedule != model::pipeline_schedule::gpipe)
     throw error(with + "a hybrid runs --schedule gpipe (one push per stage and mini-batch), not " +
                 std::string(model::to_string(s.pipeline.schedule)));

@@ -747,6 +747,34 @@ TEST_CASE("a hybrid of one pipeline replica pushing to its stages' shards reprod
   }
 }
 
+TEST_CASE("a hybrid with allreduce: one replica is the sequential loop, two train and snapshot", "[actors][fit][pipeline][allreduce]") {
+  larger_data d;  // 32 steps per epoch
+  std::ostringstream log;
+  std::vector<double> expected, got;
+  job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100);  // with momentum: the stages' own step
+  seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
+  fit(seq, log);
+  job one = seq;
+  one.algorithm(allreduce()).pipeline(2, 4, pipeline_schedule::gpipe);
+  one.on_step([&](const step_event& e) { got.push_back(e.loss); });
+  fit(one, log);
+  REQUIRE(got.size() == 100);
+  for (std::size_t i = 0; i < 100; ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
+  }
+  // Two replicas: stage k of each sums its gradient with the other's before every update.
+  std::ostringstream hlog;
+  job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(2).checkpoint(d.dir.file("two.ckpt"));
+  two.pipeline(2, 4, pipeline_schedule::gpipe);
+  history h = fit(two, hlog);
+  CHECK_THAT(hlog.str(), Contains("2 replica(s) of a pipeline (stage k of each allreduces"));
+  REQUIRE(h.size() == 2);
+  CHECK(h.back().test_accuracy > 0.8);
+  const net::checkpoint c = net::load_checkpoint(d.dir.file("two.ckpt"));
+  CHECK(c.epoch == 2u);
+}
+
 TEST_CASE("a hybrid: replicas of a GPipe pipeline train with DDC-ASGD and SSGD on their stages' shards",
           "[actors][fit][pipeline]") {
   larger_data d;

@@ -3,7 +3,7 @@
 # loopback, Fashion-MNIST). One scenario per call:
 #   cluster.sh BUILD_DIR three_nodes | pipeline | hybrid | faults | kill_worker | sigstop_worker | kill_shard | rejoin | netns
 #              | netns_skips | other_job | sigstop_rejoin | wrong_secret_join | late_join | allreduce
-#              | allreduce_kill | allreduce_rejoin | allreduce_sigstop
+#              | allreduce_kill | allreduce_rejoin | allreduce_sigstop | hybrid_allreduce
 set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -134,6 +134,13 @@ allreduce_sigstop)
   grep -q "a node ended with status" "$tmp/runner.err" && fail "node2 did not exit 0: $(cat "$tmp/runner.err")"
   grep -q '"epoch":6' "$tmp/m.jsonl" || fail "the job did not finish"
   grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
+  ;;
+hybrid_allreduce)
+  # Two replicas of a 2-stage pipeline, stage k of each on node k: activations and gradients cross the link
+  # within a replica, and stage k's allreduce with the other replica's stage k; the one-process accuracy band.
+  job=("${mlp[@]}" --algorithm allreduce --workers 2 --pipeline-stages 2 --micro-batches 4 --epochs 1 --max-steps 400)
+  one_and_nodes 2 0.02
+  grep -q "2 replica(s) of a pipeline (stage k of each allreduces" "$tmp/c/node0.log" || fail "not an allreduce hybrid"
   ;;
 pipeline)
   # Two pipeline stages on two nodes: activations and gradients cross the link; GPipe gives the one-process

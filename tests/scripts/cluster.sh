@@ -136,8 +136,8 @@ allreduce_sigstop)
   grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
   ;;
 hybrid_allreduce)
-  # Two replicas of a 2-stage pipeline, stage k of each on node k: activations and gradients cross the link
-  # within a replica, and stage k's allreduce with the other replica's stage k; the one-process accuracy band.
+  # Two replicas of a 2-stage pipeline, stage k of each on node k: activations and gradients cross the link,
+  # stage k's allreduce with the other replica's stage k stays on node k; the one-process accuracy band.
   job=("${mlp[@]}" --algorithm allreduce --workers 2 --pipeline-stages 2 --micro-batches 4 --epochs 1 --max-steps 400)
   one_and_nodes 2 0.02
   grep -q "2 replica(s) of a pipeline (stage k of each allreduces" "$tmp/c/node0.log" || fail "not an allreduce hybrid"

@@ -164,3 +164,19 @@ TEST_CASE("a language model's errors are clear", "[lm]") {
                          message(Contains("--optimizer adamw is the sequential loop's")));
   }
 }
+
+TEST_CASE("a language model resumes from its checkpoint and refuses one of another vocabulary", "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  const std::string ckpt = dir.path() + "/lm.ckpt";
+  std::ostringstream log;
+  job j = tiny_lm_job(data::text(small_text(), 16, 64));
+  REQUIRE(fit(j.epochs(1).checkpoint(ckpt), log).size() == 1);
+  const history h = fit(j.epochs(2), log);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].epoch == 2);
+  CHECK(h[0].steps == 8);
+  CHECK(net::load_checkpoint(ckpt).optimizer_kind.rfind("adamw", 0) == 0);
+  job other = tiny_lm_job(data::text(small_text() + "XYZ", 16, 64));
+  CHECK_THROWS_MATCHES(fit(other.epochs(3).checkpoint(ckpt), log), error,
+                       message(Contains("that is not this corpus's")));
+}

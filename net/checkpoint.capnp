@@ -22,6 +22,7 @@ struct Checkpoint {
   optimizerKind @6 :Text;        # the optimizer, or the asynchronous algorithm whose rule state `optimizer` holds
   shardVersions @7 :List(UInt64); # asynchronous runs: each parameter shard's version (updates applied)
   epochSamples @8 :UInt64;       # samples of epoch `epoch` + 1 already trained (a checkpoint inside an epoch): a resumed run goes on from there
+  vocabulary @9 :Data;           # a language model's tokens: byte i of it is token i (empty: not a language model)
 }
 
 # Follows the Checkpoint message in the file.

@@ -138,6 +138,8 @@ void save_checkpoint(const std::string& path, const checkpoint& c) {
     root.setStep(c.step);
     root.setEpochSamples(c.epoch_samples);
     root.setOptimizerKind(c.optimizer_kind);
+    if (!c.vocabulary.empty())
+      root.setVocabulary(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(c.vocabulary.data()), c.vocabulary.size()));
     encode(c.params, root.initParams(static_cast<unsigned>(c.params.size())));
     encode(c.optimizer, root.initOptimizer(static_cast<unsigned>(c.optimizer.size())));
     auto versions = root.initShardVersions(static_cast<unsigned>(c.shard_versions.size()));
@@ -222,6 +224,8 @@ checkpoint load_checkpoint(const std::string& path) {
     c.step = root.getStep();
     c.epoch_samples = root.getEpochSamples();
     c.optimizer_kind = root.getOptimizerKind();
+    const auto vocabulary = root.getVocabulary();
+    c.vocabulary.assign(reinterpret_cast<const char*>(vocabulary.begin()), vocabulary.size());
     c.params = decode(root.getParams(), "checkpoint " + path + " params");
     c.optimizer = decode(root.getOptimizer(), "checkpoint " + path + " optimizer");
     for (uint64_t v : root.getShardVersions()) c.shard_versions.push_back(v);

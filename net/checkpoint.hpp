@@ -21,6 +21,9 @@ struct checkpoint {
   /// checkpoint taken inside an epoch; 0 at an epoch's end. A resumed run
   /// trains the rest of that epoch only.
   uint64_t epoch_samples = 0;
+  /// A language model's vocabulary: token i is the byte vocabulary[i] (empty:
+  /// not a language model), so that generation decodes as training encoded.
+  std::string vocabulary;
 };
 
 /// Writes `c` to `path` atomically: a temporary file in the same directory,

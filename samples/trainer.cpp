@@ -1,6 +1,8 @@
 // troupe_trainer: trains a zoo model (mlp, cnn or resnet) on Fashion-MNIST or other IDX
-// data, in one plain loop or on actors, as a job file and the options say.
+// data, in one plain loop or on actors, as a job file and the options say; or
+// a character-level language model (gpt) on text in the plain loop.
 //   troupe_trainer --model=cnn --epochs=5 --metrics-out=run.jsonl
+//   troupe_trainer --model gpt --checkpoint gpt.ckpt     (then troupe_generate --checkpoint gpt.ckpt)
 //   troupe_trainer --algorithm ddc-asgd --workers 4 --dump-config > job.toml
 //   troupe_trainer --config job.toml --epochs 1
 //   troupe_trainer --config cluster.toml --node b    (one node of a cluster: see README)

@@ -27,6 +27,8 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp libopenblas-openmp-dev
   dataset-fashion-mnist
+  # the language model's default corpus (troupe_trainer --model gpt): /usr/share/games/fortunes
+  fortunes
   # programs that scripts and the README's commands run: bench/trace_stats.py and trace_timeline.py
   # (python3, gnuplot), scripts/local_cluster.sh (ss; ip and tc with TROUPE_NETNS)
   python3 gnuplot-nox iproute2

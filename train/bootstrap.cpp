@@ -202,6 +202,12 @@ std::string describe_plan(const job& j, bool json) {
   const cluster_spec c = resolve(j.cluster_config(), environment());
   std::ostringstream log;
   const loaded_data data = load_data(j, log);
+  if (data.text) {  // validate() allows a language model the sequential loop only
+    if (json) throw error("--json: the plan of a pipeline only (a language model trains in the sequential loop)");
+    const model::model lm = j.build_model({data.text->windows.context}, data.text->corpus.vocab_size());
+    return "sequential loop in this process: language model " + j.model_name() + ", " +
+           std::to_string(lm.num_parameters()) + " parameters\n";
+  }
   model::model net = j.build_model(data.sets.train.sample_shape());
   // The data's loading lines are not the plan's; a warning goes to stderr.
   const plan p = plan_of(j, c, 0, net, data, std::cerr);

@@ -244,12 +244,18 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
     }
   if (std::vector<std::string> extra = app.remaining(); !extra.empty()) unexpected(extra);
 
-  if (has_config) {
-    if (config.empty()) missing_value("--config", "FILE");
-    apply_job_file(out.spec, config);
+  if (has_config && config.empty()) missing_value("--config", "FILE");
+  // The job file, then the options; once more on the model's own defaults when it has some (gpt).
+  const auto apply_all = [&](job_spec& spec) {
+    if (has_config) apply_job_file(spec, config);
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (options[i]->count() > 0) set_from_text(spec, keys[i], raw[i]);
+  };
+  apply_all(out.spec);
+  if (defaults_for(out.spec.model).model != job_spec{}.model) {
+    out.spec = defaults_for(out.spec.model);
+    apply_all(out.spec);
   }
-  for (std::size_t i = 0; i < keys.size(); ++i)
-    if (options[i]->count() > 0) set_from_text(out.spec, keys[i], raw[i]);
   try {
     validate(out.spec);
   } catch (const error& e) {

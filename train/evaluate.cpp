@@ -15,10 +15,14 @@ evaluation evaluate(const job& j, const std::string& path, std::ostream& log) {
   // threads = 0: this process's share of the cores (Slurm's CPUs per task), as the loop takes, not every core.
   const kernels::context ctx = kernels::context::with_threads(train::topology::local(s.threads).nodes[0].threads);
   const train::loaded_data d = train::load_data(j, log);
-  model::model net = j.build_model(d.sets.train.sample_shape());
+  model::model net = d.text ? j.build_model({d.text->windows.context}, d.text->corpus.vocab_size())
+                            : j.build_model(d.sets.train.sample_shape());
   const net::checkpoint c = net::load_checkpoint(path);
+  if (d.text && c.vocabulary != d.text->corpus.vocabulary())
+    throw error("checkpoint " + path + " holds another vocabulary than the corpus " + j.data_source().description());
   net.load_state(c.architecture, c.params);
-  const train::test_score t = train::score(net, ctx, d.sets.test, d.norm, s.batch_size);
+  const train::test_score t = d.text ? train::score_text(net, ctx, *d.text, d.text->parts.test, s.batch_size)
+                                     : train::score(net, ctx, d.sets.test, d.norm, s.batch_size);
   evaluation e;
   e.epochs = c.epoch;
   e.steps = c.step;

@@ -89,6 +89,13 @@ pipeline_schedule parse_pipeline_schedule(const std::string& name) {
 }
 progress_mode parse_progress(const std::string& name) { return parse_choice(name, progress_modes, "progress mode"); }
 
+const char* to_string(optimizer_kind k) { return k == optimizer_kind::adamw ? "adamw" : "sgd"; }
+const std::vector<optimizer_kind>& all_optimizers() {
+  static const std::vector<optimizer_kind> all{optimizer_kind::sgd, optimizer_kind::adamw};
+  return all;
+}
+optimizer_kind parse_optimizer(const std::string& name) { return parse_choice(name, all_optimizers(), "optimizer"); }
+
 const char* to_string(reduce_dtype d) { return d == reduce_dtype::bf16 ? "bf16" : "f32"; }
 const std::vector<reduce_dtype>& all_reduce_dtypes() {
   static const std::vector<reduce_dtype> all{reduce_dtype::f32, reduce_dtype::bf16};
@@ -215,6 +222,14 @@ void validate(const settings& s) {
 
 job& job::model(model_factory make, std::string name) {
   make_ = std::move(make);
+  make_for_vocabulary_ = nullptr;
+  model_name_ = std::move(name);
+  return *this;
+}
+
+job& job::model(vocabulary_model_factory make, std::string name) {
+  make_for_vocabulary_ = std::move(make);
+  make_ = nullptr;
   model_name_ = std::move(name);
   return *this;
 }
@@ -224,17 +239,31 @@ job& job::data(troupe::data::source d) {
   return *this;
 }
 
-troupe::model::model job::build_model(const shape& sample) const {
-  if (!make_) throw error("the job has no model: give it one with job.model([] { return nn::sequential(...); })");
-  troupe::model::model m = make_();
+troupe::model::model job::build_model(const shape& sample, int64_t vocab_size) const {
+  if (!make_ && !make_for_vocabulary_)
+    throw error("the job has no model: give it one with job.model([] { return nn::sequential(...); })");
+  if (make_for_vocabulary_ && vocab_size < 1)
+    throw error("model " + model_name_ + " is made for a vocabulary: it needs text data (data::text_file)");
+  troupe::model::model m = make_ ? make_() : make_for_vocabulary_(vocab_size);
   m.build(sample, s_.seed);
   return m;
 }
 
 void job::validate() const {
   troupe::validate(s_);
-  if (!make_) throw error("the job has no model: give it one with job.model([] { return nn::sequential(...); })");
+  if (!make_ && !make_for_vocabulary_)
+    throw error("the job has no model: give it one with job.model([] { return nn::sequential(...); })");
   if (data_.empty()) throw error("the job has no data: give it one with job.data(...), e.g. troupe::data::fashion_mnist()");
+  if (make_for_vocabulary_ && !data_.is_text())
+    throw error("model " + model_name_ + " is made for a vocabulary (job.model([](int64_t vocab) {...})): its data "
+                "must be text, e.g. troupe::data::text_file(path), not " + data_.description());
+  if (data_.is_text() && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
+    throw error("language models train in the sequential loop for now: --algorithm " +
+                std::string(to_string(s_.algo.kind)) + " with --pipeline-stages " + std::to_string(s_.pipeline.stages) +
+                " runs on actors (use --algorithm sequential and one stage)");
+  if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
+    throw error("--optimizer " + std::string(to_string(s_.optimizer)) +
+                " is the sequential loop's: on actors the algorithm's update rule applies (leave --optimizer out)");
 }
 
 } // namespace troupe

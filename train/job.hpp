@@ -211,13 +211,25 @@ struct pipeline_settings {
   std::string profile_cache;
 };
 
+/// The sequential loop's optimizer (on actors the algorithm's update rule applies).
+enum class optimizer_kind {
+  sgd,    ///< SGD with momentum and L2 weight decay (--momentum, --weight-decay)
+  adamw,  ///< AdamW: Adam (betas 0.9, 0.999, eps 1e-8) with decoupled weight decay (--weight-decay)
+};
+/// "sgd", "adamw".
+const char* to_string(optimizer_kind k);
+/// Both, in the order above.
+const std::vector<optimizer_kind>& all_optimizers();
+optimizer_kind parse_optimizer(const std::string& name);
+
 /// Every plain value of a job: what a job file holds besides the model and the data.
 struct settings {
   int epochs = 5;                 ///< passes over the training set
   int64_t batch_size = 64;        ///< samples per step
   float lr = 0.02f;               ///< learning rate (the server's on actors)
   float momentum = 0.9f;          ///< SGD momentum of the sequential loop
-  float weight_decay = 0.0f;      ///< L2 weight decay of the sequential loop
+  float weight_decay = 0.0f;      ///< weight decay of the sequential loop (L2 for sgd, decoupled for adamw)
+  optimizer_kind optimizer = optimizer_kind::sgd;  ///< the sequential loop's optimizer
   lr_schedule schedule = lr_schedule::cosine;
   uint64_t seed = 1;              ///< initialisation, shuffling, dropout
   int threads = 0;                ///< CPU threads, 0: this process's share of the cores
@@ -267,10 +279,16 @@ class job {
 public:
   /// Returns a model; fit builds it for the data's sample shape with the seed.
   using model_factory = std::function<troupe::model::model()>;
+  /// Returns a language model for a vocabulary of `vocab_size` tokens (its
+  /// output size): job.model([](int64_t v) { return zoo::gpt(v, 128); }, "gpt").
+  /// The data must be text (data::text_file); fit builds it for [context] ids.
+  using vocabulary_model_factory = std::function<troupe::model::model(int64_t vocab_size)>;
 
   /// The model to train, as a factory (the actors build one replica per
   /// concurrent step); `name` identifies it in logs and metrics.
   job& model(model_factory make, std::string name = "custom");
+  /// A language model, made for the text data's vocabulary.
+  job& model(vocabulary_model_factory make, std::string name = "custom");
   job& data(troupe::data::source d);
   job& algorithm(const troupe::algorithm& a) {
     s_.algo = a.settings();
@@ -281,6 +299,8 @@ public:
   job& lr(float v) { s_.lr = v; return *this; }
   job& momentum(float v) { s_.momentum = v; return *this; }
   job& weight_decay(float v) { s_.weight_decay = v; return *this; }
+  /// The sequential loop's optimizer: sgd (default) or adamw.
+  job& optimizer(optimizer_kind k) { s_.optimizer = k; return *this; }
   job& schedule(lr_schedule v) { s_.schedule = v; return *this; }
   job& seed(uint64_t v) { s_.seed = v; return *this; }
   job& threads(int n) { s_.threads = n; return *this; }
@@ -338,10 +358,14 @@ public:
   const troupe::data::source& data_source() const { return data_; }
   const std::function<void(const step_event&)>& step_callback() const { return on_step_; }
   const std::function<void(const epoch_event&)>& epoch_callback() const { return on_epoch_; }
-  /// A fresh model built for samples of shape `sample` with the job's seed.
-  /// Throws troupe::error when the job has no model or the model does not fit.
-  troupe::model::model build_model(const shape& sample) const;
-  /// Throws troupe::error naming what is missing or invalid.
+  /// A fresh model built for samples of shape `sample` with the job's seed;
+  /// a vocabulary_model_factory's for `vocab_size` tokens. Throws
+  /// troupe::error when the job has no model or the model does not fit.
+  troupe::model::model build_model(const shape& sample, int64_t vocab_size = 0) const;
+  /// True when the job trains a language model: its data is text.
+  bool language_model() const { return data_.is_text(); }
+  /// Throws troupe::error naming what is missing or invalid; a language
+  /// model on actors is one ("language models train in the sequential loop for now").
   void validate() const;
 
 private:
@@ -350,6 +374,7 @@ private:
   std::string node_;
   std::shared_ptr<train::cost_cache> costs_;
   model_factory make_;
+  vocabulary_model_factory make_for_vocabulary_;
   std::string model_name_ = "custom";
   troupe::data::source data_;
   std::function<void(const step_event&)> on_step_;

@@ -375,7 +375,8 @@ std::vector<job_key> make_algorithm_keys() {
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
   std::vector<job_key> keys{
-      text_key("model", "NAME", "mlp, cnn or resnet (default cnn)", [](auto& s) -> auto& { return s.model; }),
+      text_key("model", "NAME", "mlp, cnn, resnet or gpt (a character-level language model; other defaults, "
+               "see README) (default cnn)", [](auto& s) -> auto& { return s.model; }),
       integer_key("epochs", "N", "passes over the training set (default 5)",
                   [](auto& s) -> auto& { return s.train.epochs; }, 1),
       integer_key("batch-size", "N", "samples per step (default 64)",
@@ -383,8 +384,11 @@ std::vector<job_key> make_keys() {
       number_key("lr", "F", "learning rate (default 0.02)", [](auto& s) -> auto& { return s.train.lr; }, positive()),
       number_key("momentum", "F", "SGD momentum in [0, 1) (default 0.9)",
                  [](auto& s) -> auto& { return s.train.momentum; }, fraction()),
-      number_key("weight-decay", "F", "L2 weight decay (default 0)",
+      number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default 0; gpt 0.01)",
                  [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
+      choice_key("optimizer", "NAME",
+                 "the sequential loop's optimizer: sgd (with --momentum) or adamw (default sgd; gpt adamw)",
+                 [](auto& s) -> auto& { return s.train.optimizer; }, parse_optimizer, all_optimizers()),
       choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)",
                  [](auto& s) -> auto& { return s.train.schedule; }, parse_schedule,
                  std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
@@ -394,8 +398,12 @@ std::vector<job_key> make_keys() {
                   "CPU threads; 0: this process's share of the cores (Slurm's CPUs per task, else its CPUs divided by "
                   "the processes on its host) (default 0)",
                   [](auto& s) -> auto& { return s.train.threads; }, 0),
-      text_key("data-dir", "DIR", "directory with the IDX files (default " + data::default_fashion_mnist_dir() + ")",
+      text_key("data-dir", "DIR",
+               "directory with the IDX files (default " + data::default_fashion_mnist_dir() +
+                   "); gpt: a text file or a directory of them (default " + data::default_text_dir() + ")",
                [](auto& s) -> auto& { return s.data_dir; }),
+      integer_key("context", "N", "gpt: tokens (bytes) per training window (default 128)",
+                  [](auto& s) -> auto& { return s.context; }, 1, 4096),
       text_key("checkpoint", "FILE", "resume from FILE if it exists; save to it after every epoch",
                [](auto& s) -> auto& { return s.train.checkpoint; }),
       integer_key("checkpoint-every-steps", "N", "also save the checkpoint every N steps (default 0 = per epoch only)",
@@ -804,10 +812,36 @@ void set_from_text(job_spec& spec, const job_key& key, const std::string& text) 
 
 void apply_job_file(job_spec& spec, const std::string& path) { apply_job_text(spec, read_text(path), path); }
 
+const std::vector<std::string>& language_model_names() {
+  static const std::vector<std::string> names{"gpt"};
+  return names;
+}
+
+job_spec language_model_defaults() {
+  job_spec s;
+  s.model = "gpt";
+  s.train.optimizer = optimizer_kind::adamw;
+  s.train.lr = 1e-3f;
+  s.train.weight_decay = 0.01f;
+  s.train.batch_size = 32;
+  s.train.epochs = 2;
+  return s;
+}
+
+job_spec defaults_for(const std::string& model) {
+  const auto& lms = language_model_names();
+  return std::find(lms.begin(), lms.end(), model) != lms.end() ? language_model_defaults() : job_spec{};
+}
+
 void validate(const job_spec& spec) {
-  const std::vector<std::string> models = zoo::names();
+  std::vector<std::string> models = zoo::names();
+  for (const std::string& m : language_model_names()) models.push_back(m);
   if (std::find(models.begin(), models.end(), spec.model) == models.end())
     throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
+  const bool lm = spec.model == "gpt";
+  if (lm && (traits(spec.train.algo.kind).on_actors || spec.train.pipeline.stages > 1))
+    throw error("language models train in the sequential loop for now: --model gpt takes --algorithm sequential "
+                "and --pipeline-stages 1");
   troupe::validate(spec.train);
   validate(spec.cluster);
   if (traits(spec.train.algo.kind).shared_memory && !spec.cluster.single_process())
@@ -846,10 +880,15 @@ troupe::job make_job(const job_spec& spec) {
   validate(spec);
   const std::string name = spec.model;
   troupe::job j;
-  j.model([name] { return zoo::by_name(name); }, name)
-      .data(spec.data_dir.empty() ? data::fashion_mnist() : data::idx_dir(spec.data_dir))
-      .configure(spec.train)
-      .cluster(spec.cluster);
+  if (name == "gpt") {
+    const int64_t context = spec.context;
+    j.model([context](int64_t vocab) { return zoo::gpt(vocab, context); }, name)
+        .data(spec.data_dir.empty() ? data::fortunes(context) : data::text_file(spec.data_dir, context));
+  } else {
+    j.model([name] { return zoo::by_name(name); }, name)
+        .data(spec.data_dir.empty() ? data::fashion_mnist() : data::idx_dir(spec.data_dir));
+  }
+  j.configure(spec.train).cluster(spec.cluster);
   return j;
 }
 

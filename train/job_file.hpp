@@ -25,10 +25,13 @@ namespace troupe::train {
 
 /// What a job file and the trainer's command line hold: a zoo model, the data directory, every setting.
 struct job_spec {
-  std::string model = "cnn";  ///< zoo model (model/zoo.hpp): mlp, cnn or resnet
-  std::string data_dir;       ///< IDX files; empty: Debian's Fashion-MNIST (data::default_fashion_mnist_dir())
+  std::string model = "cnn";  ///< zoo model (model/zoo.hpp): mlp, cnn, resnet or gpt (a language model)
+  /// IDX files; empty: Debian's Fashion-MNIST (data::default_fashion_mnist_dir()). For gpt: a text file
+  /// or a directory of them; empty: Debian's fortunes (data::default_text_dir()).
+  std::string data_dir;
   settings train;
   cluster_spec cluster;       ///< the [cluster] table: the nodes of the run (none: this process alone)
+  int64_t context = 128;      ///< gpt: tokens per window
 };
 
 /// Reads a TOML job file on top of `base` (keys absent from the file keep base's values), then
@@ -39,9 +42,19 @@ job_spec parse_job_file(const std::string& text, const std::string& path, job_sp
 /// The effective job as a TOML job file that read_job_file accepts again: every key, each with a
 /// one-line comment. Throws troupe::error for a seed above 2^63 - 1, which TOML cannot hold.
 std::string to_job_file(const job_spec& spec);
-/// A job from a spec: the zoo model (by name) and IDX data (data_dir, or troupe::data::fashion_mnist()).
+/// A job from a spec: the zoo model (by name) and IDX data (data_dir, or troupe::data::fashion_mnist());
+/// for gpt, zoo::gpt(the corpus's vocabulary, context) on text (data_dir, or troupe::data::fortunes()).
 /// Validates the spec first.
 troupe::job make_job(const job_spec& spec);
+
+/// The language models of the trainer (beside zoo::names()): "gpt".
+const std::vector<std::string>& language_model_names();
+/// The defaults a job file and the command line start from for `model`: job_spec{}, and for gpt
+/// language_model_defaults() (the keys a file or the options give override them).
+job_spec defaults_for(const std::string& model);
+/// gpt's defaults: AdamW, lr 0.001, weight decay 0.01, batch size 32, 2 epochs of
+/// data::text_windows' windows, cosine schedule.
+job_spec language_model_defaults();
 
 /// Throws troupe::error when the settings do not combine (troupe::validate) or the model is not in the zoo.
 void validate(const job_spec& spec);

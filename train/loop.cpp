@@ -3,20 +3,52 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <ostream>
 #include <utility>
 
 #include "kernels/kernels.hpp"
+#include "kernels/sequence.hpp"
 #include "model/optimizer.hpp"
 #include "net/checkpoint.hpp"
 #include "train/epoch_accumulator.hpp"
+#include "train/optimizers.hpp"
 #include "train/plan.hpp"
 #include "train/progress.hpp"
 
 namespace troupe::train {
 
+namespace {
+
+/// A language model's corpus, split, every part checked to hold a window.
+std::shared_ptr<const text_data> load_text(const job& j, std::ostream& log) {
+  auto t = std::make_shared<text_data>();
+  t->corpus = j.data_source().load_text();
+  t->windows = j.data_source().windows();
+  data::text_split_options split;
+  split.validation = j.config().validation_fraction;
+  split.regions = std::min<int64_t>(split.regions, t->corpus.size());
+  t->parts = t->corpus.split(split);
+  for (const data::text_part* p : {&t->parts.train, &t->parts.validation, &t->parts.test})
+    if (!p->regions.empty()) data::window_sampler(t->corpus, *p, t->windows.context, 0);  // throws when too short
+  log << "data: " << t->parts.train.tokens() << " train / ";
+  if (t->parts.validation.tokens()) log << t->parts.validation.tokens() << " validation / ";
+  log << t->parts.test.tokens() << " test tokens (a vocabulary of " << t->corpus.vocab_size() << ") from "
+      << j.data_source().description() << "; windows of " << t->windows.context << " tokens, "
+      << t->windows.windows_per_epoch << " per epoch\n";
+  return t;
+}
+
+} // namespace
+
 loaded_data load_data(const job& j, std::ostream& log) {
-  loaded_data d{j.data_source().load(), {}, {}};
+  if (j.data_source().is_text()) {
+    loaded_data d;
+    d.text = load_text(j, log);
+    return d;
+  }
+  loaded_data d{j.data_source().load(), {}, {}, nullptr};
   const double f = j.config().validation_fraction;
   if (f > 0)
     d.validation = data::split_off(d.sets.train, std::max<int64_t>(1, static_cast<int64_t>(f * d.sets.train.count)));
@@ -38,6 +70,7 @@ run_info info_of(const job& j, int threads) {
   r.workers = s.algo.workers;
   r.pipeline_stages = s.pipeline.stages;
   r.asynchronous = traits(s.algo.kind).on_actors;
+  r.language_model = j.language_model();
   return r;
 }
 
@@ -64,8 +97,40 @@ test_score score(model::model& net, const kernels::context& ctx, const data::ima
   return out;
 }
 
+test_score score_text(model::model& net, const kernels::context& ctx, const text_data& t, const data::text_part& part,
+                      int64_t batch_size) {
+  data::window_sampler windows(t.corpus, part, t.windows.context, 0x5c0de);
+  data::text_batch b;
+  int64_t correct = 0;
+  double loss_sum = 0;
+  test_score out;
+  for (int64_t done = 0; done < text_score_windows; done += b.size()) {
+    windows.sample(std::min(batch_size, text_score_windows - done), b);
+    const tensor& logits = net.forward(ctx, b.inputs, false);
+    const auto tokens = static_cast<int64_t>(b.targets.size());
+    correct += kernels::count_correct(ctx, logits.reshape({tokens, logits.dim(2)}), b.targets);
+    loss_sum += kernels::sequence_cross_entropy(ctx, logits, kernels::token_ids::of(b.targets, b.size()), nullptr) *
+                static_cast<double>(tokens);
+    out.samples += tokens;
+  }
+  out.accuracy = static_cast<double>(correct) / static_cast<double>(out.samples);
+  out.loss = loss_sum / static_cast<double>(out.samples);
+  return out;
+}
+
 accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size) {
   accuracies a;
+  if (d.text) {
+    const test_score t = score_text(net, ctx, *d.text, d.text->parts.test, batch_size);
+    a.test = t.accuracy;
+    a.test_loss = t.loss;
+    if (!d.text->parts.validation.regions.empty()) {
+      const test_score v = score_text(net, ctx, *d.text, d.text->parts.validation, batch_size);
+      a.validation = v.accuracy;
+      a.validation_loss = v.loss;
+    }
+    return a;
+  }
   a.test = score(net, ctx, d.sets.test, d.norm, batch_size).accuracy;
   if (d.validation.count) a.validation = score(net, ctx, d.validation, d.norm, batch_size).accuracy;
   return a;
@@ -99,9 +164,10 @@ bool epoch_callback(const job& j, const epoch_metrics& m) {
 namespace {
 
 /// `epoch_samples`: samples of the epoch after `epochs_done` trained so far.
-void save(const std::string& path, model::model& net, const model::optimizer& opt, uint32_t epochs_done,
-          int64_t steps, int64_t epoch_samples) {
+void save(const std::string& path, model::model& net, const model::optimizer& opt, const loaded_data& d,
+          uint32_t epochs_done, int64_t steps, int64_t epoch_samples) {
   net::checkpoint c;
+  if (d.text) c.vocabulary = d.text->corpus.vocabulary();
   c.architecture = net.architecture();
   c.epoch = epochs_done;
   c.step = static_cast<uint64_t>(steps);
@@ -122,9 +188,14 @@ struct start_point {
 
 /// Continues `net` and `opt` from the checkpoint `path`; `samples_per_epoch`
 /// bounds a position inside an epoch (a checkpoint of another data set).
-start_point resume(const std::string& path, model::model& net, model::optimizer& opt, int64_t samples_per_epoch,
-                   std::ostream& log) {
+start_point resume(const std::string& path, model::model& net, model::optimizer& opt, const loaded_data& d,
+                   int64_t samples_per_epoch, std::ostream& log) {
   net::checkpoint c = net::load_checkpoint(path);
+  // Token i must mean the same byte as when the checkpoint was written.
+  if (d.text && c.vocabulary != d.text->corpus.vocabulary())
+    throw error("checkpoint " + path + " holds a vocabulary of " + std::to_string(c.vocabulary.size()) +
+                " bytes that is not this corpus's (" + std::to_string(d.text->corpus.vocab_size()) +
+                " bytes): resume on the text it was trained on, or give another --checkpoint");
   net.load_state(c.architecture, c.params);
   opt.load_state(net.parameters(), c.optimizer);
   start_point p{static_cast<int>(c.epoch), static_cast<int64_t>(c.step), 0};
@@ -132,12 +203,62 @@ start_point resume(const std::string& path, model::model& net, model::optimizer&
   return p;
 }
 
-/// Skips the first `samples` samples of the epoch `b` is at (they were
-/// trained before a resume).
-void skip_samples(data::batcher& b, int64_t samples) {
-  data::batch x;
-  for (int64_t done = 0; done < samples && b.next(x);) done += x.size();
+/// A language model's losses in `m`: test and validation loss, perplexity, bits per character.
+void set_losses(epoch_metrics& m, const accuracies& a) {
+  m.test_loss = a.test_loss;
+  m.validation_loss = a.validation_loss;
+  m.perplexity = std::exp(a.test_loss);
+  m.bits_per_char = a.test_loss / std::log(2.0);
 }
+
+/// A run's training batches: shuffled images with one label each, or random
+/// windows of text with a next token at each position (a language model).
+class train_batches {
+public:
+  train_batches(const loaded_data& d, const settings& s)
+      : d_(d), s_(s), images_(d.sets.train, s.batch_size, d.norm, s.seed) {}
+  void set_threads(int threads) { images_.set_threads(threads); }
+  /// Samples (text: windows) in an epoch, and the batches they make.
+  int64_t samples_per_epoch() const { return d_.text ? d_.text->windows.windows_per_epoch : d_.sets.train.count; }
+  int64_t batches_per_epoch() const {
+    return d_.text ? (samples_per_epoch() + s_.batch_size - 1) / s_.batch_size : images_.batches_per_epoch();
+  }
+  /// Starts `epoch` (0-based): a permutation, or a window sampler, drawn from (seed, epoch).
+  void start_epoch(int epoch) {
+    if (!d_.text) return images_.start_epoch(epoch);
+    const uint64_t seed = s_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1;
+    windows_.emplace(d_.text->corpus, d_.text->parts.train, d_.text->windows.context, seed);
+    drawn_ = 0;
+  }
+  /// The next batch; false when the epoch is over.
+  bool next() {
+    if (!d_.text) return images_.next(images_batch_);
+    if (drawn_ >= samples_per_epoch()) return false;
+    windows_->sample(std::min(s_.batch_size, samples_per_epoch() - drawn_), text_batch_);
+    drawn_ += text_batch_.size();
+    return true;
+  }
+  /// Skips the first `samples` of the epoch (trained before a resume).
+  void skip(int64_t samples) {
+    for (int64_t done = 0; done < samples && next();) done += size();
+  }
+  const tensor& inputs() const { return d_.text ? text_batch_.inputs : images_batch_.images; }
+  int64_t size() const { return d_.text ? text_batch_.size() : images_batch_.size(); }
+  /// The batch's mean loss of `logits` (per token for text), its gradient in `dlogits`.
+  double loss(const kernels::context& ctx, const tensor& logits, tensor& dlogits) const {
+    if (!d_.text) return kernels::softmax_cross_entropy(ctx, logits, images_batch_.labels, &dlogits);
+    return kernels::sequence_cross_entropy(ctx, logits, kernels::token_ids::of(text_batch_.targets, size()), &dlogits);
+  }
+
+private:
+  const loaded_data& d_;
+  const settings& s_;
+  data::batcher images_;
+  data::batch images_batch_;
+  std::optional<data::window_sampler> windows_;
+  data::text_batch text_batch_;
+  int64_t drawn_ = 0;
+};
 
 /// The epochs of a sequential run, once run_sequential has set up the model, its optimizer, the data and
 /// where the run starts: train() trains one epoch, close() ends it (scores and checkpoints it).
@@ -146,9 +267,9 @@ public:
   sequential_epochs(const job& j, const kernels::context& ctx, const loaded_data& d, model::model& net,
                     model::optimizer& opt, const start_point& from, std::ostream& log)
       : j_(j), s_(j.config()), ctx_(ctx), d_(d), net_(net), params_(net.parameters()), opt_(opt), from_(from),
-        batches_(d.sets.train, s_.batch_size, d.norm, s_.seed), per_epoch_(batches_.batches_per_epoch()),
+        batches_(d, s_), per_epoch_(batches_.batches_per_epoch()),
         total_steps_(per_epoch_ * s_.epochs),
-        acc_({d.sets.train.count, per_epoch_, s_.epochs, from.epochs, from.steps, s_.max_steps, 1, from.epoch_samples},
+        acc_({batches_.samples_per_epoch(), per_epoch_, s_.epochs, from.epochs, from.steps, s_.max_steps, 1, from.epoch_samples},
              std::chrono::steady_clock::now()),
         progress_(log, s_.progress),
         periodic_(s_.checkpoint_every_steps, s_.checkpoint_every_s, from.steps, std::chrono::steady_clock::now()) {
@@ -160,12 +281,12 @@ public:
   epoch_accumulator::verdict train(int epoch) {
     batches_.start_epoch(epoch);
     // A checkpoint inside this epoch: its first samples are trained already.
-    if (epoch == from_.epochs) skip_samples(batches_, from_.epoch_samples);
+    if (epoch == from_.epochs) batches_.skip(from_.epoch_samples);
     auto verdict = epoch_accumulator::verdict::train_on;
-    while (verdict == epoch_accumulator::verdict::train_on && batches_.next(b_)) {
+    while (verdict == epoch_accumulator::verdict::train_on && batches_.next()) {
       opt_.set_learning_rate(model::scheduled_lr(s_.lr, s_.schedule, acc_.steps(), total_steps_));
-      const tensor& logits = net_.forward(ctx_, b_.images, true);
-      const double loss = kernels::softmax_cross_entropy(ctx_, logits, b_.labels, &dlogits_);
+      const tensor& logits = net_.forward(ctx_, batches_.inputs(), true);
+      const double loss = batches_.loss(ctx_, logits, dlogits_);
       net_.backward(ctx_, dlogits_);
       opt_.step(ctx_, params_);
       if (j_.step_callback()) {
@@ -173,11 +294,11 @@ public:
         j_.step_callback()(e);
         if (stop_) acc_.request_stop();
       }
-      verdict = acc_.add({0, static_cast<uint64_t>(acc_.steps() + 1), loss, static_cast<uint64_t>(b_.size())});
+      verdict = acc_.add({0, static_cast<uint64_t>(acc_.steps() + 1), loss, static_cast<uint64_t>(batches_.size())});
       // Inside an epoch: a resumed run trains the rest of it.
       if (verdict == epoch_accumulator::verdict::train_on &&
           periodic_.due(acc_.steps(), std::chrono::steady_clock::now()))
-        save(s_.checkpoint, net_, opt_, static_cast<uint32_t>(epoch), acc_.steps(), acc_.epoch_samples());
+        save(s_.checkpoint, net_, opt_, d_, static_cast<uint32_t>(epoch), acc_.steps(), acc_.epoch_samples());
       progress_.update(epoch + 1, s_.epochs, acc_.batches_done(s_.batch_size), per_epoch_, acc_.mean_loss(),
                        acc_.samples_per_s(std::chrono::steady_clock::now()));
     }
@@ -193,11 +314,12 @@ public:
       const accuracies a = score_sets(net_, ctx_, d_, s_.batch_size);
       m.test_accuracy = a.test;
       m.validation_accuracy = a.validation;
+      if (d_.text) set_losses(m, a);
     }
     // A run cut inside an epoch records where in it: a resumed run trains the rest.
     if (!s_.checkpoint.empty()) {
       const bool complete = acc_.last_closed_complete();
-      save(s_.checkpoint, net_, opt_, static_cast<uint32_t>(complete ? epoch + 1 : epoch), m.steps,
+      save(s_.checkpoint, net_, opt_, d_, static_cast<uint32_t>(complete ? epoch + 1 : epoch), m.steps,
            complete ? 0 : epoch_samples);
     }
     m.wall_s = seconds_since(start);
@@ -215,13 +337,12 @@ private:
   std::vector<model::parameter*> params_;
   model::optimizer& opt_;
   const start_point from_;
-  data::batcher batches_;
+  train_batches batches_;
   const int64_t per_epoch_;
   const int64_t total_steps_;
   epoch_accumulator acc_;
   progress_reporter progress_;
   checkpoint_clock periodic_;
-  data::batch b_;
   tensor dlogits_;
   bool stop_ = false;
 };
@@ -241,12 +362,11 @@ history run_sequential(const job& j, std::ostream& log) {
   const bool resuming = resumes(s);
   metrics_file metrics(s.metrics_out, resuming);
   const loaded_data d = load_data(j, log);
-  const data::train_test& ds = d.sets;
-
-  model::model net = j.build_model(ds.train.sample_shape());
-  std::unique_ptr<model::optimizer> opt =
-      optim::sgd(s.lr).momentum(s.momentum).weight_decay(s.weight_decay).make();
-  const start_point from = resuming ? resume(s.checkpoint, net, *opt, ds.train.count, log) : start_point{};
+  model::model net = d.text ? j.build_model({d.text->windows.context}, d.text->corpus.vocab_size())
+                            : j.build_model(d.sets.train.sample_shape());
+  std::unique_ptr<model::optimizer> opt = make_optimizer(s);
+  const int64_t per_epoch = d.text ? d.text->windows.windows_per_epoch : d.sets.train.count;
+  const start_point from = resuming ? resume(s.checkpoint, net, *opt, d, per_epoch, log) : start_point{};
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
       << ctx.threads << " threads\n";
   if (from.epochs >= s.epochs) return {};

@@ -4,9 +4,11 @@
 // loading a job's data, evaluating, the records' common fields.
 
 #include <iosfwd>
+#include <memory>
 #include <string>
 
 #include "data/dataset.hpp"
+#include "data/text.hpp"
 #include "kernels/context.hpp"
 #include "model/model.hpp"
 #include "train/job.hpp"
@@ -14,12 +16,23 @@
 
 namespace troupe::train {
 
+/// A language model's text, loaded once: the corpus, its train, validation
+/// (as the job's validation_fraction; none at 0) and test parts (10 %), split
+/// with a fixed seed (the same parts for every job seed), and its windows.
+struct text_data {
+  data::text_corpus corpus;
+  data::text_parts parts;
+  data::text_windows windows;
+};
+
 /// A job's data, loaded once: both sets, the validation set held out of the
-/// training set (empty without --validation-fraction) and the training set's normalization.
+/// training set (empty without --validation-fraction) and the training set's
+/// normalization; for text (a language model) `text` instead, the sets empty.
 struct loaded_data {
   data::train_test sets;
   data::image_dataset validation;
   data::normalization norm;
+  std::shared_ptr<const text_data> text;
 };
 /// Loads `j`'s data and logs what it loaded.
 loaded_data load_data(const job& j, std::ostream& log);
@@ -29,17 +42,27 @@ run_info info_of(const job& j, int threads);
 
 /// How well a model does on a test set.
 struct test_score {
-  double accuracy = 0;  ///< in [0, 1]
-  double loss = 0;      ///< mean cross-entropy
-  int64_t samples = 0;
+  double accuracy = 0;  ///< in [0, 1]; a language model's: of its next-token predictions
+  double loss = 0;      ///< mean cross-entropy (a language model's: per token)
+  int64_t samples = 0;  ///< samples (a language model's: tokens) scored
 };
 /// Scores `net` over `test`, in batches of `batch_size`.
 test_score score(model::model& net, const kernels::context& ctx, const data::image_dataset& test,
                  const data::normalization& norm, int64_t batch_size);
 
-/// Accuracy on the test set and, when `d` holds one, the validation set (-1: none).
+/// Windows a language model is scored on per part: drawn by a sampler of a
+/// fixed seed, the same windows after every epoch and in every run.
+constexpr int64_t text_score_windows = 256;
+/// Scores language model `net` on `part` of `t` (text_score_windows windows,
+/// in batches of `batch_size`): mean next-token loss and accuracy over their tokens.
+test_score score_text(model::model& net, const kernels::context& ctx, const text_data& t, const data::text_part& part,
+                      int64_t batch_size);
+
+/// Accuracy on the test set and, when `d` holds one, the validation set (-1:
+/// none); a language model's losses too (-1 for image models).
 struct accuracies {
   double test = -1, validation = -1;
+  double test_loss = -1, validation_loss = -1;
 };
 accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size);
 

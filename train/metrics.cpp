@@ -32,6 +32,13 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["train_loss"] = number(m.train_loss);
   j["test_accuracy"] = m.test_accuracy < 0 ? nlohmann::ordered_json(nullptr) : number(m.test_accuracy);
   if (m.validation_accuracy >= 0) j["validation_accuracy"] = number(m.validation_accuracy);
+  if (r.language_model) {
+    const auto or_null = [](double v) { return v < 0 ? nlohmann::ordered_json(nullptr) : number(v); };
+    j["test_loss"] = or_null(m.test_loss);
+    j["perplexity"] = or_null(m.perplexity);
+    j["bits_per_char"] = or_null(m.bits_per_char);
+    if (m.validation_loss >= 0) j["validation_loss"] = number(m.validation_loss);
+  }
   j["samples_per_s"] = number(m.samples_per_s);
   j["train_s"] = number(m.train_s);
   j["wall_s"] = number(m.wall_s);
@@ -67,7 +74,13 @@ std::string describe(const epoch_metrics& m, const run_info& r) {
   std::ostringstream line;
   line << "epoch " << m.epoch << "/" << r.epochs << ": train loss " << std::fixed << std::setprecision(4)
        << m.train_loss;
-  if (m.test_accuracy >= 0) line << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%";
+  if (r.language_model && m.test_loss >= 0)
+    line << ", test loss " << std::setprecision(4) << m.test_loss << " (" << std::setprecision(3) << m.bits_per_char
+         << " bits/char, perplexity " << std::setprecision(2) << m.perplexity << ")";
+  if (r.language_model && m.validation_loss >= 0) line << ", validation loss " << std::setprecision(4) << m.validation_loss;
+  if (m.test_accuracy >= 0)
+    line << (r.language_model ? ", next-token accuracy " : ", test accuracy ") << std::setprecision(2)
+         << 100 * m.test_accuracy << "%";
   if (m.validation_accuracy >= 0) line << ", validation " << std::setprecision(2) << 100 * m.validation_accuracy << "%";
   line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s";
   if (r.asynchronous)

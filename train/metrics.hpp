@@ -19,6 +19,12 @@ struct epoch_metrics {
   double train_loss = 0;       ///< mean over the epoch's steps
   double test_accuracy = -1;   ///< in [0, 1]; -1 when not evaluated
   double validation_accuracy = -1;  ///< on the held-out part of the training set; -1 when none
+  // A language model's (-1 otherwise, and for image models never in the record;
+  // test_accuracy is then the next-token accuracy):
+  double test_loss = -1;        ///< mean next-token cross-entropy (nats) on the test part
+  double validation_loss = -1;  ///< the same on the validation part; -1 when none
+  double perplexity = -1;       ///< exp(test_loss)
+  double bits_per_char = -1;    ///< test_loss / ln 2 (tokens are bytes)
   double samples_per_s = 0;    ///< training samples / training seconds of this epoch
   double train_s = 0;          ///< seconds spent training this epoch
   double wall_s = 0;           ///< seconds since the run started
@@ -64,12 +70,16 @@ struct run_info {
   int workers = 1;
   int pipeline_stages = 1;
   bool asynchronous = false;
+  bool language_model = false;  ///< its records hold the losses, perplexity and bits per character
 };
 
 /// The JSON Lines record of one epoch (one line, no newline): epoch, model,
 /// train_loss, test_accuracy (null when not evaluated), samples_per_s,
 /// validation_accuracy (only with a validation set), train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
 /// workers, pipeline_stages, mean_staleness, max_staleness, rejected, lost_workers. Non-finite numbers are null.
+/// A language model's record also holds, after validation_accuracy: test_loss, perplexity, bits_per_char
+/// (null when not evaluated) and validation_loss (only with a validation set); test_accuracy is the
+/// next-token accuracy.
 std::string to_json(const epoch_metrics& m, const run_info& r);
 
 /// The last record of a data-parallel run (one line, no newline):

@@ -26,6 +26,7 @@
 #include "train/job.hpp"
 #include "train/metrics.hpp"
 #include "train/evaluate.hpp"
+#include "train/generate.hpp"
 #include "train/job_file.hpp"
 #include "train/profile_cache.hpp"
 #include "train/cli.hpp"

@@ -86,10 +86,12 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"lr", "0.1", "lr"},
       {"momentum", "0.5", "momentum"},
       {"weight-decay", "0.001", "weight_decay"},
+      {"optimizer", "adamw", "optimizer"},
       {"lr-schedule", "constant", "schedule"},
       {"seed", "42", "seed"},
       {"threads", "2", "threads"},
       {"data-dir", "/data/idx", "data_dir"},
+      {"context", "64", "context"},
       {"checkpoint", "ck.bin", "checkpoint"},
       {"checkpoint-every-steps", "50", "checkpoint_every_steps"},
       {"checkpoint-every-seconds", "2.5", "checkpoint_every_s"},
@@ -209,7 +211,7 @@ TEST_CASE("booleans and lists have a command-line spelling", "[cli]") {
 
 TEST_CASE("the command line validates like the job file", "[cli]") {
   CHECK_THROWS_MATCHES(parse({"--model=vgg"}), error,
-                       message(Equals("unknown model 'vgg' (choose mlp, cnn or resnet)")));
+                       message(Equals("unknown model 'vgg' (choose mlp, cnn, resnet or gpt)")));
   CHECK_THROWS_MATCHES(parse({"--workers", "2"}), error,
                        message(StartsWith("--workers, --shards, --push-every and --worker-speeds need an asynchronous")));
   testing::temp_dir dir;

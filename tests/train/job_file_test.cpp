@@ -241,13 +241,13 @@ TEST_CASE("worker-speeds reach the slowdowns the old speeds gave", "[job_file]")
 
 TEST_CASE("an unknown zoo model is named after the file, with the choices", "[job_file]") {
   CHECK_THROWS_MATCHES(parse("model = \"vgg\"\n"), error,
-                       message(Equals("job.toml: unknown model 'vgg' (choose mlp, cnn or resnet)")));
+                       message(Equals("job.toml: unknown model 'vgg' (choose mlp, cnn, resnet or gpt)")));
 }
 
 TEST_CASE("the key table has one key per option name, each documented", "[job_file]") {
   const std::vector<std::string> names{
-      "model",      "epochs",      "batch-size", "lr",        "momentum",        "weight-decay", "lr-schedule",
-      "seed",       "threads",     "data-dir",   "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
+      "model",      "epochs",      "batch-size", "lr",        "momentum",        "weight-decay", "optimizer", "lr-schedule",
+      "seed",       "threads",     "data-dir",   "context",    "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
       "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay", "bucket-mb", "allreduce-dtype",

@@ -52,6 +52,8 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"lr", exact(t.lr)},
       {"momentum", exact(t.momentum)},
       {"weight_decay", exact(t.weight_decay)},
+      {"optimizer", to_string(t.optimizer)},
+      {"context", std::to_string(s.context)},
       {"schedule", model::to_string(t.schedule)},
       {"seed", std::to_string(t.seed)},
       {"threads", std::to_string(t.threads)},
@@ -124,6 +126,8 @@ inline train::job_spec everything_changed() {
   t.lr = 0.1f;
   t.momentum = 0.5f;
   t.weight_decay = 1e-4f;
+  t.optimizer = optimizer_kind::adamw;
+  s.context = 64;
   t.schedule = model::lr_schedule::constant;
   t.seed = 123456789012345;
   t.threads = 3;

@@ -1,0 +1,84 @@
+// troupe_generate: continues a prompt with a language model that
+// troupe_trainer --model gpt trained (its checkpoint holds the vocabulary).
+//   troupe_generate --checkpoint gpt.ckpt --prompt "Q: " --tokens 300 --temperature 0.8 --top-k 20 --seed 7
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <troupe/troupe.hpp>
+
+namespace {
+
+const char* const usage_text =
+    "usage: troupe_generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
+    "                       [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
+    "Prints the prompt and its continuation by the language model of FILE (a\n"
+    "troupe_trainer --model gpt checkpoint): the same seed gives the same text.\n"
+    "\n"
+    "options:\n"
+    "  --checkpoint FILE         the checkpoint to read (required)\n"
+    "  --prompt TEXT             the text to continue (default: none)\n"
+    "  --tokens N                characters to add (default 200)\n"
+    "  --temperature T           divide the logits by T; 0: the likeliest (default 1)\n"
+    "  --top-k K                 sample among the K likeliest; 0: all (default 0)\n"
+    "  --seed S                  the sampler's seed (default 1)\n"
+    "  --threads N               CPU threads (default 1)\n"
+    "  -h, --help                print this text and exit\n"
+    "  --version                 print \"troupe_generate VERSION\" and exit\n";
+
+/// `text` as a number of the option `name`; throws troupe::error when it is not one.
+double number(const std::string& name, const std::string& text) {
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0') throw troupe::error("--" + name + ": expected a number, got '" + text + "'");
+  return x;
+}
+
+/// Reads `--name value` and `--name=value` into `path` and `o`.
+void parse(int argc, char** argv, std::string& path, troupe::generate_options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg.rfind("--", 0) != 0) throw troupe::error("unexpected argument '" + arg + "' (see --help)");
+    const std::size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw troupe::error(arg + " needs a value (see --help)");
+    }
+    const std::string name = arg.substr(2);
+    if (name == "checkpoint") path = value;
+    else if (name == "prompt") o.prompt = value;
+    else if (name == "tokens") o.tokens = static_cast<int64_t>(number(name, value));
+    else if (name == "temperature") o.temperature = static_cast<float>(number(name, value));
+    else if (name == "top-k") o.top_k = static_cast<int64_t>(number(name, value));
+    else if (name == "seed") o.seed = static_cast<uint64_t>(number(name, value));
+    else if (name == "threads") o.threads = static_cast<int>(number(name, value));
+    else throw troupe::error("unknown option " + arg + " (see --help)");
+  }
+  if (path.empty()) throw troupe::error("--checkpoint FILE is required (see --help)");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (troupe::train::help_or_version(argc, argv, usage_text, std::cout)) return 0;
+  std::string path;
+  troupe::generate_options o;
+  try {
+    parse(argc, argv, path, o);
+  } catch (const std::exception& e) {
+    std::cerr << "troupe_generate: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    const std::string text = troupe::generate(path, o);
+    std::cout << o.prompt << text << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "troupe_generate: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

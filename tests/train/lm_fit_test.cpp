@@ -1,0 +1,182 @@
+// A language model through troupe::fit in the sequential loop: windows of a
+// small text, token-level loss, the records' losses, the vocabulary in the
+// checkpoint, generation from it, and the errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/fit.hpp"
+#include "model/zoo.hpp"
+#include "net/checkpoint.hpp"
+#include "tests/test_util.hpp"
+#include "train/generate.hpp"
+#include "train/job_file.hpp"
+#include "train/metrics.hpp"
+
+using namespace troupe;
+using Catch::Matchers::Contains;
+using testing::message;
+
+namespace {
+
+/// A periodic text of about 2800 bytes and 27 distinct characters.
+std::string small_text() {
+  std::string t;
+  for (int i = 0; i < 64; ++i) t += "the quick brown fox jumps over a lazy dog. ";
+  return t;
+}
+
+std::string write_text(const testing::temp_dir& dir, const std::string& text) {
+  const std::string path = dir.path() + "/corpus.txt";
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+/// A tiny gpt (32 features, 2 heads, 1 block) on windows of 16 tokens.
+job tiny_lm_job(data::source text) {
+  return job()
+      .model([](int64_t vocab) { return zoo::gpt(vocab, 16, 32, 2, 1); }, "tiny-gpt")
+      .data(std::move(text))
+      .optimizer(optimizer_kind::adamw)
+      .lr(3e-3f)
+      .batch_size(16)
+      .epochs(3)
+      .seed(5)
+      .threads(1)
+      .progress(progress_mode::none);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+} // namespace
+
+TEST_CASE("a tiny gpt trains through fit on a small text and its loss falls", "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  std::vector<double> losses;
+  job j = tiny_lm_job(data::text(small_text(), 16, 256));
+  j.validation_fraction(0.1).metrics_out(dir.path() + "/m.jsonl").on_step([&](const step_event& e) {
+    losses.push_back(e.loss);
+  });
+  std::ostringstream log;
+  const history h = fit(j, log);
+  REQUIRE(h.size() == 3);
+  REQUIRE(losses.size() == 48);  // 3 epochs of 256 windows in batches of 16
+  CHECK(losses.front() > 2.5);   // about ln 27 at the start
+  CHECK(h.back().train_loss < 0.6 * losses.front());
+  CHECK(h.back().test_loss < h.front().test_loss);
+  for (const epoch_metrics& m : h) {
+    CHECK(m.test_loss > 0);
+    CHECK(m.validation_loss > 0);
+    CHECK(m.perplexity == Approx(std::exp(m.test_loss)));
+    CHECK(m.bits_per_char == Approx(m.test_loss / std::log(2.0)));
+    CHECK(m.test_accuracy >= 0);
+    CHECK(m.test_accuracy <= 1);
+  }
+  CHECK_THAT(log.str(), Contains("bits/char"));
+  const std::string records = read_all(dir.path() + "/m.jsonl");
+  for (const char* field : {"\"test_loss\":", "\"validation_loss\":", "\"perplexity\":", "\"bits_per_char\":",
+                            "\"test_accuracy\":"})
+    CHECK_THAT(records, Contains(field));
+}
+
+TEST_CASE("an image model's record holds none of a language model's fields", "[lm]") {
+  epoch_metrics m;
+  m.test_accuracy = 0.5;
+  m.test_loss = 1.0;
+  train::run_info r;
+  const std::string image = train::to_json(m, r);
+  for (const char* field : {"test_loss", "validation_loss", "perplexity", "bits_per_char"})
+    CHECK_THAT(image, !Contains(field));
+  r.language_model = true;
+  CHECK_THAT(train::to_json(m, r), Contains("\"test_loss\":1.0"));
+}
+
+TEST_CASE("the checkpoint keeps the vocabulary and generation from it is deterministic", "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  train::job_spec spec = train::defaults_for("gpt");
+  spec.data_dir = write_text(dir, small_text());
+  spec.context = 16;
+  spec.train.max_steps = 3;
+  spec.train.epochs = 1;
+  spec.train.evaluate = false;
+  spec.train.threads = 1;
+  spec.train.progress = progress_mode::none;
+  spec.train.checkpoint = dir.path() + "/gpt.ckpt";
+  std::ostringstream log;
+  fit(train::make_job(spec), log);
+  const net::checkpoint c = net::load_checkpoint(spec.train.checkpoint);
+  CHECK(c.vocabulary == " .abcdefghijklmnopqrstuvwxyz");
+
+  generate_options o;
+  o.prompt = "the ";
+  o.tokens = 40;
+  o.temperature = 0.8f;
+  o.top_k = 5;
+  o.seed = 11;
+  const std::string a = generate(spec.train.checkpoint, o);
+  CHECK(a.size() == 40);
+  CHECK(generate(spec.train.checkpoint, o) == a);
+  for (char ch : a) CHECK(c.vocabulary.find(ch) != std::string::npos);
+  o.temperature = 0;  // greedy: no draw at all
+  CHECK(generate(spec.train.checkpoint, o) == generate(spec.train.checkpoint, o));
+  o.prompt = "THE";
+  CHECK_THROWS_MATCHES(generate(spec.train.checkpoint, o), error, message(Contains("not in the vocabulary")));
+}
+
+TEST_CASE("a language model's errors are clear", "[lm]") {
+  std::ostringstream log;
+  SECTION("a missing corpus") {
+    CHECK_THROWS_MATCHES(fit(tiny_lm_job(data::text_file("/nonexistent/corpus.txt", 16)), log), error,
+                         message(Contains("/nonexistent/corpus.txt does not exist")));
+  }
+  SECTION("a corpus shorter than one window") {
+    CHECK_THROWS_MATCHES(fit(tiny_lm_job(data::text(std::string(100, 'a') + "b", 16)), log), error,
+                         message(Contains("shorter than one window")));
+  }
+  SECTION("a language model on actors") {
+    job j = tiny_lm_job(data::text(small_text(), 16));
+    CHECK_THROWS_MATCHES(fit(j.algorithm(asgd().workers(2)), log), error,
+                         message(Contains("language models train in the sequential loop for now")));
+    j.algorithm(sequential_sgd()).pipeline(2);
+    CHECK_THROWS_MATCHES(fit(j, log), error, message(Contains("language models train in the sequential loop for now")));
+    train::job_spec spec = train::defaults_for("gpt");
+    spec.train.optimizer = optimizer_kind::sgd;
+    spec.train.algo.kind = algorithm_kind::allreduce;
+    CHECK_THROWS_MATCHES(train::validate(spec), error,
+                         message(Contains("language models train in the sequential loop for now")));
+  }
+  SECTION("a model made for a vocabulary on images") {
+    job j = tiny_lm_job(data::fashion_mnist());
+    CHECK_THROWS_MATCHES(fit(j, log), error, message(Contains("its data must be text")));
+  }
+  SECTION("adamw on actors") {
+    job j = job().model([] { return zoo::mlp(); }).data(data::fashion_mnist()).optimizer(optimizer_kind::adamw);
+    CHECK_THROWS_MATCHES(fit(j.algorithm(asgd().workers(2)), log), error,
+                         message(Contains("--optimizer adamw is the sequential loop's")));
+  }
+}
+
+TEST_CASE("a language model resumes from its checkpoint and refuses one of another vocabulary", "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  const std::string ckpt = dir.path() + "/lm.ckpt";
+  std::ostringstream log;
+  job j = tiny_lm_job(data::text(small_text(), 16, 64));
+  REQUIRE(fit(j.epochs(1).checkpoint(ckpt), log).size() == 1);
+  const history h = fit(j.epochs(2), log);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].epoch == 2);
+  CHECK(h[0].steps == 8);
+  CHECK(net::load_checkpoint(ckpt).optimizer_kind.rfind("adamw", 0) == 0);
+  job other = tiny_lm_job(data::text(small_text() + "XYZ", 16, 64));
+  CHECK_THROWS_MATCHES(fit(other.epochs(3).checkpoint(ckpt), log), error,
+                       message(Contains("that is not this corpus's")));
+}

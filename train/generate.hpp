@@ -1,0 +1,41 @@
+#pragma once
+
+// Text from a language model: a prompt continued one sampled token at a time.
+//
+//   troupe::generate_options o;
+//   o.prompt = "Q: ";
+//   o.tokens = 200;
+//   std::string text = troupe::generate("gpt.ckpt", o);  // a troupe_trainer --model gpt checkpoint
+
+#include <cstdint>
+#include <string>
+
+#include "model/model.hpp"
+
+namespace troupe {
+
+/// How generate() samples.
+struct generate_options {
+  std::string prompt;        ///< the text to continue (empty: a newline, or token 0)
+  int64_t tokens = 200;      ///< tokens (bytes) to add
+  float temperature = 1.0f;  ///< logits are divided by it; 0: always the most likely token
+  int64_t top_k = 0;         ///< sample among the k most likely tokens only; 0: all
+  uint64_t seed = 1;         ///< the same seed, checkpoint and options give the same text
+  int threads = 1;           ///< CPU threads for the forward passes
+};
+
+/// The continuation of o.prompt (the prompt not included) by `net`, a built
+/// language model of input [context] token ids and output [context, V]
+/// logits, V = vocabulary.size(); token i is the byte vocabulary[i]. Each
+/// step reads the last `context` tokens. Throws troupe::error for a prompt
+/// byte outside the vocabulary, a negative token count, temperature or top_k.
+std::string generate(model::model& net, const std::string& vocabulary, const generate_options& o);
+
+/// The same for a checkpoint that troupe_trainer --model gpt wrote: the
+/// vocabulary and the context come from the file, the model is
+/// zoo::gpt(vocabulary, context) with the trainer's sizes. Throws
+/// troupe::error when the file is missing, corrupt, holds no vocabulary (not
+/// a language model's) or another architecture.
+std::string generate(const std::string& checkpoint_path, const generate_options& o);
+
+} // namespace troupe

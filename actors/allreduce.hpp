@@ -26,6 +26,7 @@ struct allreduce_config {
   std::vector<float> velocity;        ///< a resumed run's momentum (empty: zeros)
   uint64_t steps_before = 0;          ///< global steps applied before (a resumed run)
   float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
+  float clip_grad_norm = 0;           ///< the mean gradient clipped to this global norm (0: none)
   model::lr_schedule schedule = model::lr_schedule::constant;
   int64_t total_steps = 1;            ///< the schedule's length in global steps
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)

@@ -152,6 +152,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   a.lr = s.lr;
   a.momentum = s.momentum;
   a.weight_decay = s.weight_decay;
+  a.clip_grad_norm = s.clip_grad_norm;
   a.schedule = s.schedule;
   a.total_steps = p.total_updates;
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));

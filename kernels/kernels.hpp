@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/context.hpp"
@@ -99,6 +100,12 @@ void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool r
 /// ctx.threads threads, one range each, the ranges of the other parallel
 /// loops (each thread reads mostly what it wrote last).
 bool all_finite(const context& ctx, const float* data, int64_t n);
+
+/// Gradient clipping by global norm: scales the `parts` (pointer, length) in
+/// place by max_norm / norm when their joint L2 norm exceeds `max_norm`;
+/// returns the norm before (summed in double, in order: the same for the
+/// same values however they are cut into parts). max_norm <= 0: no clipping.
+double clip_by_global_norm(const context& ctx, const std::vector<std::pair<float*, int64_t>>& parts, double max_norm);
 
 /// Activation backward passes take the forward output y.
 void relu_forward(const context& ctx, const tensor& x, tensor& y);

@@ -230,6 +230,9 @@ struct settings {
   float momentum = 0.9f;          ///< SGD momentum of the sequential loop
   float weight_decay = 0.0f;      ///< weight decay of the sequential loop (L2 for sgd, decoupled for adamw)
   optimizer_kind optimizer = optimizer_kind::sgd;  ///< the sequential loop's optimizer
+  /// Clips each step's gradient to this global L2 norm (the whole model's);
+  /// 0: no clipping. The sequential loop and allreduce (after the mean).
+  float clip_grad_norm = 0.0f;
   lr_schedule schedule = lr_schedule::cosine;
   uint64_t seed = 1;              ///< initialisation, shuffling, dropout
   int threads = 0;                ///< CPU threads, 0: this process's share of the cores
@@ -299,6 +302,8 @@ public:
   job& lr(float v) { s_.lr = v; return *this; }
   job& momentum(float v) { s_.momentum = v; return *this; }
   job& weight_decay(float v) { s_.weight_decay = v; return *this; }
+  /// Clips each step's gradient to global L2 norm `v` (0: none).
+  job& clip_grad_norm(float v) { s_.clip_grad_norm = v; return *this; }
   /// The sequential loop's optimizer: sgd (default) or adamw.
   job& optimizer(optimizer_kind k) { s_.optimizer = k; return *this; }
   job& schedule(lr_schedule v) { s_.schedule = v; return *this; }

@@ -372,6 +372,28 @@ std::vector<job_key> make_algorithm_keys() {
   };
 }
 
+/// The optimizer and its schedule, in the order of --help.
+std::vector<job_key> make_optimizer_keys() {
+  using model::lr_schedule;
+  return {
+      number_key("lr", "F", "learning rate (default 0.02)", [](auto& s) -> auto& { return s.train.lr; }, positive()),
+      number_key("momentum", "F", "SGD momentum in [0, 1) (default 0.9)",
+                 [](auto& s) -> auto& { return s.train.momentum; }, fraction()),
+      number_key("clip-grad-norm", "F",
+                 "clip each step's gradient to this global L2 norm, the whole model's (default 0: none; the "
+                 "sequential loop and --algorithm allreduce)",
+                 [](auto& s) -> auto& { return s.train.clip_grad_norm; }, at_least(0)),
+      number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default 0; gpt 0.01)",
+                 [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
+      choice_key("optimizer", "NAME",
+                 "the sequential loop's optimizer: sgd (with --momentum) or adamw (default sgd; gpt adamw)",
+                 [](auto& s) -> auto& { return s.train.optimizer; }, parse_optimizer, all_optimizers()),
+      choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)",
+                 [](auto& s) -> auto& { return s.train.schedule; }, parse_schedule,
+                 std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
+  };
+}
+
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
   std::vector<job_key> keys{
@@ -381,17 +403,6 @@ std::vector<job_key> make_keys() {
                   [](auto& s) -> auto& { return s.train.epochs; }, 1),
       integer_key("batch-size", "N", "samples per step (default 64)",
                   [](auto& s) -> auto& { return s.train.batch_size; }, 1),
-      number_key("lr", "F", "learning rate (default 0.02)", [](auto& s) -> auto& { return s.train.lr; }, positive()),
-      number_key("momentum", "F", "SGD momentum in [0, 1) (default 0.9)",
-                 [](auto& s) -> auto& { return s.train.momentum; }, fraction()),
-      number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default 0; gpt 0.01)",
-                 [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
-      choice_key("optimizer", "NAME",
-                 "the sequential loop's optimizer: sgd (with --momentum) or adamw (default sgd; gpt adamw)",
-                 [](auto& s) -> auto& { return s.train.optimizer; }, parse_optimizer, all_optimizers()),
-      choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)",
-                 [](auto& s) -> auto& { return s.train.schedule; }, parse_schedule,
-                 std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
       integer_key("seed", "N", "seed for initialisation and shuffling (default 1)",
                   [](auto& s) -> auto& { return s.train.seed; }, 0),
       integer_key("threads", "N",
@@ -426,6 +437,9 @@ std::vector<job_key> make_keys() {
                  std::vector<progress_mode>{progress_mode::automatic, progress_mode::bar, progress_mode::lines,
                                             progress_mode::none}),
   };
+  std::vector<job_key> optimizer_keys = make_optimizer_keys();
+  keys.insert(keys.begin() + 3, std::make_move_iterator(optimizer_keys.begin()),
+              std::make_move_iterator(optimizer_keys.end()));  // after model, epochs and batch-size
   for (job_key& key : make_algorithm_keys()) keys.push_back(std::move(key));
   for (job_key& key : make_pipeline_keys()) keys.push_back(std::move(key));
   keys.push_back(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",

@@ -288,6 +288,7 @@ public:
       const tensor& logits = net_.forward(ctx_, batches_.inputs(), true);
       const double loss = batches_.loss(ctx_, logits, dlogits_);
       net_.backward(ctx_, dlogits_);
+      if (s_.clip_grad_norm > 0) kernels::clip_by_global_norm(ctx_, grad_parts(), s_.clip_grad_norm);
       opt_.step(ctx_, params_);
       if (j_.step_callback()) {
         step_event e{acc_.steps() + 1, epoch + 1, loss, 0, &stop_};
@@ -335,6 +336,12 @@ private:
   const loaded_data& d_;
   model::model& net_;
   std::vector<model::parameter*> params_;
+  /// Every parameter's gradient, in the layout's order (gradient clipping's parts).
+  std::vector<std::pair<float*, int64_t>> grad_parts() const {
+    std::vector<std::pair<float*, int64_t>> out;
+    for (model::parameter* p : params_) out.emplace_back(p->grad.data(), p->grad.numel());
+    return out;
+  }
   model::optimizer& opt_;
   const start_point from_;
   train_batches batches_;

@@ -122,3 +122,23 @@ bool all_finite(const context& ctx, const tensor& t) {
 }
 
 } // namespace troupe::kernels
+
+namespace troupe::kernels {
+
+double clip_by_global_norm(const context& ctx, const std::vector<std::pair<float*, int64_t>>& parts, double max_norm) {
+  double sum = 0;  // one pass in order: the same bits however the values are cut into parts
+  for (const auto& [p, n] : parts)
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+  const double norm = std::sqrt(sum);
+  if (max_norm <= 0 || !(norm > max_norm)) return norm;
+  const auto scale = static_cast<float>(max_norm / norm);
+  for (const auto& [p, n] : parts) {
+    float* q = p;
+    detail::parallel_ranges(ctx, n, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) q[i] *= scale;
+    });
+  }
+  return norm;
+}
+
+} // namespace troupe::kernels

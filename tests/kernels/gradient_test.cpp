@@ -200,3 +200,19 @@ TEST_CASE("batch norm running statistics and evaluation mode", "[kernels]") {
   k::batch_norm_forward_eval(ctx, x, g, b, 0.0f, rm, rv, y);
   CHECK(y.at(3) == Approx((4 - rm.at(0)) / std::sqrt(rv.at(0))));
 }
+
+TEST_CASE("clip_by_global_norm scales every part by max_norm / norm above it, none below", "[kernels][clip]") {
+  const troupe::kernels::context ctx = troupe::kernels::context::with_threads(2);
+  std::vector<float> a{3, 0, 0}, b{0, 4};  // joint norm 5
+  std::vector<std::pair<float*, int64_t>> parts{{a.data(), 3}, {b.data(), 2}};
+  CHECK(troupe::kernels::clip_by_global_norm(ctx, parts, 10.0) == Approx(5.0));
+  CHECK(a[0] == 3.0f);  // below the limit: untouched
+  CHECK(troupe::kernels::clip_by_global_norm(ctx, parts, 2.5) == Approx(5.0));
+  CHECK(a[0] == Approx(1.5f));
+  CHECK(b[1] == Approx(2.0f));
+  CHECK(troupe::kernels::clip_by_global_norm(ctx, parts, 0.0) == Approx(2.5));  // 0: no clipping, the norm
+  // The same values cut into other parts: the same norm, bit for bit.
+  std::vector<float> whole{1.5f, 0, 0, 0, 2.0f};
+  CHECK(troupe::kernels::clip_by_global_norm(ctx, {{whole.data(), 5}}, 0.0) ==
+        troupe::kernels::clip_by_global_norm(ctx, parts, 0.0));
+}

@@ -118,6 +118,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"ddc-version", "2", "ddc_version"},
       {"ddc-tau-decay", "0.9", "tau_decay"},
       {"bucket-mb", "4", "bucket_mb"},
+      {"clip-grad-norm", "2", "clip_grad_norm"},
       {"allreduce-dtype", "bf16", "allreduce_dtype"},
       {"pipeline-stages", "3", "pipeline_stages"},
       {"micro-batches", "2", "micro_batches"},

@@ -427,6 +427,36 @@ TEST_CASE("one allreduce worker reproduces the sequential loop, momentum and all
   }
 }
 
+TEST_CASE("gradient clipping: the sequential loop and one allreduce worker clip alike, and it changes the steps",
+          "[actors][fit][allreduce][clip]") {
+  larger_data d;
+  std::ostringstream log;
+  auto losses = [&](job j) {
+    std::vector<double> out;
+    j.on_step([&](const step_event& e) { out.push_back(e.loss); });
+    fit(j, log);
+    return out;
+  };
+  job seq = mlp_job(d.dir.path()).threads(2).epochs(2).max_steps(50);
+  const std::vector<double> plain = losses(seq);
+  seq.clip_grad_norm(0.05f);
+  const std::vector<double> clipped = losses(seq);
+  job ar = seq;
+  ar.algorithm(allreduce());
+  const std::vector<double> ar_clipped = losses(ar);
+  REQUIRE(clipped.size() == 50);
+  REQUIRE(ar_clipped.size() == 50);
+  double changed = 0;
+  for (std::size_t i = 0; i < 50; ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(ar_clipped[i] - clipped[i]) <= 1e-5);
+    changed = std::max(changed, std::abs(clipped[i] - plain[i]));
+  }
+  CHECK(changed > 1e-3);  // a norm of 0.05 does clip this MLP's gradients
+  job bad = mlp_job(d.dir.path(), asgd().workers(2)).clip_grad_norm(1.0f);
+  CHECK_THROWS_WITH(fit(bad, log), Contains("--clip-grad-norm"));
+}
+
 TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the epoch", "[actors][fit][allreduce]") {
   larger_data d;
   std::ostringstream log;

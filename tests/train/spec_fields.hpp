@@ -83,6 +83,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"ddc_version", std::to_string(a.ddc_version)},
       {"tau_decay", exact(a.tau_decay)},
       {"bucket_mb", exact(a.bucket_mb)},
+      {"clip_grad_norm", exact(t.clip_grad_norm)},
       {"allreduce_dtype", to_string(a.allreduce_dtype)},
       {"pipeline_stages", std::to_string(t.pipeline.stages)},
       {"micro_batches", std::to_string(t.pipeline.micro_batches)},
@@ -170,6 +171,7 @@ inline train::job_spec everything_changed() {
   a.ddc_version = 2;
   a.tau_decay = 0.95f;
   a.bucket_mb = 2.5f;
+  t.clip_grad_norm = 1.5f;
   a.allreduce_dtype = reduce_dtype::bf16;
   train::cluster_spec& c = s.cluster;
   c.secret_file = "/etc/troupe/secret";

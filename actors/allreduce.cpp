@@ -31,6 +31,14 @@ net::message to_wire(const collective_message& m, const net::address& from, cons
   return net::message::from_builder(std::move(b));
 }
 
+void send_collective(const std::vector<collective_message>& msgs, const net::address& from,
+                     const std::vector<net::address>& members, std::vector<outgoing>& out) {
+  for (const collective_message& m : msgs) {
+    const net::address& to = members.at(static_cast<std::size_t>(m.receiver));
+    out.push_back({to, to_wire(m, from, to)});
+  }
+}
+
 collective_message from_wire(const net::envelope_reader& r) {
   if (r.root().which() != wire::Envelope::COLLECTIVE)
     throw net::message_error(net::reject_reason::unknown_kind, "expected a Collective");
@@ -136,9 +144,7 @@ public:
   /// The replica's own values: all there, but for a step that waits for its reduction.
   bool has_layer(std::size_t) const override { return ready() || (in_step_ && !backward_done_); }
   void attach(const model::model& net) override {
-    std::vector<std::size_t> layer_of_tensor;
-    const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
-    for (std::size_t l = 0; l < counts.size(); ++l) layer_of_tensor.insert(layer_of_tensor.end(), counts[l], l);
+    const std::vector<std::size_t> layer_of_tensor = layer_of_each_tensor(net);
     for (bucket& b : buckets_)
       b.first_layer = b.first_tensor < layer_of_tensor.size() ? layer_of_tensor[b.first_tensor] : 0;
   }
@@ -202,7 +208,7 @@ private:
   /// A piece of the group's operation under way (or of the next one).
   void take(const collective_message& in, std::vector<outgoing>& out) {
     const collective_stats before = core_->stats();
-    for (outgoing& o : send(core_->accept(in))) out.push_back(std::move(o));
+    send(core_->accept(in), out);
     if (lost_data(before, core_->stats()))
       throw net::message_error(net::reject_reason::malformed, name() + ": allreduce: " + core_->last_error());
     if (core_->done() && active_) operation_over(out);
@@ -216,21 +222,15 @@ private:
     }
     start_filled(out);
   }
-  std::vector<outgoing> send(std::vector<collective_message> msgs) const {
-    std::vector<outgoing> out;
-    for (const collective_message& m : msgs) {
-      const net::address& to = c_.members.at(static_cast<std::size_t>(m.receiver));
-      out.push_back({to, to_wire(m, self(), to)});
-    }
-    return out;
+  void send(const std::vector<collective_message>& msgs, std::vector<outgoing>& out) const {
+    send_collective(msgs, self(), c_.members, out);
   }
   /// Starts the next bucket's allreduce when the one before is over and backward has filled it.
   void start_filled(std::vector<outgoing>& out) {
     while (!held_ && !active_ && !syncing_ && started_ < filled_) {
       const bucket& b = buckets_[started_];
       keep_local(started_ + 1);
-      for (outgoing& o : send(core_->start_allreduce(core_->next_op(), g_.data() + b.begin, b.end - b.begin)))
-        out.push_back(std::move(o));
+      send(core_->start_allreduce(core_->next_op(), g_.data() + b.begin, b.end - b.begin), out);
       if (!core_->done()) {
         active_ = true;
         return;
@@ -330,9 +330,8 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
       std::copy(v_.begin(), v_.end(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()));
     }
     broadcasting_ = active_ = true;
-    for (outgoing& o : send(core_->start_broadcast(0, static_cast<int32_t>(g.root), shared_.data(),
-                                                   static_cast<int64_t>(shared_.size()))))
-      out.push_back(std::move(o));
+    send(core_->start_broadcast(0, static_cast<int32_t>(g.root), shared_.data(), static_cast<int64_t>(shared_.size())),
+         out);
     if (core_->done()) operation_over(out);
   } else {
     start_filled(out);

@@ -58,6 +58,9 @@ bool lost_data(const collective_stats& before, const collective_stats& after);
 
 /// The wire form of a collective message from `from` (a member's address) to `to`.
 net::message to_wire(const collective_message& m, const net::address& from, const net::address& to);
+/// Each of `msgs` as an envelope from `from` to its receiver, `members[receiver]`, appended to `out`.
+void send_collective(const std::vector<collective_message>& msgs, const net::address& from,
+                     const std::vector<net::address>& members, std::vector<outgoing>& out);
 /// A Collective message read back; throws net::message_error for another kind.
 collective_message from_wire(const net::envelope_reader& r);
 

@@ -382,10 +382,8 @@ void stage_core::update(int64_t, result& out) {
     summed_ = 0;
     reducing_ = awaiting_params_ = true;
     reducing_step_ = step;
-    for (const collective_message& m : group_->start_allreduce(group_->next_op(), grads_.data(),
-                                                               static_cast<int64_t>(grads_.size())))
-      out.messages.push_back({c_.peers.at(static_cast<std::size_t>(m.receiver)),
-                              to_wire(m, c_.plan.address, c_.peers.at(static_cast<std::size_t>(m.receiver)))});
+    send_collective(group_->start_allreduce(group_->next_op(), grads_.data(), static_cast<int64_t>(grads_.size())),
+                    c_.plan.address, c_.peers, out.messages);
     if (group_->done()) finish_reduction();
     return;
   }
@@ -421,10 +419,7 @@ void stage_core::apply_own_step(int64_t step) {
 void stage_core::take_collective(const net::envelope_reader& r) {
   if (!group_) reject(net::reject_reason::unknown_kind, track_ + ": a Collective for a stage in no allreduce");
   const collective_stats before = group_->stats();
-  for (const collective_message& m : group_->accept(from_wire(r))) {
-    const net::address& to = c_.peers.at(static_cast<std::size_t>(m.receiver));
-    group_out_.push_back({to, to_wire(m, c_.plan.address, to)});
-  }
+  send_collective(group_->accept(from_wire(r)), c_.plan.address, c_.peers, group_out_);
   if (lost_data(before, group_->stats())) reject(net::reject_reason::malformed, track_ + ": " + group_->last_error());
   if (reducing_ && group_->done()) finish_reduction();
 }

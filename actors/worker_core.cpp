@@ -143,10 +143,8 @@ public:
   bool ready() const override { return x_.ready(); }
   void attach(const model::model& net) override {
     // The layer holding each shard's first tensor, and the shards holding each layer's tensors.
-    std::vector<std::size_t> layer_of_tensor;
-    const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
-    for (std::size_t l = 0; l < counts.size(); ++l) layer_of_tensor.insert(layer_of_tensor.end(), counts[l], l);
-    layer_shards_.assign(counts.size(), {});
+    const std::vector<std::size_t> layer_of_tensor = layer_of_each_tensor(net);
+    layer_shards_.assign(net.size(), {});
     for (std::size_t s = 0; s < x_.shards().size(); ++s) {
       const model::shard_range& range = x_.shards()[s].range;
       first_layer_.push_back(range.first < layer_of_tensor.size() ? layer_of_tensor[range.first] : 0);
@@ -359,6 +357,13 @@ void weight_source::on_params(const net::opened_message&) {
 
 std::vector<outgoing> weight_source::on_collective(const net::opened_message&) {
   reject(net::reject_reason::unknown_kind, "worker: a Collective, but it is not in an allreduce");
+}
+
+std::vector<std::size_t> layer_of_each_tensor(const model::model& net) {
+  std::vector<std::size_t> out;
+  const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
+  for (std::size_t l = 0; l < counts.size(); ++l) out.insert(out.end(), counts[l], l);
+  return out;
 }
 
 std::vector<outgoing> weight_source::on_regroup(const net::opened_message&) {

@@ -101,6 +101,9 @@ private:
   std::vector<tensor> own_;
 };
 
+/// The layer of each of `net`'s parameter tensors, in the layout's order.
+std::vector<std::size_t> layer_of_each_tensor(const model::model& net);
+
 /// Where a worker's weights come from and where its update goes.
 class weight_source {
 public:

@@ -126,7 +126,8 @@ std::vector<bucket> cut_buckets(const model::param_layout& layout, int64_t least
 class allreduce_source final : public weight_source {
 public:
   explicit allreduce_source(const allreduce_config& c)
-      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), v_(c.initial.size(), 0.0f), g_local_(g_.size()),
+      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), v_(c.initial.size(), 0.0f),
+        g_local_(c.elastic ? g_.size() : 0),
         buckets_(cut_buckets(c.layout, c.bucket_elements)), applied_(c.steps_before) {
     if (static_cast<int64_t>(w_.size()) != c.layout.numel())
       throw error("allreduce: " + std::to_string(w_.size()) + " initial values for a layout of " +
@@ -229,7 +230,7 @@ private:
   void start_filled(std::vector<outgoing>& out) {
     while (!held_ && !active_ && !syncing_ && started_ < filled_) {
       const bucket& b = buckets_[started_];
-      keep_local(started_ + 1);
+      if (c_.elastic) keep_local(started_ + 1);
       send(core_->start_allreduce(core_->next_op(), g_.data() + b.begin, b.end - b.begin), out);
       if (!core_->done()) {
         active_ = true;
@@ -249,10 +250,12 @@ private:
   }
   /// Every bucket reduced: the mean gradient's step, the same on every member.
   void apply_step() {
-    w_before_ = w_;  // a new group may roll this step back
-    v_before_ = v_;
-    std::swap(g_last_local_, g_local_);
-    g_local_.resize(g_.size());
+    if (c_.elastic) {  // a new group may roll this step back
+      w_before_ = w_;
+      v_before_ = v_;
+      std::swap(g_last_local_, g_local_);
+      g_local_.resize(g_.size());
+    }
     const shape s{static_cast<int64_t>(w_.size())};
     tensor wt = tensor::wrap(s, w_.data()), gt = tensor::wrap(s, g_.data()), vt = tensor::wrap(s, v_.data());
     const float inv = 1.0f / static_cast<float>(group_.size());
@@ -300,6 +303,7 @@ private:
 void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   const auto me = static_cast<uint32_t>(c_.member);
   const bool joiner = std::find(g.joiners.begin(), g.joiners.end(), me) != g.joiners.end();
+  if (!c_.elastic) throw error(name() + ": allreduce: a Regroup for a group that cannot re-form (one process)");
   if (!joiner && applied_ == g.step + 1) {  // this worker applied a step the others did not: undone, redone
     w_ = w_before_;
     v_ = v_before_;

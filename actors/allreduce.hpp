@@ -32,6 +32,10 @@ struct allreduce_config {
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)
   collective_options options;
   bool holder = false;                ///< answers PullParams (the plan's worker holder)
+  /// The group may re-form (a cluster: a worker's node may be lost): each step
+  /// keeps what a rollback needs (the parameters and momentum before it, the
+  /// worker's own gradient). False in one process, where nothing is lost.
+  bool elastic = true;
 };
 
 /// The weight source of a worker of an allreduce. Throws troupe::error for a

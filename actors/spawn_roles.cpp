@@ -135,7 +135,7 @@ void spawn_loaders(caf::actor_system& sys, node_context& c) {
 }
 
 /// An allreduce's worker: its place in the group, the starting replica (a resumed run's momentum).
-allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w) {
+allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w, const std::vector<float>& initial) {
   const settings& s = c.config();
   const train::plan& p = c.plan();
   allreduce_config a;
@@ -144,8 +144,8 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
     a.members.push_back(o.address);
   }
   a.layout = c.start->net.layout();
-  const model::model::flat_buffers flat = c.start->net.flatten();
-  a.initial.assign(flat.values.data(), flat.values.data() + flat.values.numel());
+  a.initial = initial;
+  a.elastic = p.nodes.size() > 1;
   for (const named_tensor& t : c.start->state.replicas.state)
     if (t.name == "velocity") a.velocity.assign(t.value.data(), t.value.data() + t.value.numel());
   a.steps_before = c.start->state.replicas.version;
@@ -164,11 +164,12 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
 }
 
 /// Where a worker's weights come from: Hogwild!'s shared buffer, the shards,
-/// local steps between pushes, or its own replica in an allreduce.
-std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w) {
+/// local steps between pushes, or its own replica in an allreduce (starting from `initial`).
+std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w,
+                                          const std::vector<float>& initial) {
   const settings& s = c.config();
   if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates);
-  if (traits(s.algo.kind).collective) return allreduce_weights(allreduce_of(c, w));
+  if (traits(s.algo.kind).collective) return allreduce_weights(allreduce_of(c, w, initial));
   shard_source_config sc{w.address, c.plan().shards, c.start->net.layout()};
   if (s.algo.push_every > 1)
     return local_steps(sc, s.algo.push_every, s.algo.worker_lr > 0 ? s.algo.worker_lr : s.lr, s.algo.worker_momentum);
@@ -182,9 +183,14 @@ void spawn_workers(caf::actor_system& sys, node_context& c) {
   auto replicas = std::make_shared<replica_pool>(
       [job = c.job, sample = c.start->data->sets.train.sample_shape()] { return job->build_model(sample); });
   const auto retry = std::chrono::milliseconds(static_cast<int64_t>(p.pull_retry_s * 1000));
+  std::vector<float> initial;  // an allreduce's starting replica, the same for every worker of the node
+  if (traits(s.algo.kind).collective) {
+    const model::model::flat_buffers flat = c.start->net.flatten();
+    initial.assign(flat.values.data(), flat.values.data() + flat.values.numel());
+  }
   for (const train::worker_plan& w : p.workers) {
     if (w.address.node != c.self) continue;
-    auto core = std::make_shared<worker_core>(w, replicas, weights_of(c, w));
+    auto core = std::make_shared<worker_core>(w, replicas, weights_of(c, w, initial));
     // Pipelined execution; a slowed worker holds its pushes back, so it pushes after backward.
     if (s.algo.overlap && w.speed <= 1.0f)
       core->overlap([dir = c.dir](outgoing&& o) { send_to(*dir, o.to, std::move(o.msg), o.priority); },

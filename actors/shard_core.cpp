@@ -33,6 +33,9 @@ shard_core::shard_core(const train::shard_plan& p, const std::vector<named_tenso
     flat.insert(flat.end(), t.value.data(), t.value.data() + t.value.numel());
   }
   n_ = static_cast<int64_t>(flat.size());
+  if (p.clients.size() != static_cast<std::size_t>(rule.workers))
+    throw error(who + ": " + std::to_string(p.clients.size()) + " clients for an update rule of " +
+                std::to_string(rule.workers) + " workers");
   if (n_ != p.range.numel())
     throw error(who + ": " + std::to_string(n_) + " parameters for a range of " + std::to_string(p.range.numel()));
   // The first message is built on the thread that makes the shard (a node's
@@ -112,14 +115,8 @@ net::message shard_core::reply_params(const net::address& to, uint64_t tau, bool
 }
 
 int shard_core::worker_of(const net::address& from) const {
-  const auto k = static_cast<uint32_t>(p_.pipeline_stages);
-  const auto n = static_cast<uint32_t>(cfg_.workers);
-  // A hybrid's shard: stage `stage` of each pipeline replica is one of its workers.
-  if (k > 0)
-    return from.role == net::role::stage && from.index % k == static_cast<uint32_t>(p_.stage) && from.index / k < n
-               ? static_cast<int>(from.index / k)
-               : -1;
-  return from.role == net::role::worker && from.index < n ? static_cast<int>(from.index) : -1;
+  const auto it = std::find(p_.clients.begin(), p_.clients.end(), from);
+  return it == p_.clients.end() ? -1 : static_cast<int>(it - p_.clients.begin());
 }
 
 uint32_t shard_core::worker_index(const net::address& from, const char* what) const {
@@ -127,7 +124,7 @@ uint32_t shard_core::worker_index(const net::address& from, const char* what) co
   if (w < 0)
     reject(net::reject_reason::malformed,
            std::string(what) + " from " + net::to_string(from) + ", not one of the " + std::to_string(cfg_.workers) +
-               (p_.pipeline_stages > 0 ? " pipeline replicas' stage " + std::to_string(p_.stage) : std::string(" workers")));
+               (p_.stage >= 0 ? " pipeline replicas' stage " + std::to_string(p_.stage) : std::string(" workers")));
   return static_cast<uint32_t>(w);
 }
 
@@ -138,7 +135,7 @@ std::vector<shard_core::reply> shard_core::on_pull(const net::envelope_reader& r
     rule_->on_send(w_, n_, static_cast<int>(worker_index(from, "pull")));
   // A hybrid's snapshot: a pipeline replica reports a mini-batch before its
   // stages have pushed it, so the pull waits for the pushes of the mini-batches it counts.
-  if (p_.pipeline_stages > 0 && p.getSteps() > pushes_) {
+  if (p_.stage >= 0 && p.getSteps() > pushes_) {
     kept_pulls_.push_back({p.getSteps(), from, p.getWithState()});
     return {};
   }

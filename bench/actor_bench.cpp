@@ -151,7 +151,7 @@ void message_cost(const std::string& model_name, int reps) {
   for (auto* p : m.parameters()) ts.push_back({p->name, p->value.clone()});
   const model::param_layout layout = m.layout();
   const int64_t n = layout.numel();
-  const train::shard_plan sp{{0, net::role::shard, 0}, model::plan_shards(layout, 1).at(0)};
+  const train::shard_plan sp{{0, net::role::shard, 0}, model::plan_shards(layout, 1).at(0), {{0, net::role::worker, 0}}};
   model::update_config c;
   c.workers = 1;
   actors::shard_core shard(sp, ts, c, lr_schedule::constant, 1, kernels::context::all_cores());

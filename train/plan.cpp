@@ -50,7 +50,7 @@ std::string plan::describe() const {
        << (workers[i].speed > 1 ? std::to_string(workers[i].speed) + "x slower" : "") << "\n";
   for (const auto& s : shards)
     os << "  " << net::to_string(s.address) << ": tensors [" << s.range.first << ", " << s.range.last << "), "
-       << s.range.numel() << " parameters" << (s.pipeline_stages ? ", of stage " + std::to_string(s.stage) : "")
+       << s.range.numel() << " parameters" << (s.stage >= 0 ? ", of stage " + std::to_string(s.stage) : "")
        << "\n";
   if (pipeline_replicas > 1)
     for (std::size_t r = 0; r < loaders.size(); ++r)
@@ -165,7 +165,7 @@ void add_replicas(plan& p, const settings& s, const topology& t, std::vector<sta
       if (st.params.numel() == 0) continue;
       st.shard = static_cast<int>(p.shards.size());
       const uint32_t node = shard_nodes[p.shards.size() % shard_nodes.size()];
-      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(st.shard)}, st.params, k_stages, k});
+      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(st.shard)}, st.params, {}, k});
       ++p.nodes[node].shards;
     }
   }
@@ -175,6 +175,7 @@ void add_replicas(plan& p, const settings& s, const topology& t, std::vector<sta
       st.address.index = static_cast<uint32_t>(r * k_stages) + st.address.index;
       p.stages.push_back(st);
       ++p.nodes[st.address.node].stages;
+      if (st.shard >= 0) p.shards[static_cast<std::size_t>(st.shard)].clients.push_back(st.address);
     }
     // Replica r's part of the data, as data-parallel worker r's (one replica: all of it).
     loader_plan l;
@@ -410,7 +411,8 @@ void plan_data_shards(plan& p, const settings& s, const topology& t, const model
     const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards);
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const uint32_t node = shard_nodes[i % shard_nodes.size()];
-      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(i)}, ranges[i]});
+      p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(i)}, ranges[i], {}, -1});
+      for (const worker_plan& w : p.workers) p.shards.back().clients.push_back(w.address);
       ++p.nodes[node].shards;
     }
   } else if (traits(a.kind).collective) {

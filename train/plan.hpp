@@ -53,11 +53,14 @@ struct worker_plan {
 struct shard_plan {
   net::address address;
   model::shard_range range;  ///< its part of the parameter layout
-  /// A hybrid's shard (D replicas of a K-stage pipeline): K, and the stage
-  /// whose parameters it holds; its pushes come from that stage of each
-  /// replica (stage r * K + stage is replica r's). 0: workers push.
-  int pipeline_stages = 0;
-  int stage = 0;
+  /// Who pulls from it and pushes to it, in its update rule's worker order:
+  /// the workers, or a hybrid's stage `stage` of each pipeline replica. A
+  /// holder that answers snapshots only (allreduce's first worker): empty.
+  std::vector<net::address> clients;
+  /// A hybrid's shard: the pipeline stage whose parameters it holds (a
+  /// snapshot's pull waits there for the pushes of the mini-batches it
+  /// counts). -1: the workers' shard.
+  int stage = -1;
 };
 
 /// A pipeline stage: layers [first_layer, last_layer) of the model, and their parameters in the layout.

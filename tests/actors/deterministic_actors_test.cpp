@@ -73,8 +73,9 @@ train::plan plan_of(const layout_of_run& l) {
     w.loader = loader_addr(i, n);
     p.workers.push_back(w);
   }
-  p.shards.push_back(shard_plan_of(0, 0, 1, 0, 1));
+  p.shards.push_back(shard_plan_of(0, 0, 1, 0, 1, 0));
   p.shards[0].address = shard_addr(0, l.shard_node);
+  for (const train::worker_plan& w : p.workers) p.shards[0].clients.push_back(w.address);
   p.samples_per_epoch = l.samples_per_epoch;
   p.batches_per_epoch = l.samples_per_epoch / batch_size;
   p.total_updates = 100;

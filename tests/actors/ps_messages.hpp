@@ -143,21 +143,23 @@ inline std::vector<named_tensor> small_tensors() {
   return {{"a", tensor::from({2}, {1, 2})}, {"b", tensor::from({1}, {3})}};
 }
 
-/// Shard `index` of a layout, holding tensors [first, last) = elements [begin, end).
-inline train::shard_plan shard_plan_of(uint32_t index, uint32_t first, uint32_t last, int64_t begin, int64_t end) {
+/// Shard `index` of a layout, holding tensors [first, last) = elements [begin, end), for workers 0..workers-1.
+inline train::shard_plan shard_plan_of(uint32_t index, uint32_t first, uint32_t last, int64_t begin, int64_t end,
+                                       int workers = 1) {
   train::shard_plan p;
   p.address = shard_addr(index);
   p.range = {first, last, begin, end};
+  for (int w = 0; w < workers; ++w) p.clients.push_back(worker_addr(static_cast<uint32_t>(w)));
   return p;
 }
 
 /// The one shard of small_tensors(): tensors [0, 2), elements [0, 3).
-inline train::shard_plan small_plan() { return shard_plan_of(0, 0, 2, 0, 3); }
+inline train::shard_plan small_plan(int workers = 1) { return shard_plan_of(0, 0, 2, 0, 3, workers); }
 
 /// A shard of small_tensors() (constant learning rate).
 inline actors::shard_core small_shard(const model::update_config& rule,
                                       net::reader_limits limits = net::peer_limits()) {
-  return actors::shard_core(small_plan(), small_tensors(), rule, model::lr_schedule::constant, 100,
+  return actors::shard_core(small_plan(rule.workers), small_tensors(), rule, model::lr_schedule::constant, 100,
                             kernels::context{}, limits);
 }
 inline actors::shard_core small_shard(model::algorithm_kind rule, int workers, float lr = 0.5f) {

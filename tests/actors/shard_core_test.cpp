@@ -222,7 +222,7 @@ TEST_CASE("shard: a checkpoint pull carries the rule's state, a restored shard c
   // A fresh shard with the checkpoint's parameters, restored, answers the next
   // pushes exactly as the original does.
   params_view now = read_params(a.handle(make_pull(evaluator_addr(), shard_addr(0))).at(0).msg);
-  shard_core b(small_plan(),
+  shard_core b(small_plan(2),
                {{"a", tensor::from({2}, {now.values[0], now.values[1]})}, {"b", tensor::from({1}, {now.values[2]})}},
                small_rule(algorithm_kind::ddc_asgd, 2), model::lr_schedule::constant, 100, kernels::context{});
   std::ostringstream log;

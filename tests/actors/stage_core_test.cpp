@@ -267,7 +267,7 @@ struct two_stage_hybrid {
           [first = c.plan.first_layer, last = c.plan.last_layer] { return mlp5().slice(first, last); });
       train::shard_plan sp = shard_plan_of(static_cast<uint32_t>(k), c.plan.params.first, c.plan.params.last,
                                            c.plan.params.begin, c.plan.params.end);
-      sp.pipeline_stages = 2;
+      sp.clients = {stage_addr(static_cast<uint32_t>(k))};
       sp.stage = k;
       std::vector<named_tensor> mine;
       for (uint32_t i = sp.range.first; i < sp.range.last; ++i)

@@ -267,7 +267,7 @@ TEST_CASE("worker and shard: weights read in place, gradients written into a reu
   std::vector<named_tensor> ts;
   for (auto* p : rp) ts.push_back({p->name, p->value.clone()});
   const model::param_layout layout = ref.layout();
-  const train::shard_plan sp{shard_addr(0), model::plan_shards(layout, 1)[0]};
+  const train::shard_plan sp{shard_addr(0), model::plan_shards(layout, 1)[0], {worker_addr(0)}};
   shard_core shard(sp, ts, small_rule(model::algorithm_kind::asgd, 1, 0.1f), model::lr_schedule::constant, 100,
                    kernels::context{});
   shard_source_config c;
@@ -512,7 +512,7 @@ struct two_layer_shards {
   two_layer_shards() {
     config.self = worker_addr(0);
     config.layout = layout;
-    for (uint32_t s = 0; s < 2; ++s) config.shards.push_back({shard_addr(s), ranges[s]});
+    for (uint32_t s = 0; s < 2; ++s) config.shards.push_back({shard_addr(s), ranges[s], {worker_addr(0)}});
     for (int64_t i = 0; i < 6; ++i) x.at(i) = 0.1f * static_cast<float>(i) - 0.2f;
   }
   /// Two ASGD shards holding ref's parameters (as built: a reference step changes only its gradients).

@@ -261,7 +261,7 @@ private:
     const float inv = 1.0f / static_cast<float>(group_.size());
     for (float& x : g_) x *= inv;
     if (c_.clip_grad_norm > 0) kernels::clip_by_global_norm(ctx_, {{g_.data(), static_cast<int64_t>(g_.size())}}, c_.clip_grad_norm);
-    const float lr = model::scheduled_lr(c_.lr, c_.schedule, static_cast<int64_t>(applied_), c_.total_steps);
+    const float lr = model::scheduled_lr(c_.lr, c_.schedule, static_cast<int64_t>(applied_), c_.total_steps, c_.warmup_steps);
     if (c_.momentum == 0.0f)
       kernels::sgd_step(ctx_, wt, gt, lr, c_.weight_decay);
     else

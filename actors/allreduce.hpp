@@ -29,6 +29,7 @@ struct allreduce_config {
   float clip_grad_norm = 0;           ///< the mean gradient clipped to this global norm (0: none)
   model::lr_schedule schedule = model::lr_schedule::constant;
   int64_t total_steps = 1;            ///< the schedule's length in global steps
+  int64_t warmup_steps = 0;           ///< the lr's warm-up (model::scheduled_lr)
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)
   collective_options options;
   bool holder = false;                ///< answers PullParams (the plan's worker holder)

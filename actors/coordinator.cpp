@@ -132,7 +132,7 @@ void abort_run(coordinator_t* self, const std::string& why, failure kind = failu
 void close_epoch(coordinator_t* self) {
   auto& st = self->state;
   const settings& s = st.s.job->config();
-  const double lr = model::scheduled_lr(s.lr, s.schedule, st.acc->steps(), st.s.plan.total_updates);
+  const double lr = model::scheduled_lr(s.lr, s.schedule, st.acc->steps(), st.s.plan.total_updates, s.warmup_steps);
   const int64_t epoch_samples = st.acc->epoch_samples();
   epoch_metrics m = st.acc->close_epoch(lr, clock_type::now());
   snapshot_request req;

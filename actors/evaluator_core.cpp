@@ -8,7 +8,8 @@
 
 namespace troupe::actors {
 
-evaluator_core::evaluator_core(config c, model::model net) : c_(std::move(c)), net_(std::move(net)) {
+evaluator_core::evaluator_core(config c, model::model net)
+    : c_(std::move(c)), net_(std::move(net)), client_(c_.self, c_.shards, net_.layout()) {
   flat_ = net_.flatten();
 }
 
@@ -18,55 +19,25 @@ std::vector<outgoing> evaluator_core::begin(const snapshot_request& r) {
   active_ = true;
   rule_state_.clear();
   versions_.assign(c_.shards.size(), 0);
-  answered_.assign(c_.shards.size(), false);
-  pending_ = static_cast<int>(c_.shards.size());
-  if (c_.hogwild) {
-    c_.hogwild->read(flat_.values.data());
-    return {};
-  }
-  std::vector<outgoing> out;
-  for (const auto& s : c_.shards) out.push_back({s.address, make_pull(c_.self, s.address, r.checkpoint, r.steps)});
-  return out;
+  std::vector<outgoing> pulls = client_.pull_all(r.checkpoint, r.steps);
+  if (c_.hogwild) c_.hogwild->read(flat_.values.data());
+  return pulls;
 }
 
 bool evaluator_core::on_params(const net::message& m) { return on_params(net::envelope_reader(m, net::peer_limits())); }
 
 bool evaluator_core::on_params(const net::envelope_reader& r) {
-  if (r.root().which() != wire::Envelope::PARAMS)
-    throw net::message_error(net::reject_reason::unknown_kind, "expected Params");
-  auto p = r.root().getParams();
-  const uint32_t s = p.getShard();
-  if (s >= c_.shards.size())
-    throw net::message_error(net::reject_reason::malformed, "Params of shard " + std::to_string(s) +
-                                                                ", which does not exist");
   // A pull asked again (retry()) may be answered twice; the first answer counts.
-  if (!active_ || answered_[s]) return false;
-  const model::shard_range& range = c_.shards[s].range;
-  const net::flat_view v = net::view(p.getValues(), "params");
-  net::require_range(v, range.first, range.begin, net_.layout().shapes(range.first, range.last),
-                     "params of shard " + std::to_string(s));
-  std::memcpy(flat_.values.data() + range.begin, v.data, range.numel() * sizeof(float));
-  versions_[s] = p.getVersion();
-  for (auto& t : net::decode(p.getRuleState(), "shard state"))
-    rule_state_.push_back({"shard" + std::to_string(s) + "/" + t.name, std::move(t.value)});
-  answered_[s] = true;
-  --pending_;
+  if (!active_) return false;
+  const param_client::accepted a = client_.accept(r);
+  if (!a.first) return false;
+  const model::shard_range& range = c_.shards[a.holder].range;
+  std::memcpy(flat_.values.data() + range.begin, a.values, range.numel() * sizeof(float));
+  versions_[a.holder] = a.version;
+  const std::string prefix = "shard" + std::to_string(c_.shards[a.holder].address.index) + "/";
+  for (auto& t : net::decode(r.root().getParams().getRuleState(), "shard state"))
+    rule_state_.push_back({prefix + t.name, std::move(t.value)});
   return true;
-}
-
-std::vector<outgoing> evaluator_core::retry() const {
-  std::vector<outgoing> out;
-  for (std::size_t s = 0; s < answered_.size(); ++s)
-    if (active_ && !answered_[s])
-      out.push_back({c_.shards[s].address, make_pull(c_.self, c_.shards[s].address, req_.checkpoint, req_.steps)});
-  return out;
-}
-
-std::string evaluator_core::missing() const {
-  std::string out;
-  for (std::size_t s = 0; s < answered_.size(); ++s)
-    if (!answered_[s]) out += (out.empty() ? "" : ", ") + net::to_string(c_.shards[s].address);
-  return out;
 }
 
 evaluation_result evaluator_core::finish() {

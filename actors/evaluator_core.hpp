@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/param_client.hpp"
 #include "actors/worker_core.hpp"
 #include "kernels/context.hpp"
 #include "model/model.hpp"
@@ -41,16 +42,16 @@ public:
   bool on_params(const net::envelope_reader& r);
   bool on_params(const net::message& m);  ///< opens `m` (peer limits), then as above
   /// True when every shard has answered the snapshot in progress.
-  bool complete() const { return active_ && pending_ == 0; }
+  bool complete() const { return active_ && client_.ready(); }
   /// Evaluates the completed snapshot and, when asked, writes it as the checkpoint.
   evaluation_result finish();
   bool active() const { return active_; }
   const net::address& address() const { return c_.self; }
   const snapshot_request& request() const { return req_; }
   /// The shards that have not answered the snapshot in progress (for a timeout's message).
-  std::string missing() const;
+  std::string missing() const { return client_.missing(); }
   /// Pulls again for the shards that have not answered (a pull or its reply lost on the way).
-  std::vector<outgoing> retry() const;
+  std::vector<outgoing> retry() const { return active_ ? client_.missing_pulls() : std::vector<outgoing>{}; }
 
 private:
   /// Writes the snapshot (parameters, each shard's version and rule state)
@@ -65,9 +66,8 @@ private:
   model::model::flat_buffers flat_;
   kernels::context ctx_ = kernels::context::with_threads(1);
   snapshot_request req_;
+  param_client client_;
   bool active_ = false;
-  int pending_ = 0;
-  std::vector<bool> answered_;
   std::vector<named_tensor> rule_state_;  // "shard<s>/<name>"
   std::vector<uint64_t> versions_;
 };

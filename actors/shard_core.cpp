@@ -156,7 +156,7 @@ std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r
   const net::flat_view g = net::view(p.getValues(), "push");
   net::require_range(g, p_.range.first, p_.range.begin, shapes_, "push to shard " + std::to_string(id()));
   const uint64_t tau = version_ - p.getBaseVersion();
-  rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version_), total_updates_));
+  rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version_), total_updates_, cfg_.warmup));
   own_parameters();
   const bool updated = rule_->apply(w_, g.data, n_, static_cast<int>(w), static_cast<int64_t>(tau));
   stats_.record(static_cast<int>(w), static_cast<int64_t>(tau));

@@ -76,6 +76,7 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.weight_decay = s.weight_decay;
   sc.lr_schedule = s.schedule;
   sc.total_steps = p.total_updates;
+  sc.warmup_steps = s.warmup_steps;
   sc.steps_before = c.start->state.first_steps;
   sc.stash = s.pipeline.stash;
   sc.trace = c.trace;
@@ -155,6 +156,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   a.clip_grad_norm = s.clip_grad_norm;
   a.schedule = s.schedule;
   a.total_steps = p.total_updates;
+  a.warmup_steps = s.warmup_steps;
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
   a.options.bf16(s.algo.allreduce_dtype == reduce_dtype::bf16);
   a.holder = !p.worker_holders.empty() && p.worker_holders.front().address == w.address;
@@ -168,7 +170,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
 std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w,
                                           const std::vector<float>& initial) {
   const settings& s = c.config();
-  if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates);
+  if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates, s.warmup_steps);
   if (traits(s.algo.kind).collective) return allreduce_weights(allreduce_of(c, w, initial));
   shard_source_config sc{w.address, c.plan().shards, c.start->net.layout()};
   if (s.algo.push_every > 1)

@@ -38,13 +38,18 @@ stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, s
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     group_ = std::make_unique<collective_core>(ids, c_.member, 0);
   }
+  if (c_.plan.shard >= 0) {
+    client_ = std::make_unique<param_client>(
+        c_.plan.address, std::vector<train::shard_plan>{{c_.shard, c_.plan.params, {}, c_.index}}, c_.layout);
+    client_->ignore_stale_answers();
+  }
 }
 
 std::vector<outgoing> stage_core::start() {
-  if (c_.plan.shard < 0 || started_) return {};
+  if (!client_ || started_) return {};
   started_ = true;
   awaiting_params_ = true;
-  return {{c_.shard, make_pull(c_.plan.address, c_.shard)}};
+  return client_->pull_all();
 }
 
 net::opened_message stage_core::open(const net::message& m) const {
@@ -328,41 +333,25 @@ void stage_core::push(result& out) {
     out.reports.push_back(rep);
   }
   // One PushGradient, rewritten in place once the transport has let go of the last one (as a worker's).
-  const model::shard_range& range = c_.plan.params;
-  float* dst = open_push(push_msg_, c_.plan.address, c_.shard, range, shapes_);
-  std::memcpy(dst, grads_.data(), grads_.size() * sizeof(float));
-  auto p = push_msg_.exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
-  p.setBaseVersion(shard_version_);
-  p.setStep(static_cast<uint64_t>(last_backward_ / c_.micro_batches + 1));
-  out.messages.push_back({c_.shard, push_msg_});
-  awaiting_params_ = pushed_ = true;
+  std::memcpy(client_->open_push(0), grads_.data(), grads_.size() * sizeof(float));
+  client_->push_one(0, static_cast<uint64_t>(last_backward_ / c_.micro_batches + 1), out.messages);
+  awaiting_params_ = true;
 }
 
 void stage_core::take_params(const net::envelope_reader& r) {
-  if (c_.plan.shard < 0) reject(net::reject_reason::unknown_kind, track_ + ": Params for a stage without a shard");
-  const net::address from = net::read_address(r.root().getSource());
-  if (from != c_.shard) reject(net::reject_reason::malformed, track_ + ": Params from " + net::to_string(from));
-  auto p = r.root().getParams();
-  const model::shard_range& range = c_.plan.params;
-  const net::flat_view v = net::view(p.getValues(), "params");
-  net::require_range(v, range.first, range.begin, shapes_,
-                     track_ + ": params of its shard");
-  if (!awaiting_params_) return;  // a late second answer: the weights it has are as new
-  // The answer to a push is past the version it pushed from (the shard applied
-  // it), unless the shard rejected it: an older one is a late duplicate of the
-  // answer before (a frame the transport delivered twice).
-  if (pushed_ && !p.getRejected() && p.getVersion() <= shard_version_) return;
+  if (!client_) reject(net::reject_reason::unknown_kind, track_ + ": Params for a stage without a shard");
+  const param_client::accepted a = client_->accept(r, &tally_);
+  // A late second answer, or a duplicate: the weights it has are as new.
+  if (!a.first || !awaiting_params_) return;
   // A version a micro-batch in flight still holds never changes: the shard's weights go to a new vector.
-  current_ = std::make_shared<std::vector<float>>(v.data, v.data + range.numel());
-  shard_version_ = p.getVersion();
-  if (pushed_) tally_.add(p.getAppliedStaleness(), p.getRejected());
-  awaiting_params_ = pushed_ = false;
+  current_ = std::make_shared<std::vector<float>>(a.values, a.values + c_.plan.params.numel());
+  awaiting_params_ = false;
   ++version_id_;
 }
 
 void stage_core::update(int64_t, result& out) {
   train::trace_span span(c_.trace.get(), track_, "update");
-  if (c_.plan.shard >= 0 && summed_ > 0) {
+  if (client_ && summed_ > 0) {
     const float inv = 1.0f / static_cast<float>(summed_);
     for (float& x : grads_) x *= inv;
     push(out);
@@ -391,7 +380,7 @@ void stage_core::update(int64_t, result& out) {
 }
 
 void stage_core::apply_own_step(int64_t step) {
-  const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, step, c_.total_steps);
+  const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, step, c_.total_steps, c_.warmup_steps);
   // A version a micro-batch in flight (or the stash) still holds never changes.
   weights w = current_.use_count() == 1 ? current_ : std::make_shared<std::vector<float>>(*current_);
   const shape s{static_cast<int64_t>(w->size())};

@@ -44,6 +44,7 @@ struct stage_config {
   float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
   model::lr_schedule lr_schedule = model::lr_schedule::constant;
   int64_t total_steps = 1;           ///< mini-batches of the run (the lr schedule's length)
+  int64_t warmup_steps = 0;          ///< the lr's warm-up (model::scheduled_lr)
   int64_t steps_before = 0;          ///< mini-batches done before this start (a resumed run)
   int stash = 0;                     ///< 1F1B: weight versions kept (0: every one in flight)
   /// An allreduce's hybrid: stage k of every pipeline replica, by replica (this
@@ -181,11 +182,10 @@ private:
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
   std::vector<std::pair<uint64_t, net::opened_message>> pulls_;  // kept PullParams: (mini-batches asked, message)
-  bool awaiting_params_ = false;                             // a hybrid: pushed or pulled, the shard's answer not here yet
-  bool pushed_ = false, started_ = false;                    // a hybrid: the answer awaited is a push's; start() ran
-  uint64_t shard_version_ = 0;                               // the version of the shard's weights it holds
+  std::unique_ptr<param_client> client_;                     // a hybrid's: its conversation with its shard
+  bool awaiting_params_ = false;                             // a shard's answer or the reduction not here yet
+  bool started_ = false;                                     // a hybrid: start() ran
   staleness_tally tally_;                                    // of its pushes, since the last report
-  net::message push_msg_;                                    // a hybrid stage's PushGradient, reused
   std::vector<shape> shapes_;                                // of its parameters (c_.plan.params), in order
 };
 

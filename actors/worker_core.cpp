@@ -29,101 +29,6 @@ private:
   replica* r_;
 };
 
-/// A worker's conversation with the parameter shards: the pulls, the Params
-/// replies (validated against each shard's range of the layout), and the
-/// pushes, built once and then reused in place once the shard let them go.
-class shard_exchange {
-public:
-  explicit shard_exchange(const shard_source_config& c)
-      : c_(c), version_(c.shards.size(), 0), push_(c.shards.size()), answered_(c.shards.size(), false),
-        waiting_(static_cast<int>(c.shards.size())) {
-    for (const auto& s : c_.shards) shapes_.push_back(c_.layout.shapes(s.range.first, s.range.last));
-  }
-
-  std::vector<outgoing> pulls() const {
-    std::vector<outgoing> out;
-    for (const auto& s : c_.shards) out.push_back({s.address, make_pull(c_.self, s.address)});
-    return out;
-  }
-
-  /// Pulls for the shards that have not answered (a lost push or reply).
-  std::vector<outgoing> missing_pulls() const {
-    std::vector<outgoing> out;
-    for (std::size_t s = 0; s < c_.shards.size(); ++s)
-      if (!answered_[s]) out.push_back({c_.shards[s].address, make_pull(c_.self, c_.shards[s].address)});
-    return out;
-  }
-
-  struct accepted {
-    uint32_t shard;
-    const float* values;  ///< the shard's range, valid while the message lives
-    bool first;           ///< the first answer of the shard to the last push (or pull)
-  };
-  /// Validates a Params; records its version (unless the shard's weights
-  /// are `in_use` by a step, which keeps the version it computes on) and,
-  /// when it answers a push, its staleness.
-  accepted accept(const net::envelope_reader& r, staleness_tally& tally, bool& report_due,
-                  const std::vector<bool>* in_use = nullptr) {
-    if (r.root().which() != wire::Envelope::PARAMS) reject(net::reject_reason::unknown_kind, "worker: expected Params");
-    auto p = r.root().getParams();
-    const uint32_t s = p.getShard();
-    if (s >= c_.shards.size()) reject(net::reject_reason::wrong_shape, "params: no shard " + std::to_string(s));
-    const net::flat_view v = net::view(p.getValues(), "params");
-    const model::shard_range& range = c_.shards[s].range;
-    net::require_range(v, range.first, range.begin, shapes_[s], "params of shard " + std::to_string(s));
-    if (!in_use || !(*in_use)[s]) version_[s] = p.getVersion();
-    // A second answer (a re-pull's, and the late first one) only updates the weights.
-    const bool first = !answered_[s];
-    if (first) {
-      answered_[s] = true;
-      --waiting_;
-      if (pushed_) tally.add(p.getAppliedStaleness(), p.getRejected());
-      if (waiting_ == 0 && pushed_) report_due = true;
-    }
-    return {s, v.data, first};
-  }
-
-  bool ready() const { return waiting_ == 0; }
-  /// Shard s's Params for the last push (or the first pull) came.
-  bool answered(std::size_t s) const { return answered_[s]; }
-  const std::vector<train::shard_plan>& shards() const { return c_.shards; }
-  const model::param_layout& layout() const { return c_.layout; }
-
-  /// The payload of shard s's next PushGradient, to be written in place.
-  float* open_push(std::size_t s) {
-    return actors::open_push(push_[s], c_.self, c_.shards[s].address, c_.shards[s].range, shapes_[s]);
-  }
-
-  /// Sends shard s's push opened for this step (its header set now) and waits for its answer.
-  void push_one(std::size_t s, uint64_t step, std::vector<outgoing>& out) {
-    auto p = push_[s].exclusive_builder()->getRoot<wire::Envelope>().getPushGradient();
-    p.setBaseVersion(version_[s]);
-    p.setStep(step);
-    out.push_back({c_.shards[s].address, push_[s]});
-    if (answered_[s]) ++waiting_;
-    answered_[s] = false;
-    sent_[s] = true;
-    pushed_ = true;
-  }
-  bool sent(std::size_t s) const { return sent_[s]; }
-  /// Sends the pushes of this step that push_one has not sent; the next step starts afresh.
-  void push(uint64_t step, std::vector<outgoing>& out) {
-    for (std::size_t s = 0; s < c_.shards.size(); ++s)
-      if (!sent_[s]) push_one(s, step, out);
-    std::fill(sent_.begin(), sent_.end(), false);
-  }
-
-private:
-  shard_source_config c_;
-  std::vector<std::vector<shape>> shapes_;  // per shard: its tensors' shapes
-  std::vector<uint64_t> version_;           // per shard: version of the parameters held
-  std::vector<net::message> push_;          // per shard: the last PushGradient, reused in place
-  std::vector<bool> answered_;              // per shard: its Params for the last push (or the first pull) came
-  std::vector<bool> sent_ = std::vector<bool>(c_.shards.size(), false);  // per shard: pushed in this step
-  int waiting_;                             // shards whose Params have not arrived
-  bool pushed_ = false;                     // waiting for the answers to a push (not the first pull)
-};
-
 /// Push every step, nothing copied: weights read in place from the shards'
 /// Params (validated when they arrived; read-only), gradients written in place
 /// into the pushes. The Params are let go when the worker pushes, so that the
@@ -131,22 +36,23 @@ private:
 class shard_weights_source final : public weight_source {
 public:
   explicit shard_weights_source(const shard_source_config& c)
-      : x_(c), latest_(c.shards.size()), values_(c.shards.size(), nullptr), bound_(c.shards.size(), false) {}
-  std::vector<outgoing> start() override { return x_.pulls(); }
+      : x_(c.self, c.shards, c.layout), latest_(c.shards.size()), values_(c.shards.size(), nullptr), bound_(c.shards.size(), false) {}
+  std::vector<outgoing> start() override { return x_.pull_all(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::opened_message& m) override {
-    const auto a = x_.accept(*m, tally_, report_due_, &bound_);
-    if (bound_[a.shard]) return;  // a late duplicate: the step goes on with the weights it began with
-    latest_[a.shard] = m;
-    values_[a.shard] = a.values;
+    const auto a = x_.accept(*m, &tally_, &bound_);
+    report_due_ = report_due_ || a.round_done;
+    if (bound_[a.holder]) return;  // a late duplicate: the step goes on with the weights it began with
+    latest_[a.holder] = m;
+    values_[a.holder] = a.values;
   }
   bool ready() const override { return x_.ready(); }
   void attach(const model::model& net) override {
     // The layer holding each shard's first tensor, and the shards holding each layer's tensors.
     const std::vector<std::size_t> layer_of_tensor = layer_of_each_tensor(net);
     layer_shards_.assign(net.size(), {});
-    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
-      const model::shard_range& range = x_.shards()[s].range;
+    for (std::size_t s = 0; s < x_.holders().size(); ++s) {
+      const model::shard_range& range = x_.holders()[s].range;
       first_layer_.push_back(range.first < layer_of_tensor.size() ? layer_of_tensor[range.first] : 0);
       for (uint32_t i = range.first; i < range.last && i < layer_of_tensor.size(); ++i) {
         std::vector<std::size_t>& of = layer_shards_[layer_of_tensor[i]];
@@ -162,8 +68,8 @@ public:
   }
   void bind(replica& r, bound_tensors& b) override {
     const std::vector<model::parameter*> params = r.net.parameters();
-    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
-      const model::shard_range& range = x_.shards()[s].range;
+    for (std::size_t s = 0; s < x_.holders().size(); ++s) {
+      const model::shard_range& range = x_.holders()[s].range;
       float* grads = x_.open_push(s);
       for (uint32_t i = range.first; i < range.last; ++i) {
         const model::layout_entry& e = x_.layout()[i];
@@ -174,9 +80,9 @@ public:
   }
   void bind_arrived(replica& r, bound_tensors& b) override {
     const std::vector<model::parameter*> params = r.net.parameters();
-    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+    for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       if (bound_[s] || !values_[s]) continue;
-      const model::shard_range& range = x_.shards()[s].range;
+      const model::shard_range& range = x_.holders()[s].range;
       for (uint32_t i = range.first; i < range.last; ++i) {
         const model::layout_entry& e = x_.layout()[i];
         b.bind_read_only(params[i]->value, e.dims, values_[s] + (e.offset - range.begin));
@@ -192,10 +98,10 @@ public:
   }
   bool pushes_during_backward() const override { return true; }
   void after_layer(std::size_t layer, uint64_t step, std::vector<outgoing>& out) override {
-    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
+    for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       // Backward runs from the last layer to the first: once it has passed the
       // layer of a shard's first tensor, every gradient of the shard is written.
-      if (x_.sent(s) || x_.shards()[s].range.first == x_.shards()[s].range.last || first_layer_.at(s) < layer) continue;
+      if (x_.sent(s) || x_.holders()[s].range.first == x_.holders()[s].range.last || first_layer_.at(s) < layer) continue;
       x_.push_one(s, step, out);
       latest_[s].reset();  // no layer before reads these weights
       values_[s] = nullptr;
@@ -203,7 +109,7 @@ public:
   }
 
 private:
-  shard_exchange x_;
+  param_client x_;
   std::vector<net::opened_message> latest_;
   std::vector<const float*> values_;
   std::vector<bool> bound_;                             // per shard: its weights bound for this step
@@ -217,14 +123,15 @@ private:
 class local_steps_source final : public weight_source {
 public:
   local_steps_source(const shard_source_config& c, int k, float lr, float momentum)
-      : x_(c), k_(k), lr_(lr), w_(static_cast<std::size_t>(c.layout.numel())), start_(w_.size()),
+      : x_(c.self, c.shards, c.layout), k_(k), lr_(lr), w_(static_cast<std::size_t>(c.layout.numel())), start_(w_.size()),
         opt_(optim::sgd(lr).momentum(momentum).make()) {}
-  std::vector<outgoing> start() override { return x_.pulls(); }
+  std::vector<outgoing> start() override { return x_.pull_all(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::opened_message& m) override {
-    const auto a = x_.accept(*m, tally_, report_due_);
+    const auto a = x_.accept(*m, &tally_);
+    report_due_ = report_due_ || a.round_done;
     if (!a.first) return;  // the local steps go on from the answer that came first
-    const model::shard_range& range = x_.shards()[a.shard].range;
+    const model::shard_range& range = x_.holder(a.holder).range;
     std::memcpy(w_.data() + range.begin, a.values, range.numel() * sizeof(float));
     if (x_.ready()) start_ = w_;
   }
@@ -237,8 +144,8 @@ public:
     std::memcpy(w_.data(), r.flat.values.data(), w_.size() * sizeof(float));
     if (++local_ < k_) return;
     local_ = 0;
-    for (std::size_t s = 0; s < x_.shards().size(); ++s) {
-      const model::shard_range& range = x_.shards()[s].range;
+    for (std::size_t s = 0; s < x_.holders().size(); ++s) {
+      const model::shard_range& range = x_.holders()[s].range;
       float* g = x_.open_push(s);
       for (int64_t j = 0; j < range.numel(); ++j) g[j] = (start_[range.begin + j] - w_[range.begin + j]) / lr_;
     }
@@ -246,7 +153,7 @@ public:
   }
 
 private:
-  shard_exchange x_;
+  param_client x_;
   int k_;
   float lr_;
   std::vector<float> w_, start_;  // the worker's parameters; and at the last pull
@@ -256,15 +163,16 @@ private:
 
 class hogwild_source final : public weight_source {
 public:
-  hogwild_source(std::shared_ptr<hogwild_store> store, float lr, model::lr_schedule schedule, int64_t total)
-      : store_(std::move(store)), lr_(lr), schedule_(schedule), total_(total) {}
+  hogwild_source(std::shared_ptr<hogwild_store> store, float lr, model::lr_schedule schedule, int64_t total,
+                 int64_t warmup)
+      : store_(std::move(store)), lr_(lr), schedule_(schedule), total_(total), warmup_(warmup) {}
   bool ready() const override { return true; }
   void bind(replica& r, bound_tensors&) override {
     seen_ = store_->updates.load(std::memory_order_relaxed);
     store_->read(r.flat.values.data());
   }
   void update(const kernels::context&, replica& r, uint64_t, std::vector<outgoing>&) override {
-    store_->subtract(model::scheduled_lr(lr_, schedule_, static_cast<int64_t>(seen_), total_), r.flat.grads.data());
+    store_->subtract(model::scheduled_lr(lr_, schedule_, static_cast<int64_t>(seen_), total_, warmup_), r.flat.grads.data());
     const uint64_t before = store_->updates.fetch_add(1, std::memory_order_relaxed);
     tally_.add(before - seen_, false);
     report_due_ = true;
@@ -274,7 +182,7 @@ private:
   std::shared_ptr<hogwild_store> store_;
   float lr_;
   model::lr_schedule schedule_;
-  int64_t total_;
+  int64_t total_, warmup_;
   uint64_t seen_ = 0;
 };
 
@@ -318,19 +226,6 @@ void hogwild_store::read(float* out) const {
 void hogwild_store::subtract(float lr, const float* g) {
   for (int64_t i = 0; i < n_; ++i)
     w_[i].store(w_[i].load(std::memory_order_relaxed) - lr * g[i], std::memory_order_relaxed);
-}
-
-void staleness_tally::add(uint64_t tau, bool was_rejected) {
-  sum += tau;
-  ++count;
-  max = std::max(max, tau);
-  if (was_rejected) ++rejected;
-}
-
-void staleness_tally::fill(train::step_report& r) const {
-  r.mean_staleness = count ? static_cast<double>(sum) / static_cast<double>(count) : 0.0;
-  r.max_staleness = static_cast<uint32_t>(std::min<uint64_t>(max, UINT32_MAX));
-  r.rejected = static_cast<uint32_t>(std::min<uint64_t>(rejected, UINT32_MAX));
 }
 
 bound_tensors::~bound_tensors() {
@@ -391,8 +286,9 @@ std::unique_ptr<weight_source> local_steps(const shard_source_config& c, int k, 
 }
 
 std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> store, float lr,
-                                               model::lr_schedule schedule, int64_t total_updates) {
-  return std::make_unique<hogwild_source>(std::move(store), lr, schedule, total_updates);
+                                               model::lr_schedule schedule, int64_t total_updates,
+                                               int64_t warmup) {
+  return std::make_unique<hogwild_source>(std::move(store), lr, schedule, total_updates, warmup);
 }
 
 // --- worker ---

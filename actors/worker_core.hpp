@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/param_client.hpp"
 #include "kernels/context.hpp"
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
@@ -23,14 +24,6 @@
 #include "train/trace.hpp"
 
 namespace troupe::actors {
-
-/// A message to send and its destination. Across nodes, a lower `priority`
-/// overtakes what waits to be written to the same node (net::transport::send).
-struct outgoing {
-  net::address to;
-  net::message msg;
-  int priority = 0;
-};
 
 /// A model replica whose parameters live in one flat buffer of values and one
 /// of gradients, in the model's layout order.
@@ -75,14 +68,6 @@ public:
 private:
   std::unique_ptr<std::atomic<float>[]> w_;
   int64_t n_;
-};
-
-/// Staleness and rejections of the updates since the last report.
-struct staleness_tally {
-  uint64_t sum = 0, count = 0, max = 0, rejected = 0;
-  void add(uint64_t tau, bool was_rejected);
-  /// Writes the mean, max (capped to 32 bits) and rejections into `r` (0 for no updates).
-  void fill(train::step_report& r) const;
 };
 
 /// Points a replica's tensors at memory it does not own for one step, and
@@ -168,9 +153,11 @@ std::unique_ptr<weight_source> shard_weights(const shard_source_config& c);
 /// A local optimizer: k steps on the worker's own copy, then the accumulated
 /// change (as a gradient at lr) goes to the shards (multi-granular updates).
 std::unique_ptr<weight_source> local_steps(const shard_source_config& c, int k, float lr, float momentum);
-/// Hogwild!: reads and updates `store` directly, lr from the server's schedule.
+/// Hogwild!: reads and updates `store` directly, lr from the server's
+/// schedule over `total_updates` (after `warmup` updates of warm-up).
 std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> store, float lr,
-                                               model::lr_schedule schedule, int64_t total_updates);
+                                               model::lr_schedule schedule, int64_t total_updates,
+                                               int64_t warmup = 0);
 
 /// A worker: steps on Batch messages with a borrowed replica and its weight source.
 class worker_core {

@@ -138,7 +138,12 @@ namespace troupe::model {
 
 const char* to_string(lr_schedule s) { return s == lr_schedule::cosine ? "cosine" : "constant"; }
 
-float scheduled_lr(float base, lr_schedule schedule, int64_t step, int64_t total) {
+float scheduled_lr(float base, lr_schedule schedule, int64_t step, int64_t total, int64_t warmup) {
+  if (warmup > 0 && step < warmup) return static_cast<float>(base * double(step + 1) / double(warmup));
+  if (warmup > 0) {
+    step -= warmup;
+    total -= warmup;
+  }
   if (schedule != lr_schedule::cosine || total <= 0) return base;
   return static_cast<float>(0.5 * base * (1 + std::cos(M_PI * std::min<double>(1.0, step / double(total)))));
 }

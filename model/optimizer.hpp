@@ -38,7 +38,9 @@ enum class lr_schedule {
 const char* to_string(lr_schedule s);
 
 /// Learning rate after `step` of `total` steps under `schedule`.
-float scheduled_lr(float base, lr_schedule schedule, int64_t step, int64_t total);
+/// With `warmup` > 0, the first `warmup` steps climb linearly to `base`
+/// (step s: base * (s + 1) / warmup), and the schedule runs over the steps after them.
+float scheduled_lr(float base, lr_schedule schedule, int64_t step, int64_t total, int64_t warmup = 0);
 
 } // namespace troupe::model
 

@@ -53,6 +53,7 @@ const std::vector<algorithm_kind>& all_algorithms();
 struct update_config {
   algorithm_kind rule = algorithm_kind::asgd;  ///< an algorithm whose traits have shards
   float lr = 0.05f;           ///< eta
+  int64_t warmup = 0;         ///< the shard's lr warms up over this many updates (model::scheduled_lr)
   int workers = 1;            ///< N: SSGD averages this many gradients per step
   float lambda = 0.04f;       ///< DC-ASGD-c: constant lambda
   float lambda0 = 2.0f;       ///< DC-ASGD-a / DDC-ASGD: lambda_t = lambda0 / sqrt(MS + eps)

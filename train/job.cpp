@@ -109,6 +109,7 @@ model::update_config rule_config(const settings& s) {
   model::update_config c;
   c.rule = s.algo.kind;
   c.lr = s.lr;
+  c.warmup = s.warmup_steps;
   c.workers = s.algo.workers;
   c.lambda = s.algo.lambda;
   c.lambda0 = s.algo.lambda0;
@@ -185,6 +186,7 @@ void validate(const settings& s) {
   if (!(s.momentum >= 0.0f && s.momentum < 1.0f)) bad("--momentum must be in [0, 1), got " + n2s(s.momentum));
   if (!(s.weight_decay >= 0.0f) || !std::isfinite(s.weight_decay))
     bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
+  if (s.warmup_steps < 0) bad("--warmup-steps must be >= 0, got " + n2s(s.warmup_steps));
   if (s.threads < 0) bad("--threads must be >= 0 (0: this process's share of the cores), got " + n2s(s.threads));
   if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
   if (!(s.validation_fraction >= 0 && s.validation_fraction < 1))

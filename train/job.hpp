@@ -234,6 +234,9 @@ struct settings {
   /// 0: no clipping. The sequential loop and allreduce (after the mean).
   float clip_grad_norm = 0.0f;
   lr_schedule schedule = lr_schedule::cosine;
+  /// The lr climbs linearly from lr/warmup_steps to lr over the first
+  /// warmup_steps steps (updates, on actors), then follows `schedule` over the rest. 0: none.
+  int64_t warmup_steps = 0;
   uint64_t seed = 1;              ///< initialisation, shuffling, dropout
   int threads = 0;                ///< CPU threads, 0: this process's share of the cores
   std::string checkpoint;         ///< resume from it when it exists; written after every epoch
@@ -307,6 +310,7 @@ public:
   /// The sequential loop's optimizer: sgd (default) or adamw.
   job& optimizer(optimizer_kind k) { s_.optimizer = k; return *this; }
   job& schedule(lr_schedule v) { s_.schedule = v; return *this; }
+  job& warmup_steps(int64_t v) { s_.warmup_steps = v; return *this; }
   job& seed(uint64_t v) { s_.seed = v; return *this; }
   job& threads(int n) { s_.threads = n; return *this; }
   job& checkpoint(std::string path) { s_.checkpoint = std::move(path); return *this; }

@@ -391,6 +391,9 @@ std::vector<job_key> make_optimizer_keys() {
       choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)",
                  [](auto& s) -> auto& { return s.train.schedule; }, parse_schedule,
                  std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
+      integer_key("warmup-steps", "N",
+                  "linear warm-up of the lr over the first N steps, then --lr-schedule over the rest (default 0)",
+                  [](auto& s) -> auto& { return s.train.warmup_steps; }, 0),
   };
 }
 

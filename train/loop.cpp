@@ -284,7 +284,7 @@ public:
     if (epoch == from_.epochs) batches_.skip(from_.epoch_samples);
     auto verdict = epoch_accumulator::verdict::train_on;
     while (verdict == epoch_accumulator::verdict::train_on && batches_.next()) {
-      opt_.set_learning_rate(model::scheduled_lr(s_.lr, s_.schedule, acc_.steps(), total_steps_));
+      opt_.set_learning_rate(model::scheduled_lr(s_.lr, s_.schedule, acc_.steps(), total_steps_, s_.warmup_steps));
       const tensor& logits = net_.forward(ctx_, batches_.inputs(), true);
       const double loss = batches_.loss(ctx_, logits, dlogits_);
       net_.backward(ctx_, dlogits_);

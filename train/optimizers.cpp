@@ -51,8 +51,8 @@ public:
     ++step_;
     for (model::parameter* p : params) {
       if (!p->grad.defined()) throw error("optimizer step: parameter " + p->name + " has no gradient (run backward first)");
-      kernels::adamw_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, 0.9f, 0.999f, 1e-8f, weight_decay_,
-                          step_);
+      kernels::adamw_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, 0.9f, 0.999f, 1e-8f,
+                          decays(*p) ? weight_decay_ : 0.0f, step_);
     }
   }
   std::vector<named_tensor> state() const override {
@@ -78,6 +78,10 @@ private:
 };
 
 } // namespace
+
+bool decays(const model::parameter& p) {
+  return p.value.shape().rank() >= 2 && p.name.find("embedding.") == std::string::npos;
+}
 
 std::unique_ptr<model::optimizer> make_adamw(float lr, float weight_decay) {
   if (!(lr > 0.0f)) throw error("adamw: learning rate must be positive, got " + std::to_string(lr));

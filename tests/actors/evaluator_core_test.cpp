@@ -98,8 +98,8 @@ TEST_CASE("evaluator: a snapshot of two shards, evaluated and checkpointed with 
   // A second answer of shard 1 (a pull asked again): ignored, the first counts.
   CHECK_FALSE(e.on_params(bias_params(6)));
   CHECK(e.missing() == "shard 0 on node 0");
-  // A shard that does not exist, a wrong range, not a Params: refused.
-  CHECK(reason_of(e, params_message(2, evaluator_addr(), 0, 2, 8, {{shape{1}, {1}}})) == net::reject_reason::malformed);
+  // A shard it does not pull from, a wrong range, not a Params: refused.
+  CHECK(reason_of(e, params_message(2, evaluator_addr(), 0, 2, 8, {{shape{1}, {1}}})) == net::reject_reason::wrong_shape);
   CHECK(reason_of(e, params_message(0, evaluator_addr(), 0, 0, 0, {{shape{3, 2}, weight}})) ==
         net::reject_reason::wrong_shape);
   CHECK(reason_of(e, make_pull(evaluator_addr(), shard_addr(0))) == net::reject_reason::unknown_kind);

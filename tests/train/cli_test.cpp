@@ -88,6 +88,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"weight-decay", "0.001", "weight_decay"},
       {"optimizer", "adamw", "optimizer"},
       {"lr-schedule", "constant", "schedule"},
+      {"warmup-steps", "30", "warmup_steps"},
       {"seed", "42", "seed"},
       {"threads", "2", "threads"},
       {"data-dir", "/data/idx", "data_dir"},

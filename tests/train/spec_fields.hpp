@@ -55,6 +55,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"optimizer", to_string(t.optimizer)},
       {"context", std::to_string(s.context)},
       {"schedule", model::to_string(t.schedule)},
+      {"warmup_steps", std::to_string(t.warmup_steps)},
       {"seed", std::to_string(t.seed)},
       {"threads", std::to_string(t.threads)},
       {"checkpoint", t.checkpoint},
@@ -130,6 +131,7 @@ inline train::job_spec everything_changed() {
   t.optimizer = optimizer_kind::adamw;
   s.context = 64;
   t.schedule = model::lr_schedule::constant;
+  t.warmup_steps = 20;
   t.seed = 123456789012345;
   t.threads = 3;
   t.checkpoint = "ck.bin";

@@ -126,18 +126,14 @@ std::vector<bucket> cut_buckets(const model::param_layout& layout, int64_t least
 class allreduce_source final : public weight_source {
 public:
   explicit allreduce_source(const allreduce_config& c)
-      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), v_(c.initial.size(), 0.0f),
+      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), opt_(c.sgd, static_cast<int64_t>(c.initial.size())),
         g_local_(c.elastic ? g_.size() : 0),
         buckets_(cut_buckets(c.layout, c.bucket_elements)), applied_(c.steps_before) {
     if (static_cast<int64_t>(w_.size()) != c.layout.numel())
       throw error("allreduce: " + std::to_string(w_.size()) + " initial values for a layout of " +
                   std::to_string(c.layout.numel()));
-    if (!c.velocity.empty()) {
-      if (c.velocity.size() != v_.size())
-        throw error("allreduce: the checkpoint's velocity has " + std::to_string(c.velocity.size()) +
-                    " values, the model " + std::to_string(v_.size()));
-      v_ = c.velocity;
-    }
+    if (!c.velocity.empty())
+      opt_.restore(c.velocity.data(), static_cast<int64_t>(c.velocity.size()), "allreduce");
     for (std::size_t i = 0; i < c.members.size(); ++i) group_.push_back(static_cast<int32_t>(i));
     core_ = std::make_unique<collective_core>(group_, c.member, 0, c.options);
   }
@@ -252,20 +248,13 @@ private:
   void apply_step() {
     if (c_.elastic) {  // a new group may roll this step back
       w_before_ = w_;
-      v_before_ = v_;
+      v_before_ = opt_.velocity();
       std::swap(g_last_local_, g_local_);
       g_local_.resize(g_.size());
     }
-    const shape s{static_cast<int64_t>(w_.size())};
-    tensor wt = tensor::wrap(s, w_.data()), gt = tensor::wrap(s, g_.data()), vt = tensor::wrap(s, v_.data());
     const float inv = 1.0f / static_cast<float>(group_.size());
     for (float& x : g_) x *= inv;
-    if (c_.clip_grad_norm > 0) kernels::clip_by_global_norm(ctx_, {{g_.data(), static_cast<int64_t>(g_.size())}}, c_.clip_grad_norm);
-    const float lr = model::scheduled_lr(c_.lr, c_.schedule, static_cast<int64_t>(applied_), c_.total_steps, c_.warmup_steps);
-    if (c_.momentum == 0.0f)
-      kernels::sgd_step(ctx_, wt, gt, lr, c_.weight_decay);
-    else
-      kernels::momentum_step(ctx_, wt, gt, vt, lr, c_.momentum, c_.weight_decay, false);
+    opt_.step(ctx_, w_.data(), g_.data(), static_cast<int64_t>(applied_));
     ++applied_;
     in_step_ = false;
     report_due_ = true;
@@ -277,7 +266,8 @@ private:
   outgoing answer(const net::envelope_reader& r) const;
 
   allreduce_config c_;
-  std::vector<float> w_, g_, v_;  // the replica's values, its gradient (reduced in place), its momentum
+  std::vector<float> w_, g_;      // the replica's values, its gradient (reduced in place)
+  model::flat_sgd opt_;           // its optimizer (momentum: the state a joiner and a checkpoint get)
   std::vector<shape> shapes_ = c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size()));
   std::vector<float> g_local_;    // the step's own gradient, kept as each bucket's reduction starts
   std::vector<float> w_before_, v_before_, g_last_local_;  // before the last step applied, and its own gradient
@@ -306,7 +296,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   if (!c_.elastic) throw error(name() + ": allreduce: a Regroup for a group that cannot re-form (one process)");
   if (!joiner && applied_ == g.step + 1) {  // this worker applied a step the others did not: undone, redone
     w_ = w_before_;
-    v_ = v_before_;
+    opt_.velocity() = v_before_;
     applied_ = g.step;
     g_local_ = g_last_local_;
     kept_ = buckets_.size();
@@ -331,7 +321,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
     shared_.assign(2 * w_.size(), 0.0f);
     if (me == g.root) {
       std::copy(w_.begin(), w_.end(), shared_.begin());
-      std::copy(v_.begin(), v_.end(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()));
+      std::copy(opt_.velocity().begin(), opt_.velocity().end(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()));
     }
     broadcasting_ = active_ = true;
     send(core_->start_broadcast(0, static_cast<int32_t>(g.root), shared_.data(), static_cast<int64_t>(shared_.size())),
@@ -358,7 +348,7 @@ void allreduce_source::end_broadcast() {
   broadcasting_ = false;
   if (!syncing_) return;
   std::copy(shared_.begin(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), w_.begin());
-  std::copy(shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), shared_.end(), v_.begin());
+  std::copy(shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), shared_.end(), opt_.velocity().begin());
   applied_ = sync_step_;
   syncing_ = false;
 }
@@ -370,7 +360,7 @@ outgoing allreduce_source::answer(const net::envelope_reader& r) const {
   h.version = applied_;
   h.shapes = &shapes_;
   h.values = w_.data();
-  if (r.root().getPullParams().getWithState() && c_.momentum != 0.0f) h.velocity = &v_;
+  if (r.root().getPullParams().getWithState() && opt_.has_state()) h.velocity = &opt_.velocity();
   return {to, make_params(self(), to, h)};
 }
 

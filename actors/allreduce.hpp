@@ -13,6 +13,7 @@
 
 #include "actors/collective_core.hpp"
 #include "actors/worker_core.hpp"
+#include "model/flat_sgd.hpp"
 #include "model/layout.hpp"
 #include "model/schedule.hpp"
 
@@ -25,11 +26,8 @@ struct allreduce_config {
   std::vector<float> initial;         ///< the starting parameters (the same on every member)
   std::vector<float> velocity;        ///< a resumed run's momentum (empty: zeros)
   uint64_t steps_before = 0;          ///< global steps applied before (a resumed run)
-  float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
-  float clip_grad_norm = 0;           ///< the mean gradient clipped to this global norm (0: none)
-  model::lr_schedule schedule = model::lr_schedule::constant;
-  int64_t total_steps = 1;            ///< the schedule's length in global steps
-  int64_t warmup_steps = 0;           ///< the lr's warm-up (model::scheduled_lr)
+  /// Each replica's optimizer on the mean gradient (total_steps: global steps).
+  model::flat_sgd_options sgd;
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)
   collective_options options;
   bool holder = false;                ///< answers PullParams (the plan's worker holder)

@@ -38,6 +38,20 @@ void spawn_shards(caf::actor_system& sys, node_context& c) {
   }
 }
 
+/// The optimizer of a stage's or an allreduce replica's flat parameters, as
+/// the job's settings say, over `total_steps` updates.
+model::flat_sgd_options sgd_of(const settings& s, int64_t total_steps) {
+  model::flat_sgd_options o;
+  o.lr = s.lr;
+  o.momentum = s.momentum;
+  o.weight_decay = s.weight_decay;
+  o.clip_grad_norm = s.clip_grad_norm;
+  o.schedule = s.schedule;
+  o.total_steps = total_steps;
+  o.warmup_steps = s.warmup_steps;
+  return o;
+}
+
 /// Mini-batches a stage runs. A hybrid's replicas go on until the coordinator
 /// has counted the run's samples (an epoch ends on every replica's samples
 /// together, as data-parallel workers'): each may take up to all of them. A
@@ -71,12 +85,8 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.schedule = s.pipeline.schedule;
   sc.micro_batches = s.pipeline.micro_batches;
   sc.total_micro_batches = steps * s.pipeline.micro_batches;
-  sc.lr = s.lr;
-  sc.momentum = s.momentum;
-  sc.weight_decay = s.weight_decay;
-  sc.lr_schedule = s.schedule;
-  sc.total_steps = p.total_updates;
-  sc.warmup_steps = s.warmup_steps;
+  sc.sgd = sgd_of(s, p.total_updates);
+  sc.sgd.clip_grad_norm = 0;  // a norm per stage is not the model's: make_plan refuses it with pipelines
   sc.steps_before = c.start->state.first_steps;
   sc.stash = s.pipeline.stash;
   sc.trace = c.trace;
@@ -150,13 +160,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   for (const named_tensor& t : c.start->state.replicas.state)
     if (t.name == "velocity") a.velocity.assign(t.value.data(), t.value.data() + t.value.numel());
   a.steps_before = c.start->state.replicas.version;
-  a.lr = s.lr;
-  a.momentum = s.momentum;
-  a.weight_decay = s.weight_decay;
-  a.clip_grad_norm = s.clip_grad_norm;
-  a.schedule = s.schedule;
-  a.total_steps = p.total_updates;
-  a.warmup_steps = s.warmup_steps;
+  a.sgd = sgd_of(s, p.total_updates);
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
   a.options.bf16(s.algo.allreduce_dtype == reduce_dtype::bf16);
   a.holder = !p.worker_holders.empty() && p.worker_holders.front().address == w.address;

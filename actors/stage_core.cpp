@@ -24,13 +24,12 @@ std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * 
 stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial)
     : c_(std::move(c)), replicas_(std::move(replicas)), ctx_(kernels::context::with_threads(c_.plan.threads)),
       program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches),
-      track_(net::to_string(c_.plan.address)),
+      track_(net::to_string(c_.plan.address)), opt_(c_.sgd, c_.plan.params.numel()),
       shapes_(c_.layout.shapes(c_.plan.params.first, c_.plan.params.last)) {
   if (static_cast<int64_t>(initial.size()) != c_.plan.params.numel())
     throw error(track_ + ": " + std::to_string(initial.size()) + " parameters for a range of " +
                 std::to_string(c_.plan.params.numel()));
   current_ = std::make_shared<std::vector<float>>(std::move(initial));
-  velocity_.assign(current_->size(), 0.0f);
   grads_.assign(current_->size(), 0.0f);
   if (c_.stash > 0) stash_.emplace_back(0, current_);
   if (!c_.peers.empty()) {
@@ -131,17 +130,14 @@ outgoing stage_core::answer_pull(const net::envelope_reader& r) const {
   h.shapes = &shapes_;
   h.values = current_->data();
   // A checkpoint's: the stage's own optimizer state (a hybrid's is its shard's).
-  if (r.root().getPullParams().getWithState() && c_.plan.shard < 0 && c_.momentum != 0.0f) h.velocity = &velocity_;
+  if (r.root().getPullParams().getWithState() && !client_ && opt_.has_state()) h.velocity = &opt_.velocity();
   return {to, make_params(c_.plan.address, to, h)};
 }
 
 void stage_core::restore(const std::vector<named_tensor>& state) {
   for (const named_tensor& t : state) {
     if (t.name != "velocity") continue;
-    if (t.value.numel() != static_cast<int64_t>(velocity_.size()))
-      throw error(track_ + ": the checkpoint's velocity has " + std::to_string(t.value.numel()) +
-                  " values, the stage " + std::to_string(velocity_.size()));
-    std::memcpy(velocity_.data(), t.value.data(), velocity_.size() * sizeof(float));
+    opt_.restore(t.value.data(), t.value.numel(), track_);
   }
 }
 
@@ -380,15 +376,9 @@ void stage_core::update(int64_t, result& out) {
 }
 
 void stage_core::apply_own_step(int64_t step) {
-  const float lr = model::scheduled_lr(c_.lr, c_.lr_schedule, step, c_.total_steps, c_.warmup_steps);
   // A version a micro-batch in flight (or the stash) still holds never changes.
   weights w = current_.use_count() == 1 ? current_ : std::make_shared<std::vector<float>>(*current_);
-  const shape s{static_cast<int64_t>(w->size())};
-  tensor wt = tensor::wrap(s, w->data()), gt = tensor::wrap(s, grads_.data()), vt = tensor::wrap(s, velocity_.data());
-  if (c_.momentum == 0.0f)
-    kernels::sgd_step(ctx_, wt, gt, lr, c_.weight_decay);
-  else
-    kernels::momentum_step(ctx_, wt, gt, vt, lr, c_.momentum, c_.weight_decay, false);
+  opt_.step(ctx_, w->data(), grads_.data(), step);
   current_ = std::move(w);
   ++version_id_;
   std::fill(grads_.begin(), grads_.end(), 0.0f);

@@ -20,6 +20,7 @@
 #include "actors/collective_core.hpp"
 #include "actors/worker_core.hpp"
 #include "kernels/context.hpp"
+#include "model/flat_sgd.hpp"
 #include "model/schedule.hpp"
 #include "net/message.hpp"
 #include "train/epoch_accumulator.hpp"
@@ -35,16 +36,14 @@ struct stage_config {
   net::address coordinator;          ///< the last stage reports each mini-batch to it
   /// A hybrid's stage (plan.shard >= 0): the shard its gradients go to, one
   /// push per mini-batch; its Params answer, and the next mini-batch's
-  /// forwards wait for it. The stage's own lr, momentum and weight decay are unused.
+  /// forwards wait for it. The stage's own optimizer (sgd) is unused.
   net::address shard;
   model::param_layout layout;        ///< the whole model's
   model::pipeline_schedule schedule = model::pipeline_schedule::gpipe;
   int micro_batches = 4;
   int64_t total_micro_batches = 0;   ///< of the run
-  float lr = 0.02f, momentum = 0.9f, weight_decay = 0;
-  model::lr_schedule lr_schedule = model::lr_schedule::constant;
-  int64_t total_steps = 1;           ///< mini-batches of the run (the lr schedule's length)
-  int64_t warmup_steps = 0;          ///< the lr's warm-up (model::scheduled_lr)
+  /// The optimizer of the stage's own parameters (total_steps: mini-batches of the run).
+  model::flat_sgd_options sgd;
   int64_t steps_before = 0;          ///< mini-batches done before this start (a resumed run)
   int stash = 0;                     ///< 1F1B: weight versions kept (0: every one in flight)
   /// An allreduce's hybrid: stage k of every pipeline replica, by replica (this
@@ -167,7 +166,8 @@ private:
   weights current_;
   uint64_t version_id_ = 0;
   std::deque<std::pair<uint64_t, weights>> stash_;  // 1F1B: versions kept, oldest first
-  std::vector<float> velocity_, grads_;              // momentum; gradients summed (GPipe) or the last (1F1B)
+  model::flat_sgd opt_;                              // its optimizer (momentum: a checkpoint's state)
+  std::vector<float> grads_;                         // gradients summed (GPipe) or the last (1F1B)
   std::unique_ptr<collective_core> group_;           // an allreduce's hybrid: stage k of every replica
   std::vector<outgoing> group_out_;                  // its messages, sent by the next run()
   bool reducing_ = false;                            // a mini-batch's gradient is being reduced

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model.hpp"
@@ -31,6 +32,29 @@ struct staleness_tally {
   void add(uint64_t tau, bool was_rejected);
   /// Writes the mean, max (capped to 32 bits) and rejections into `r` (0 for no updates).
   void fill(train::step_report& r) const;
+};
+
+/// The pulls a holder keeps until it has applied the updates they count
+/// (PullParams.steps: a snapshot's pull waits for the mini-batches reported).
+template <class Pull>
+class kept_pulls {
+public:
+  void keep(uint64_t steps, Pull p) { kept_.push_back({steps, std::move(p)}); }
+  /// Calls answer(pull) for every pull that `applied` updates answer, and forgets it.
+  template <class F>
+  void answer_due(uint64_t applied, F&& answer) {
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      if (it->first > applied) {
+        ++it;
+        continue;
+      }
+      answer(it->second);
+      it = kept_.erase(it);
+    }
+  }
+
+private:
+  std::vector<std::pair<uint64_t, Pull>> kept_;
 };
 
 /// Pulls, Params replies (validated against each holder's range of the

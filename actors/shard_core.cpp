@@ -136,7 +136,7 @@ std::vector<shard_core::reply> shard_core::on_pull(const net::envelope_reader& r
   // A hybrid's snapshot: a pipeline replica reports a mini-batch before its
   // stages have pushed it, so the pull waits for the pushes of the mini-batches it counts.
   if (p_.stage >= 0 && p.getSteps() > pushes_) {
-    kept_pulls_.push_back({p.getSteps(), from, p.getWithState()});
+    kept_pulls_.keep(p.getSteps(), {from, p.getWithState()});
     return {};
   }
   return {answer_pull(from, p.getWithState())};
@@ -179,14 +179,7 @@ std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r
 }
 
 void shard_core::answer_due_pulls(std::vector<reply>& out) {
-  for (auto it = kept_pulls_.begin(); it != kept_pulls_.end();) {
-    if (it->steps > pushes_) {
-      ++it;
-      continue;
-    }
-    out.push_back(answer_pull(it->from, it->with_state));
-    it = kept_pulls_.erase(it);
-  }
+  kept_pulls_.answer_due(pushes_, [&](const kept_pull& k) { out.push_back(answer_pull(k.from, k.with_state)); });
 }
 
 std::vector<shard_core::reply> shard_core::handle(const net::message& m) {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/param_client.hpp"
 #include "kernels/context.hpp"
 #include "model/optimizer.hpp"
 #include "model/update_rule.hpp"
@@ -113,11 +114,10 @@ private:
   std::vector<std::pair<net::address, uint64_t>> waiting_;  // SSGD: (worker, staleness) until the round completes
   uint64_t pushes_ = 0;  // pushes applied (SSGD: taken into a round), those before a resumed run's start included
   struct kept_pull {
-    uint64_t steps;
     net::address from;
     bool with_state;
   };
-  std::vector<kept_pull> kept_pulls_;  // a hybrid's: answered once `steps` pushes are in
+  kept_pulls<kept_pull> kept_pulls_;  // a hybrid's: answered once the pushes they count are in
   bool stop_ = false;
   /// A message that could not be opened: counted, and answered when its header names a worker.
   std::vector<reply> rejected(const net::message& m, const net::message_error& e);

@@ -99,7 +99,7 @@ std::vector<outgoing> stage_core::take_pull(const net::opened_message& m) {
   const uint64_t steps = r.root().getPullParams().getSteps();
   std::vector<outgoing> out;
   if (static_cast<uint64_t>(applied_mini_batches() * c_.snapshot_replicas) >= steps) out.push_back(answer_pull(r));
-  else pulls_.emplace_back(steps, m);
+  else pulls_.keep(steps, m);
   return out;
 }
 
@@ -110,14 +110,7 @@ int64_t stage_core::applied_mini_batches() const {
 
 void stage_core::answer_due_pulls(std::vector<outgoing>& out) {
   const auto applied = static_cast<uint64_t>(applied_mini_batches() * c_.snapshot_replicas);
-  for (auto it = pulls_.begin(); it != pulls_.end();) {
-    if (it->first > applied) {
-      ++it;
-      continue;
-    }
-    out.push_back(answer_pull(*it->second));
-    it = pulls_.erase(it);
-  }
+  pulls_.answer_due(applied, [&](const net::opened_message& m) { out.push_back(answer_pull(*m)); });
 }
 
 outgoing stage_core::answer_pull(const net::envelope_reader& r) const {

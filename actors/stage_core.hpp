@@ -181,7 +181,7 @@ private:
   std::map<int64_t, int> done_in_batch_;                      // last stage: micro-batches backwarded per mini-batch
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
-  std::vector<std::pair<uint64_t, net::opened_message>> pulls_;  // kept PullParams: (mini-batches asked, message)
+  kept_pulls<net::opened_message> pulls_;                    // PullParams kept until their mini-batches are applied
   std::unique_ptr<param_client> client_;                     // a hybrid's: its conversation with its shard
   bool awaiting_params_ = false;                             // a shard's answer or the reduction not here yet
   bool started_ = false;                                     // a hybrid: start() ran

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tensor/error.hpp"
+#include "train/job_file.hpp"
 
 namespace troupe {
 
@@ -127,17 +128,12 @@ namespace {
 template <class T>
 std::string n2s(T v) { return std::to_string(v); }
 
-/// The pipeline and placement options of validate().
+/// The pipeline and placement options of validate(), beyond each value's range.
 void validate_pipeline(const settings& s) {
   const pipeline_settings& p = s.pipeline;
-  if (p.stages < 1 || p.stages > 256) bad("--pipeline-stages must be in [1, 256], got " + n2s(p.stages));
-  if (p.micro_batches < 1) bad("--micro-batches must be at least 1, got " + n2s(p.micro_batches));
-  if (p.stash < 0) bad("--stash must be >= 0 (0: every version in flight), got " + n2s(p.stash));
   if (!p.link_cost.empty() && p.link_cost.size() != 2)
     bad("--link-cost: give seconds per byte and seconds per message, e.g. 6e-10,2e-5 (got " +
         n2s(p.link_cost.size()) + " values)");
-  for (float v : p.link_cost)
-    if (!(v >= 0.0f) || !std::isfinite(v)) bad("--link-cost: values must be >= 0, got " + n2s(v));
   if (p.stages > 1) {
     if (p.micro_batches > s.batch_size)
       bad("--micro-batches " + n2s(p.micro_batches) + " exceeds --batch-size " + n2s(s.batch_size));
@@ -149,12 +145,8 @@ void validate_pipeline(const settings& s) {
     const int devices = p.device_speeds.empty() ? p.stages : static_cast<int>(p.device_speeds.size());
     if (devices < p.stages)
       bad("--device-speeds: " + n2s(devices) + " devices for " + n2s(p.stages) + " stages (give at least one per stage)");
-    for (float v : p.device_speeds)
-      if (!(v > 0.0f) || !std::isfinite(v)) bad("--device-speeds: every speed must be > 0, got " + n2s(v));
     if (!p.device_memory_mb.empty() && static_cast<int>(p.device_memory_mb.size()) != devices)
       bad("--device-memory: " + n2s(p.device_memory_mb.size()) + " limits for " + n2s(devices) + " devices");
-    for (float m : p.device_memory_mb)
-      if (!(m >= 0.0f) || !std::isfinite(m)) bad("--device-memory: every limit must be >= 0 MB (0: none), got " + n2s(m));
     if (p.placement == placement_kind::manual && p.cuts.empty())
       bad("--placement manual needs --pipeline-cuts (and --stage-devices, or stages go on devices 0, 1, ...)");
     if (!p.stage_devices.empty() && p.placement != placement_kind::manual && p.placement != placement_kind::even)
@@ -180,34 +172,13 @@ void validate_pipeline(const settings& s) {
 } // namespace
 
 void validate(const settings& s) {
-  if (s.epochs < 1) bad("--epochs must be at least 1, got " + n2s(s.epochs));
-  if (s.batch_size < 1) bad("--batch-size must be at least 1, got " + n2s(s.batch_size));
-  if (!(s.lr > 0.0f) || !std::isfinite(s.lr)) bad("--lr must be a positive number, got " + n2s(s.lr));
-  if (!(s.momentum >= 0.0f && s.momentum < 1.0f)) bad("--momentum must be in [0, 1), got " + n2s(s.momentum));
-  if (!(s.weight_decay >= 0.0f) || !std::isfinite(s.weight_decay))
-    bad("--weight-decay must be >= 0, got " + n2s(s.weight_decay));
-  if (s.warmup_steps < 0) bad("--warmup-steps must be >= 0, got " + n2s(s.warmup_steps));
-  if (s.threads < 0) bad("--threads must be >= 0 (0: this process's share of the cores), got " + n2s(s.threads));
-  if (s.max_steps < 0) bad("--max-steps must be >= 0, got " + n2s(s.max_steps));
-  if (!(s.validation_fraction >= 0 && s.validation_fraction < 1))
-    bad("--validation-fraction must be in [0, 1), got " + n2s(s.validation_fraction));
-  if (s.checkpoint_every_steps < 0) bad("--checkpoint-every-steps must be >= 0, got " + n2s(s.checkpoint_every_steps));
-  if (!(s.checkpoint_every_s >= 0) || !std::isfinite(s.checkpoint_every_s))
-    bad("--checkpoint-every-seconds must be >= 0, got " + n2s(s.checkpoint_every_s));
+  train::check_ranges(s);  // every value's range, from the key table
   if ((s.checkpoint_every_steps > 0 || s.checkpoint_every_s > 0) && s.checkpoint.empty())
     bad("--checkpoint-every-steps and --checkpoint-every-seconds need --checkpoint FILE");
   const algorithm_settings& a = s.algo;
-  if (a.workers < 1 || a.workers > 1024) bad("--workers must be in [1, 1024], got " + n2s(a.workers));
-  if (a.shards < 1) bad("--shards must be at least 1, got " + n2s(a.shards));
-  if (a.push_every < 1) bad("--push-every must be at least 1, got " + n2s(a.push_every));
-  if (a.prefetch < 1) bad("--prefetch must be at least 1, got " + n2s(a.prefetch));
-  if (!(a.worker_lr >= 0.0f) || !std::isfinite(a.worker_lr)) bad("--worker-lr must be >= 0 (0: use --lr)");
-  if (!(a.worker_momentum >= 0.0f && a.worker_momentum < 1.0f)) bad("--worker-momentum must be in [0, 1)");
   if (!a.worker_speeds.empty() && static_cast<int>(a.worker_speeds.size()) != a.workers)
     bad("--worker-speeds: " + n2s(a.worker_speeds.size()) + " speeds for " + n2s(a.workers) +
         " workers (give one per worker, larger is faster, e.g. 4,4,2,1)");
-  for (float v : a.worker_speeds)
-    if (!(v > 0.0f) || !std::isfinite(v)) bad("--worker-speeds: every speed must be > 0, got " + n2s(v));
   validate_pipeline(s);
   const algorithm_traits& t = traits(a.kind);
   if (!t.on_actors && (a.workers != 1 || a.shards != 1 || a.push_every != 1 || !a.worker_speeds.empty()))
@@ -218,7 +189,6 @@ void validate(const settings& s) {
         " shares one buffer in this process: --shards and --push-every do not apply");
   if (t.synchronous && a.push_every != 1) bad(std::string("--algorithm ") + t.name + " takes --push-every 1");
   if (t.collective && a.shards != 1) bad(std::string("--algorithm ") + t.name + " has no parameter shards: leave --shards out");
-  if (!(a.bucket_mb >= 0.0f) || !std::isfinite(a.bucket_mb)) bad("--bucket-mb must be >= 0, got " + n2s(a.bucket_mb));
   if (t.shards) model::validate(rule_config(s));
 }
 

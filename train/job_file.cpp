@@ -788,6 +788,21 @@ const std::vector<job_key>& job_keys() {
 
 const job_key* find_job_key(const std::string& name) { return find_in(job_keys(), name); }
 
+void check_ranges(const settings& s) {
+  job_spec spec;
+  spec.train = s;
+  for (const job_key& k : job_keys()) {
+    job_value v;
+    try {
+      v = k.get(spec);
+    } catch (const error&) {
+      continue;  // a value no job file can hold (a seed past TOML's integers) has no range to check
+    }
+    job_spec copy = spec;
+    if (!k.set(copy, v)) throw error("--" + k.name + ": expected " + k.expected + ", got " + toml_text(v));
+  }
+}
+
 std::string retired_key(const std::string& name, const std::vector<double>& values, bool option) {
   if (name != "speeds") return "";
   std::vector<double> slowdowns = values;

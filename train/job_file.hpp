@@ -87,6 +87,11 @@ const std::vector<job_key>& job_keys();
 const std::vector<job_key>& cluster_keys();
 /// The key called `name`, or nullptr.
 const job_key* find_job_key(const std::string& name);
+
+/// Throws troupe::error when a value of `s` is outside its key's range (the
+/// key table's, the one place each range is written): "--epochs: expected an
+/// integer >= 1, got 0". validate(settings) calls it for a job built in code.
+void check_ranges(const settings& s);
 /// For a key troupe no longer reads ("speeds"), an error saying what replaced it and how to convert
 /// `values` (the old key's values, or an example when they are empty or not valid); "" for any other
 /// name. `option`: spelt as an option (--speeds 1,1,2,4) rather than as a job-file key.

@@ -546,7 +546,7 @@ TEST_CASE("a validation set held out of the training set is scored after every e
   }
   std::ostringstream log;
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).validation_fraction(1.0), log), troupe::error,
-                       message(Contains("--validation-fraction must be in [0, 1), got 1")));
+                       message(Contains("--validation-fraction: expected a number in [0, 1), got 1.0")));
 }
 
 TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actors][fit]") {
@@ -559,7 +559,7 @@ TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actor
   fails(mlp_job(d.dir.path(), asgd().workers(2).shards(9)), "exceeds the model's 6");
   fails(mlp_job(d.dir.path(), sequential_sgd().workers(2)), "need an asynchronous --algorithm");
   fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");
-  fails(mlp_job(d.dir.path(), asgd().workers(2000)), "--workers must be in [1, 1024]");
+  fails(mlp_job(d.dir.path(), asgd().workers(2000)), "--workers: expected an integer in [1, 1024], got 2000");
   // A worker whose loss diverges stops the run with its reason, not a hang.
   fails(mlp_job(d.dir.path(), asgd().workers(2)).lr(1e6f).epochs(3), "worker");
 }

@@ -181,7 +181,7 @@ TEST_CASE("job: placement options are checked", "[train][job]") {
     return std::string("valid");
   };
   CHECK_THAT(invalid(pipeline(3, placement_kind::greedy, {1, 2})), Contains("--device-speeds: 2 devices for 3 stages"));
-  CHECK_THAT(invalid(pipeline(2, placement_kind::greedy, {1, 0})), Contains("every speed must be > 0"));
+  CHECK_THAT(invalid(pipeline(2, placement_kind::greedy, {1, 0})), Contains("--device-speeds: expected a list of numbers > 0, got [1.0, 0.0]"));
   settings m = pipeline(2, placement_kind::manual, {});
   CHECK_THAT(invalid(m), Contains("--placement manual needs --pipeline-cuts"));
   m.pipeline.cuts = {2};

@@ -51,7 +51,7 @@ public:
   }
   std::string kind() const override { return "dense"; }
   std::string describe() const override {
-    return "dense(" + n2s(o_.in_features) + " -> " + n2s(o_.out_features) + (o_.bias_ ? "" : ", no bias") + ")";
+    return "dense(" + n2s(o_.in_features) + " -> " + n2s(o_.out_features) + (o_.bias() ? "" : ", no bias") + ")";
   }
   shape infer(const shape& in, const std::string& source) override {
     if (in.rank() != 1)
@@ -63,8 +63,8 @@ public:
   }
   void initialize(std::mt19937_64& rng) override {
     w_.value = tensor::empty({o_.out_features, o_.in_features});
-    init_weights(w_.value, o_.in_features, o_.out_features, o_.init_, rng);
-    if (o_.bias_) b_.value = tensor::zeros({o_.out_features});
+    init_weights(w_.value, o_.in_features, o_.out_features, o_.init(), rng);
+    if (o_.bias()) b_.value = tensor::zeros({o_.out_features});
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_ = x;
@@ -73,13 +73,13 @@ public:
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
     k::dense_backward(ctx, x_, w_.value, dy, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
-                      o_.bias_ ? &b_.grad : nullptr);
+                      o_.bias() ? &b_.grad : nullptr);
     if (!needs_input_grad_) dx_ = tensor();
     return dx_;
   }
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v{&w_};
-    if (o_.bias_) v.push_back(&b_);
+    if (o_.bias()) v.push_back(&b_);
     return v;
   }
 
@@ -95,9 +95,9 @@ public:
     g_.in_channels = o.in_channels;
     g_.out_channels = o.out_channels;
     g_.kernel = o.kernel_size;
-    g_.stride = o.stride_;
-    g_.padding = o.padding_;
-    if (o.in_channels <= 0 || o.out_channels <= 0 || o.kernel_size <= 0 || o.stride_ <= 0 || o.padding_ < 0)
+    g_.stride = o.stride();
+    g_.padding = o.padding();
+    if (o.in_channels <= 0 || o.out_channels <= 0 || o.kernel_size <= 0 || o.stride() <= 0 || o.padding() < 0)
       throw error(describe() + ": channels, kernel and stride must be positive, padding non-negative");
   }
   std::string kind() const override { return "conv2d"; }
@@ -105,8 +105,8 @@ public:
     std::ostringstream os;
     os << "conv2d(" << o_.in_channels << " -> " << o_.out_channels << ", " << o_.kernel_size << "x"
        << o_.kernel_size;
-    if (o_.stride_ != 1) os << ", stride " << o_.stride_;
-    if (o_.padding_ != 0) os << ", pad " << o_.padding_;
+    if (o_.stride() != 1) os << ", stride " << o_.stride();
+    if (o_.padding() != 0) os << ", pad " << o_.padding();
     os << ")";
     return os.str();
   }
@@ -125,8 +125,8 @@ public:
   void initialize(std::mt19937_64& rng) override {
     const int64_t kk = o_.kernel_size * o_.kernel_size;
     w_.value = tensor::empty({o_.out_channels, o_.in_channels, o_.kernel_size, o_.kernel_size});
-    init_weights(w_.value, o_.in_channels * kk, o_.out_channels * kk, o_.init_, rng);
-    if (o_.bias_) b_.value = tensor::zeros({o_.out_channels});
+    init_weights(w_.value, o_.in_channels * kk, o_.out_channels * kk, o_.init(), rng);
+    if (o_.bias()) b_.value = tensor::zeros({o_.out_channels});
   }
   bool fuse_next(const layer* next) override {
     relu_ = next && next->kind() == "relu";
@@ -139,13 +139,13 @@ public:
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
     k::conv2d_backward(ctx, x_, w_.value, cols_, dy, g_, needs_input_grad_ ? &dx_ : nullptr,
-                       w_.grad, o_.bias_ ? &b_.grad : nullptr, relu_ ? &y_ : nullptr);
+                       w_.grad, o_.bias() ? &b_.grad : nullptr, relu_ ? &y_ : nullptr);
     if (!needs_input_grad_) dx_ = tensor();
     return dx_;
   }
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v{&w_};
-    if (o_.bias_) v.push_back(&b_);
+    if (o_.bias()) v.push_back(&b_);
     return v;
   }
 
@@ -308,7 +308,7 @@ class batch_norm_layer final : public layer {
 public:
   explicit batch_norm_layer(const nn::batch_norm& o) : o_(o) {
     if (o.features <= 0) throw error("batch_norm(" + n2s(o.features) + "): features must be positive");
-    if (!(o.eps_ > 0.0f) || !(o.momentum_ >= 0.0f && o.momentum_ <= 1.0f))
+    if (!(o.eps() > 0.0f) || !(o.momentum() >= 0.0f && o.momentum() <= 1.0f))
       throw error("batch_norm: eps must be > 0 and momentum in [0, 1]");
   }
   std::string kind() const override { return "batch_norm"; }
@@ -332,10 +332,10 @@ public:
   const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
     x_ = x;
     if (training)
-      k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps_, o_.momentum_,
+      k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps(), o_.momentum(),
                                   running_mean_, running_var_, y_, mean_, invstd_, relu_);
     else
-      k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps_, running_mean_,
+      k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps(), running_mean_,
                                  running_var_, y_, relu_);
     return y_;
   }

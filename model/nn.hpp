@@ -24,42 +24,60 @@ using model::init_scheme;
 /// Fully connected layer: y = x W^T + b, W [out, in]. Input [in] (flatten first).
 struct dense {
   int64_t in_features, out_features;
-  bool bias_ = true;
-  init_scheme init_ = init_scheme::he;
   dense(int64_t in, int64_t out) : in_features(in), out_features(out) {}
   dense& bias(bool b) { bias_ = b; return *this; }
   dense& init(init_scheme s) { init_ = s; return *this; }
+  bool bias() const { return bias_; }
+  init_scheme init() const { return init_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  bool bias_ = true;
+  init_scheme init_ = init_scheme::he;
 };
 
 /// 2-D convolution over [c, h, w] inputs, square kernel.
 struct conv2d {
   int64_t in_channels, out_channels, kernel_size;
-  int64_t stride_ = 1, padding_ = 0;
-  bool bias_ = true;
-  init_scheme init_ = init_scheme::he;
   conv2d(int64_t in, int64_t out, int64_t kernel) : in_channels(in), out_channels(out), kernel_size(kernel) {}
   conv2d& stride(int64_t s) { stride_ = s; return *this; }
   conv2d& padding(int64_t p) { padding_ = p; return *this; }
   conv2d& bias(bool b) { bias_ = b; return *this; }
   conv2d& init(init_scheme s) { init_ = s; return *this; }
+  int64_t stride() const { return stride_; }
+  int64_t padding() const { return padding_; }
+  bool bias() const { return bias_; }
+  init_scheme init() const { return init_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  int64_t stride_ = 1, padding_ = 0;
+  bool bias_ = true;
+  init_scheme init_ = init_scheme::he;
 };
 
 /// Max pooling with a square window; stride defaults to the window size.
 struct max_pool2d {
-  int64_t kernel_size, stride_;
+  int64_t kernel_size;
   explicit max_pool2d(int64_t kernel) : kernel_size(kernel), stride_(kernel) {}
   max_pool2d& stride(int64_t s) { stride_ = s; return *this; }
+  int64_t stride() const { return stride_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  int64_t stride_;
 };
 
 /// Average pooling with a square window; stride defaults to the window size.
 struct avg_pool2d {
-  int64_t kernel_size, stride_;
+  int64_t kernel_size;
   explicit avg_pool2d(int64_t kernel) : kernel_size(kernel), stride_(kernel) {}
   avg_pool2d& stride(int64_t s) { stride_ = s; return *this; }
+  int64_t stride() const { return stride_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  int64_t stride_;
 };
 
 /// Averages each channel of [c, h, w] over its plane: the output is [c].
@@ -81,11 +99,15 @@ struct dropout {
 /// Batch normalization per channel of [c] or [c, h, w] inputs.
 struct batch_norm {
   int64_t features;
-  float eps_ = 1e-5f, momentum_ = 0.1f;
   explicit batch_norm(int64_t f) : features(f) {}
   batch_norm& eps(float e) { eps_ = e; return *this; }
   batch_norm& momentum(float m) { momentum_ = m; return *this; }
+  float eps() const { return eps_; }
+  float momentum() const { return momentum_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  float eps_ = 1e-5f, momentum_ = 0.1f;
 };
 
 /// A residual block: output = body(x) + shortcut(x). The body is the layers
@@ -163,10 +185,13 @@ struct positional_embedding {
 /// (x - mean) / sqrt(var + eps) * gamma + beta; gamma starts at 1, beta at 0.
 struct layer_norm {
   int64_t features;
-  float eps_ = 1e-5f;
   explicit layer_norm(int64_t f) : features(f) {}
   layer_norm& eps(float e) { eps_ = e; return *this; }
+  float eps() const { return eps_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  float eps_ = 1e-5f;
 };
 
 /// GELU, GPT-2's tanh approximation, elementwise.
@@ -179,12 +204,16 @@ struct gelu { std::unique_ptr<model::layer> make() const; };
 /// Initialisation is Xavier by default (transformers have no ReLU).
 struct sequence_dense {
   int64_t in_features, out_features;
-  bool bias_ = true;
-  init_scheme init_ = init_scheme::xavier;
   sequence_dense(int64_t in, int64_t out) : in_features(in), out_features(out) {}
   sequence_dense& bias(bool b) { bias_ = b; return *this; }
   sequence_dense& init(init_scheme s) { init_ = s; return *this; }
+  bool bias() const { return bias_; }
+  init_scheme init() const { return init_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  bool bias_ = true;
+  init_scheme init_ = init_scheme::xavier;
 };
 
 /// Causal multi-head self-attention over [T, dim]: a fused projection to

@@ -51,15 +51,15 @@ void require_grad(const parameter& p) {
 
 class sgd_optimizer final : public optimizer {
 public:
-  explicit sgd_optimizer(const optim::sgd& o) : optimizer(o.lr_), o_(o), velocity_("velocity") {}
+  explicit sgd_optimizer(const optim::sgd& o) : optimizer(o.lr()), o_(o), velocity_("velocity") {}
   void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
     for (parameter* p : params) {
       require_grad(*p);
-      if (o_.momentum_ == 0.0f)
-        kernels::sgd_step(ctx, p->value, p->grad, lr_, o_.weight_decay_);
+      if (o_.momentum() == 0.0f)
+        kernels::sgd_step(ctx, p->value, p->grad, lr_, o_.weight_decay());
       else
-        kernels::momentum_step(ctx, p->value, p->grad, velocity_.get(*p), lr_, o_.momentum_,
-                               o_.weight_decay_, o_.nesterov_);
+        kernels::momentum_step(ctx, p->value, p->grad, velocity_.get(*p), lr_, o_.momentum(),
+                               o_.weight_decay(), o_.nesterov());
     }
   }
   std::vector<named_tensor> state() const override {
@@ -71,7 +71,7 @@ public:
     velocity_.load(params, s);
   }
   std::string describe() const override {
-    return "sgd(lr " + std::to_string(lr_) + ", momentum " + std::to_string(o_.momentum_) + ")";
+    return "sgd(lr " + std::to_string(lr_) + ", momentum " + std::to_string(o_.momentum()) + ")";
   }
 
 private:
@@ -81,13 +81,13 @@ private:
 
 class adam_optimizer final : public optimizer {
 public:
-  explicit adam_optimizer(const optim::adam& o) : optimizer(o.lr_), o_(o), m_("adam.m"), v_("adam.v") {}
+  explicit adam_optimizer(const optim::adam& o) : optimizer(o.lr()), o_(o), m_("adam.m"), v_("adam.v") {}
   void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
     ++step_;
     for (parameter* p : params) {
       require_grad(*p);
-      kernels::adam_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, o_.beta1_, o_.beta2_,
-                         o_.eps_, o_.weight_decay_, step_);
+      kernels::adam_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, o_.beta1(), o_.beta2(),
+                         o_.eps(), o_.weight_decay(), step_);
     }
   }
   std::vector<named_tensor> state() const override {

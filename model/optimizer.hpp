@@ -48,24 +48,37 @@ namespace troupe::optim {
 
 /// SGD, with optional momentum (heavy ball or Nesterov) and weight decay.
 struct sgd {
-  float lr_, momentum_ = 0.0f, weight_decay_ = 0.0f;
-  bool nesterov_ = false;
   explicit sgd(float lr) : lr_(lr) {}
   sgd& momentum(float m) { momentum_ = m; return *this; }
   sgd& weight_decay(float wd) { weight_decay_ = wd; return *this; }
   sgd& nesterov(bool n) { nesterov_ = n; return *this; }
+  float lr() const { return lr_; }
+  float momentum() const { return momentum_; }
+  float weight_decay() const { return weight_decay_; }
+  bool nesterov() const { return nesterov_; }
   /// Throws troupe::error for a non-positive lr or momentum outside [0, 1).
   std::unique_ptr<model::optimizer> make() const;
+
+private:
+  float lr_, momentum_ = 0.0f, weight_decay_ = 0.0f;
+  bool nesterov_ = false;
 };
 
 /// Adam (Kingma & Ba 2015).
 struct adam {
-  float lr_, beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f, weight_decay_ = 0.0f;
   explicit adam(float lr = 1e-3f) : lr_(lr) {}
   adam& betas(float b1, float b2) { beta1_ = b1; beta2_ = b2; return *this; }
   adam& eps(float e) { eps_ = e; return *this; }
   adam& weight_decay(float wd) { weight_decay_ = wd; return *this; }
+  float lr() const { return lr_; }
+  float beta1() const { return beta1_; }
+  float beta2() const { return beta2_; }
+  float eps() const { return eps_; }
+  float weight_decay() const { return weight_decay_; }
   std::unique_ptr<model::optimizer> make() const;
+
+private:
+  float lr_, beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f, weight_decay_ = 0.0f;
 };
 
 } // namespace troupe::optim

@@ -166,7 +166,7 @@ class layer_norm_layer final : public layer {
 public:
   explicit layer_norm_layer(const nn::layer_norm& o) : o_(o) {
     require_positive(describe(), {o.features});
-    if (!(o.eps_ > 0.0f)) throw error(describe() + ": eps must be > 0");
+    if (!(o.eps() > 0.0f)) throw error(describe() + ": eps must be > 0");
   }
   std::string kind() const override { return "layer_norm"; }
   std::string describe() const override { return "layer_norm(" + n2s(o_.features) + ")"; }
@@ -180,7 +180,7 @@ public:
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_ = x;
-    k::layer_norm_forward(ctx, x, gamma_.value, beta_.value, o_.eps_, y_, mean_, rstd_);
+    k::layer_norm_forward(ctx, x, gamma_.value, beta_.value, o_.eps(), y_, mean_, rstd_);
     return y_;
   }
   const tensor& backward(const k::context& ctx, const tensor& dy) override {
@@ -250,19 +250,19 @@ public:
                      {o.in_features, o.out_features});
     d_.w.name = "weight";
     d_.b.name = "bias";
-    d_.bias = o.bias_;
+    d_.bias = o.bias();
   }
   std::string kind() const override { return "sequence_dense"; }
   std::string describe() const override {
     return "sequence_dense(" + n2s(o_.in_features) + " -> " + n2s(o_.out_features) +
-           (o_.bias_ ? "" : ", no bias") + ")";
+           (o_.bias() ? "" : ", no bias") + ")";
   }
   shape infer(const shape& in, const std::string& source) override {
     require_features(in, o_.in_features, 1, source, "inputs");
     return with_last(in, o_.out_features);
   }
   void initialize(std::mt19937_64& rng) override {
-    d_.initialize(o_.in_features, o_.out_features, o_.init_, rng);
+    d_.initialize(o_.in_features, o_.out_features, o_.init(), rng);
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_shape_ = x.shape();

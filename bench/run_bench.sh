@@ -9,7 +9,9 @@
 #   * peak RSS of each run
 # Usage: bench/run_bench.sh [BUILD_DIR] (default build/). Env: REPS_MLP (5), REPS_CNN (3), THREADS (2),
 # MODELS ("mlp cnn"; resnet and gpt too), STEPS_RESNET (300: resnet runs that many steps, not an epoch; 0: an epoch),
-# REPS_RESNET (3), STEPS_GPT (100, at most an epoch's 128), REPS_GPT (5), GEMM (1: the GEMM line; 0: skip it).
+# REPS_RESNET (3), STEPS_GPT (100, at most an epoch's 128), REPS_GPT (5), GEMM (1: the GEMM line; 0: skip it),
+# BEFORE (a directory holding an earlier troupe_trainer and its libtroupe.so.0: run interleaved too, as
+# "before", for a before/after in the same invocation).
 # Needs the libtorch baseline: scripts/setup.sh --bench, then rebuild.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,7 @@ steps_resnet=${STEPS_RESNET:-300}
 reps_gpt=${REPS_GPT:-5}
 steps_gpt=${STEPS_GPT:-100}
 run_gemm=${GEMM:-1}
+before=${BEFORE:-}
 threads=${THREADS:-2}
 models=${MODELS:-mlp cnn}
 trainer=$build/troupe_trainer
@@ -29,6 +32,10 @@ gemm=$build/bench/troupe_gemm_bench
 for b in "$trainer" "$gemm"; do
   [ -x "$b" ] || { echo "run_bench: $b not built (cmake --build $build)" >&2; exit 1; }
 done
+if [ -n "$before" ] && [ ! -x "$before/troupe_trainer" ]; then
+  echo "run_bench: BEFORE=$before holds no troupe_trainer" >&2
+  exit 1
+fi
 if [ ! -x "$torch" ]; then
   echo "run_bench: $torch not built: install libtorch with scripts/setup.sh --bench, then rebuild" >&2
   exit 1
@@ -56,7 +63,7 @@ for model in $models; do
   limit=(--batch-size 64 --lr 0.05 --momentum 0.9)
   if [ "$model" = resnet ]; then reps=$reps_resnet; limit+=(--max-steps "$steps_resnet"); fi
   if [ "$model" = gpt ]; then reps=$reps_gpt; limit=(--max-steps "$steps_gpt"); fi
-  : > "$tmp/$model.troupe"; : > "$tmp/$model.torch"; : > "$tmp/$model.rss_troupe"; : > "$tmp/$model.rss_torch"
+  : > "$tmp/$model.troupe"; : > "$tmp/$model.torch"; : > "$tmp/$model.before"; : > "$tmp/$model.rss_troupe"; : > "$tmp/$model.rss_torch"
   for r in $(seq "$reps"); do
     "$trainer" --model "$model" --epochs 1 "${limit[@]}" --threads "$threads" \
       --progress none --metrics-out "$tmp/t.jsonl" 2>/dev/null
@@ -66,7 +73,14 @@ for model in $models; do
       2>/dev/null > "$tmp/b.json"
     field samples_per_s "$tmp/b.json" >> "$tmp/$model.torch"
     field peak_rss_mb "$tmp/b.json" >> "$tmp/$model.rss_torch"
-    echo "$model run $r: troupe $(tail -n 1 "$tmp/$model.troupe") samples/s, libtorch $(tail -n 1 "$tmp/$model.torch") samples/s"
+    line="$model run $r: troupe $(tail -n 1 "$tmp/$model.troupe") samples/s, libtorch $(tail -n 1 "$tmp/$model.torch") samples/s"
+    if [ -n "$before" ]; then
+      LD_LIBRARY_PATH="$before" "$before/troupe_trainer" --model "$model" --epochs 1 "${limit[@]}" --threads "$threads" \
+        --progress none --metrics-out "$tmp/t.jsonl" 2>/dev/null
+      field samples_per_s "$tmp/t.jsonl" >> "$tmp/$model.before"
+      line+=", troupe before $(tail -n 1 "$tmp/$model.before") samples/s"
+    fi
+    echo "$line"
   done
 done
 
@@ -78,6 +92,14 @@ for model in $models; do
   rt=$(sort -g "$tmp/$model.rss_troupe" | tail -n 1); rb=$(sort -g "$tmp/$model.rss_torch" | tail -n 1)
   printf '| %s | %.0f | %.0f | %.2fx | %.0f | %.0f |\n' "$model" "$t" "$b" "$(awk -v a="$t" -v b="$b" 'BEGIN{print a/b}')" "$rt" "$rb"
 done
+if [ -n "$before" ]; then
+  printf '\n| model | troupe before samples/s (median) | before / libtorch | after / before |\n|---|---|---|---|\n'
+  for model in $models; do
+    t=$(median < "$tmp/$model.troupe"); b=$(median < "$tmp/$model.torch"); o=$(median < "$tmp/$model.before")
+    printf '| %s | %.0f | %.2fx | %.2fx |\n' "$model" "$o" "$(awk -v a="$o" -v b="$b" 'BEGIN{print a/b}')" \
+      "$(awk -v a="$t" -v b="$o" 'BEGIN{print a/b}')"
+  done
+fi
 if [[ " $models " == *" gpt "* ]]; then
   t=$(median < "$tmp/gpt.troupe"); b=$(median < "$tmp/gpt.torch")
   printf '\ngpt: %s steps of batch 32, context 128: troupe %.0f tokens/s, libtorch %.0f tokens/s (medians)\n' \

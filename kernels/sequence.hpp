@@ -70,13 +70,6 @@ void attention_forward(const context& ctx, const tensor& qkv, int64_t heads, ten
 void attention_backward(const context& ctx, const tensor& qkv, const tensor& probs, const tensor& dout,
                         tensor& dqkv);
 
-// ---------------------------------------------------------------- dense over a sequence
-
-/// dbias [C] (overwritten) = the sum of the rows of dy (any rank >= 1, its last dimension C): the
-/// bias gradient of a dense layer applied to every position. The columns are split over ctx's
-/// threads, each summed in row order: the same bits as one thread's loop, whatever the thread count.
-void bias_backward(const context& ctx, const tensor& dy, tensor& dbias);
-
 // ---------------------------------------------------------------- embeddings
 
 /// y [B, T, C] = rows `tokens` of table [V, C]. Throws troupe::error naming

@@ -232,11 +232,9 @@ struct row_dense {
     k::dense_forward(ctx, x2, w.value, b.value, y2);
     return y2.reshape(with_last(x.shape(), w.value.dim(0)));
   }
-  /// dx (viewed as the forward pass's x), undefined when not wanted. The bias gradient, a sum over
-  /// every position, by bias_backward on every thread (dense_backward sums it on one).
+  /// dx (viewed as the forward pass's x), undefined when not wanted.
   tensor backward(const k::context& ctx, const tensor& dy, const shape& x_shape, bool want_dx) {
-    k::dense_backward(ctx, x2, w.value, as_rows(dy), want_dx ? &dx2 : nullptr, w.grad, nullptr);
-    if (bias) k::bias_backward(ctx, dy, b.grad);
+    k::dense_backward(ctx, x2, w.value, as_rows(dy), want_dx ? &dx2 : nullptr, w.grad, bias ? &b.grad : nullptr);
     return want_dx ? dx2.reshape(x_shape) : tensor();
   }
   void collect(std::vector<parameter*>& out) {

@@ -357,27 +357,6 @@ void attention_backward(const context& ctx, const tensor& qkv, const tensor& pro
   }
 }
 
-// ---------------------------------------------------------------- dense over a sequence
-
-void bias_backward(const context& ctx, const tensor& dy, tensor& dbias) {
-  const row_view d = rows_of(dy, "bias_backward");
-  ensure_shape(dbias, {d.cols});
-  const float* g = dy.data();
-  float* out = dbias.data();
-  const int parts = loop_threads(ctx, (d.cols + 15) / 16, dy.numel());
-#pragma omp parallel num_threads(parts)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t lo = part_start(d.cols, t, nt), hi = part_start(d.cols, t + 1, nt);
-    std::fill(out + lo, out + hi, 0.0f);
-    for (int64_t r = 0; r < d.rows; ++r) {
-      const float* row = g + r * d.cols;
-#pragma omp simd
-      for (int64_t c = lo; c < hi; ++c) out[c] += row[c];
-    }
-  }
-}
-
 // ---------------------------------------------------------------- embeddings
 
 namespace {

@@ -302,25 +302,6 @@ TEST_CASE("attention rejects bad shapes and head counts", "[sequence]") {
 
 // ------------------------------------------------------------ embeddings
 
-TEST_CASE("bias_backward sums the rows of dy, the same bits on 1, 2 and 3 threads", "[sequence]") {
-  // 200 columns: blocks of 16 that do not divide them; 64 x 40 rows: enough work to split.
-  tensor dy = testing::random_tensor({64, 40, 200}, 31), d1, d2, d3;
-  k::bias_backward(one, dy, d1);
-  k::bias_backward(k::context::with_threads(2), dy, d2);
-  k::bias_backward(k::context::with_threads(3), dy, d3);
-  REQUIRE(d1.shape() == shape{200});
-  std::vector<double> want(200, 0.0);
-  for (int64_t r = 0; r < 64 * 40; ++r)
-    for (int64_t c = 0; c < 200; ++c) want[static_cast<std::size_t>(c)] += dy.at(r * 200 + c);
-  CHECK(worst_error(d1, want) < 1e-4);
-  for (int64_t c = 0; c < 200; ++c) {
-    CHECK(d2.at(c) == d1.at(c));
-    CHECK(d3.at(c) == d1.at(c));
-  }
-  tensor none;
-  CHECK_THROWS_AS(k::bias_backward(ctx, none, d1), shape_error);
-}
-
 TEST_CASE("embedding_forward copies the table rows of the tokens", "[sequence]") {
   const int32_t vocab = 11;
   const int64_t c = 13;

@@ -1,22 +1,31 @@
 // troupe_torch_baseline: trains troupe's reference MLP, CNN or ResNet-20 with libtorch on
-// (Fashion-)MNIST, fed by troupe's own batcher, and prints one JSON line with
-// the training throughput and test accuracy, to compare against troupe.
+// (Fashion-)MNIST, fed by troupe's own batcher, or troupe's GPT (zoo::gpt) on
+// text, fed by troupe's own window sampler (the trainer's very windows), and
+// prints one JSON line with the training throughput and test accuracy (test
+// loss for gpt), to compare against troupe.
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "data/dataset.hpp"
+#include "data/text.hpp"
 
 namespace {
 
@@ -24,12 +33,20 @@ struct options {
   std::string model = "mlp";
   int epochs = 1;
   int64_t max_steps = 0;  // 0: whole epochs
-  int64_t batch_size = 64;
-  double lr = 0.05;
+  std::optional<int64_t> batch_size;  // default 64; gpt 32
+  std::optional<double> lr;           // default 0.05 (SGD); gpt 0.001 (AdamW)
   double momentum = 0.9;
+  std::optional<double> weight_decay;  // default 0; gpt 0.01 (decoupled)
   int threads = 2;
   uint64_t seed = 1;
   std::string data_dir;
+  // gpt only: the trainer's defaults (train/job_file.cpp, train/data_source.hpp).
+  int64_t context = 128;
+  int64_t windows_per_epoch = 4096;
+  double validation_fraction = 0;
+  std::string schedule = "cosine";
+  std::string init = "gpt2";
+  int64_t log_every = 0;
 };
 
 /// A bad command line: main prints the message and exits with status 2.
@@ -40,16 +57,26 @@ struct usage_error : std::runtime_error {
 const char* const usage_text =
     "usage: troupe_torch_baseline [options]\n"
     "Trains troupe's reference model with libtorch and prints one JSON line.\n"
-    "  --model mlp|cnn|resnet  model to train (default mlp)\n"
+    "  --model mlp|cnn|resnet|gpt  model to train (default mlp)\n"
     "  --epochs N          training epochs (default 1)\n"
     "  --max-steps N       stop after N steps (default 0: whole epochs)\n"
-    "  --batch-size N      batch size (default 64)\n"
-    "  --lr F              SGD learning rate (default 0.05)\n"
+    "  --batch-size N      batch size (default 64; gpt 32)\n"
+    "  --lr F              learning rate (default 0.05, SGD; gpt 0.001, AdamW)\n"
     "  --momentum F        SGD momentum (default 0.9)\n"
+    "  --weight-decay F    weight decay (default 0; gpt 0.01, AdamW's decoupled one)\n"
     "  --threads N         intra-op threads (default 2)\n"
     "  --seed N            seed for initialization and shuffling (default 1)\n"
     "  --data-dir DIR      MNIST-format data directory (default: Fashion-MNIST\n"
-    "                      from Debian's dataset-fashion-mnist)\n"
+    "                      from Debian's dataset-fashion-mnist); gpt: a text file or\n"
+    "                      a directory of them (default: Debian's fortunes)\n"
+    "gpt only (troupe_trainer --model gpt's defaults):\n"
+    "  --context N         tokens per window (default 128)\n"
+    "  --windows-per-epoch N  random windows per epoch (default 4096)\n"
+    "  --validation-fraction F  text held out for validation (default 0)\n"
+    "  --lr-schedule cosine|constant  (default cosine, to 0 over the epochs)\n"
+    "  --init gpt2|troupe  gpt2: nanoGPT's N(0, 0.02) weights (default); troupe:\n"
+    "                      troupe's Xavier-uniform linears\n"
+    "  --log-every N       print the step's loss every N steps to stderr (default 0: never)\n"
     "Options also accept --name=value.\n";
 
 /// Parses `text` as a T, the whole of it, or throws usage_error naming `name`.
@@ -75,9 +102,11 @@ bool parse_args(int argc, char** argv, options& opt) {
       value = name.substr(eq + 1);
       name.resize(eq);
     } else {
-      bool known = name == "model" || name == "epochs" || name == "max-steps" || name == "batch-size" ||
-                   name == "lr" || name == "momentum" || name == "threads" ||
-                   name == "seed" || name == "data-dir";
+      static const char* const names[] = {"model", "epochs", "max-steps", "batch-size", "lr", "momentum",
+                                          "weight-decay", "threads", "seed", "data-dir", "context",
+                                          "windows-per-epoch", "validation-fraction", "lr-schedule", "init",
+                                          "log-every"};
+      bool known = std::find(std::begin(names), std::end(names), name) != std::end(names);
       if (!known) throw usage_error("unknown option '" + arg + "'");
       if (i + 1 >= argc) throw usage_error("option --" + name + " needs a value");
       value = argv[++i];
@@ -94,6 +123,20 @@ bool parse_args(int argc, char** argv, options& opt) {
       opt.lr = parse_value<double>(name, value);
     } else if (name == "momentum") {
       opt.momentum = parse_value<double>(name, value);
+    } else if (name == "weight-decay") {
+      opt.weight_decay = parse_value<double>(name, value);
+    } else if (name == "context") {
+      opt.context = parse_value<int64_t>(name, value);
+    } else if (name == "windows-per-epoch") {
+      opt.windows_per_epoch = parse_value<int64_t>(name, value);
+    } else if (name == "validation-fraction") {
+      opt.validation_fraction = parse_value<double>(name, value);
+    } else if (name == "lr-schedule") {
+      opt.schedule = value;
+    } else if (name == "init") {
+      opt.init = value;
+    } else if (name == "log-every") {
+      opt.log_every = parse_value<int64_t>(name, value);
     } else if (name == "threads") {
       opt.threads = parse_value<int>(name, value);
     } else if (name == "seed") {
@@ -104,13 +147,26 @@ bool parse_args(int argc, char** argv, options& opt) {
       throw usage_error("unknown option '" + arg + "'");
     }
   }
-  if (opt.model != "mlp" && opt.model != "cnn" && opt.model != "resnet") {
-    throw usage_error("--model must be mlp, cnn or resnet, not '" + opt.model + "'");
+  if (opt.model != "mlp" && opt.model != "cnn" && opt.model != "resnet" && opt.model != "gpt") {
+    throw usage_error("--model must be mlp, cnn, resnet or gpt, not '" + opt.model + "'");
   }
+  const bool gpt = opt.model == "gpt";
+  if (!opt.batch_size) opt.batch_size = gpt ? 32 : 64;
+  if (!opt.lr) opt.lr = gpt ? 1e-3 : 0.05;
+  if (!opt.weight_decay) opt.weight_decay = gpt ? 0.01 : 0.0;
   if (opt.epochs < 1) throw usage_error("--epochs must be at least 1");
   if (opt.max_steps < 0) throw usage_error("--max-steps must be at least 0");
-  if (opt.batch_size < 1) throw usage_error("--batch-size must be at least 1");
+  if (*opt.batch_size < 1) throw usage_error("--batch-size must be at least 1");
   if (opt.threads < 1) throw usage_error("--threads must be at least 1");
+  if (opt.context < 1) throw usage_error("--context must be at least 1");
+  if (opt.windows_per_epoch < 1) throw usage_error("--windows-per-epoch must be at least 1");
+  if (!(opt.validation_fraction >= 0 && opt.validation_fraction < 1))
+    throw usage_error("--validation-fraction must be in [0, 1)");
+  if (opt.schedule != "cosine" && opt.schedule != "constant")
+    throw usage_error("--lr-schedule must be cosine or constant, not '" + opt.schedule + "'");
+  if (opt.init != "gpt2" && opt.init != "troupe")
+    throw usage_error("--init must be gpt2 or troupe, not '" + opt.init + "'");
+  if (opt.log_every < 0) throw usage_error("--log-every must be at least 0");
   return true;
 }
 
@@ -195,12 +251,245 @@ std::string json_number(double x, int precision) {
   return buf;
 }
 
-int run(const options& opt) {
-  // Must come before any parallel work starts the inter-op pool.
-  at::set_num_interop_threads(1);
-  torch::set_num_threads(opt.threads);
-  torch::manual_seed(opt.seed);
+/// This process's peak resident set, MB.
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
+}
 
+// ---------------------------------------------------------------- gpt
+
+/// zoo::gpt's sizes: 4 pre-norm blocks of 128 features, 4 heads, an MLP 4x as wide.
+struct gpt_config {
+  int64_t vocab = 0, context = 128, dim = 128, heads = 4, blocks = 4, mlp_ratio = 4;
+};
+
+/// Causal multi-head self-attention as nanoGPT writes it without flash
+/// attention (libtorch 1.13 has no scaled_dot_product_attention): a fused QKV
+/// projection, Q K^T / sqrt(d) with the future masked to -inf, softmax, times
+/// V, heads side by side again, the output projection.
+struct attentionImpl : torch::nn::Module {
+  explicit attentionImpl(const gpt_config& c)
+      : qkv(register_module("qkv", torch::nn::Linear(c.dim, 3 * c.dim))),
+        proj(register_module("proj", torch::nn::Linear(c.dim, c.dim))),
+        heads(c.heads),
+        future(register_buffer("future", torch::ones({c.context, c.context}, torch::kBool).triu(1))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
+    std::vector<torch::Tensor> qkv_parts = qkv(x).split(c, 2);
+    auto head_view = [&](const torch::Tensor& a) { return a.view({b, t, heads, d}).transpose(1, 2); };
+    torch::Tensor q = head_view(qkv_parts[0]), k = head_view(qkv_parts[1]), v = head_view(qkv_parts[2]);
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+    att = att.masked_fill(future.slice(0, 0, t).slice(1, 0, t), -std::numeric_limits<float>::infinity());
+    torch::Tensor y = torch::matmul(torch::softmax(att, -1), v);  // [B, heads, T, d]
+    return proj(y.transpose(1, 2).contiguous().view({b, t, c}));
+  }
+  torch::nn::Linear qkv, proj;
+  int64_t heads;
+  torch::Tensor future;  // true above the diagonal: the positions a query may not see
+};
+TORCH_MODULE(attention);
+
+/// transformer_block(dim, heads, mlp_ratio): x + attn(ln1(x)), then x + out(gelu(fc(ln2(x)))),
+/// GELU in GPT-2's tanh approximation as troupe's.
+struct blockImpl : torch::nn::Module {
+  explicit blockImpl(const gpt_config& c)
+      : ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(1e-5)))),
+        attn(register_module("attn", attention(c))),
+        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(1e-5)))),
+        fc(register_module("fc", torch::nn::Linear(c.dim, c.mlp_ratio * c.dim))),
+        out(register_module("out", torch::nn::Linear(c.mlp_ratio * c.dim, c.dim))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn(ln1(x));
+    return x + out(torch::gelu(fc(ln2(x)), "tanh"));
+  }
+  torch::nn::LayerNorm ln1;
+  attention attn;
+  torch::nn::LayerNorm ln2;
+  torch::nn::Linear fc, out;
+};
+TORCH_MODULE(block);
+
+/// zoo::gpt: token + learned position embeddings, the blocks, a final layer norm, an untied head with a bias.
+struct gptImpl : torch::nn::Module {
+  explicit gptImpl(const gpt_config& c)
+      : wte(register_module("wte", torch::nn::Embedding(c.vocab, c.dim))),
+        wpe(register_module("wpe", torch::nn::Embedding(c.context, c.dim))),
+        ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(1e-5)))),
+        head(register_module("head", torch::nn::Linear(c.dim, c.vocab))) {
+    for (int64_t i = 0; i < c.blocks; ++i) blocks.push_back(register_module("block" + std::to_string(i), block(c)));
+  }
+  /// Logits [B, T, vocab] of token ids [B, T] (int64).
+  torch::Tensor forward(const torch::Tensor& ids) {
+    torch::Tensor x = wte(ids) + wpe(torch::arange(ids.size(1), torch::kLong));
+    for (auto& b : blocks) x = b(x);
+    return head(ln_f(x));
+  }
+  torch::nn::Embedding wte, wpe;
+  std::vector<block> blocks;
+  torch::nn::LayerNorm ln_f;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(gpt);
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+/// gpt2 (nanoGPT's): every weight N(0, 0.02), the projections into the residual stream
+/// N(0, 0.02 / sqrt(2 blocks)), biases 0. troupe: embeddings N(0, 0.02), linear weights
+/// Xavier-uniform, biases 0, as zoo::gpt. Layer norms start at gamma 1, beta 0 in both.
+void init_gpt(gptImpl& model, const std::string& scheme, int64_t blocks) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters()) {
+    const std::string& name = p.key();
+    torch::Tensor w = p.value();
+    if (name.find("ln") != std::string::npos) continue;  // ln1, ln2, ln_f: LayerNorm's own 1 and 0
+    if (ends_with(name, ".bias")) {
+      w.zero_();
+    } else if (name.rfind("wte", 0) == 0 || name.rfind("wpe", 0) == 0 || scheme == "gpt2") {
+      const bool residual = ends_with(name, "attn.proj.weight") || ends_with(name, ".out.weight");
+      w.normal_(0.0, residual && scheme == "gpt2" ? 0.02 / std::sqrt(2.0 * static_cast<double>(blocks)) : 0.02);
+    } else {
+      torch::nn::init::xavier_uniform_(w);
+    }
+  }
+}
+
+/// A window batch as torch tensors: ids [n, context] and targets [n, context], int64.
+std::pair<torch::Tensor, torch::Tensor> to_torch(troupe::data::text_batch& b) {
+  const int64_t n = b.size(), t = b.inputs.dim(1);
+  torch::Tensor ids = torch::from_blob(b.inputs.data(), {n, t}, torch::kFloat32).to(torch::kLong);
+  torch::Tensor targets = torch::from_blob(b.targets.data(), {n, t}, torch::kInt32).to(torch::kLong);
+  return {ids, targets};
+}
+
+/// Mean token cross-entropy of logits [B, T, V] against targets [B, T].
+torch::Tensor token_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(2)}), targets.view({-1}));
+}
+
+/// Loss and next-token accuracy on troupe's evaluation windows of a part (the trainer's score_text:
+/// 256 windows drawn with seed 0x5c0de).
+std::pair<double, double> score_text(gpt& model, const troupe::data::text_corpus& corpus,
+                                     const troupe::data::text_part& part, int64_t context, int64_t batch) {
+  constexpr int64_t windows = 256;
+  torch::NoGradGuard no_grad;
+  model->eval();
+  troupe::data::window_sampler sampler(corpus, part, context, 0x5c0de);
+  troupe::data::text_batch b;
+  double loss_sum = 0;
+  int64_t correct = 0, tokens = 0;
+  for (int64_t done = 0; done < windows; done += b.size()) {
+    sampler.sample(std::min(batch, windows - done), b);
+    auto [ids, targets] = to_torch(b);
+    torch::Tensor logits = model->forward(ids);
+    loss_sum += token_loss(logits, targets).item<double>() * static_cast<double>(targets.numel());
+    correct += logits.argmax(2).eq(targets).sum().item<int64_t>();
+    tokens += targets.numel();
+  }
+  model->train();
+  return {loss_sum / static_cast<double>(tokens), static_cast<double>(correct) / static_cast<double>(tokens)};
+}
+
+/// The trainer's learning rate at `step` (0-based): cosine from lr to 0 over `total` steps, or constant.
+double scheduled_lr(const options& opt, int64_t step, int64_t total) {
+  if (opt.schedule != "cosine" || total <= 0) return *opt.lr;
+  return 0.5 * *opt.lr * (1 + std::cos(M_PI * std::min(1.0, static_cast<double>(step) / static_cast<double>(total))));
+}
+
+/// What a gpt run measured.
+struct gpt_result {
+  int64_t samples = 0, steps = 0;
+  double train_s = 0, last_epoch_loss = 0, test_loss = 0, test_accuracy = 0;
+  std::optional<double> validation_loss;
+};
+
+/// The data of a gpt run: troupe's corpus, its split and windows, as troupe_trainer builds them.
+struct gpt_data {
+  troupe::data::text_corpus corpus;
+  troupe::data::text_parts parts;
+};
+
+gpt_data load_gpt_data(const options& opt) {
+  gpt_data d{troupe::data::text_corpus::read(opt.data_dir.empty() ? troupe::data::default_text_dir()
+                                                                   : opt.data_dir), {}};
+  troupe::data::text_split_options split;
+  split.validation = opt.validation_fraction;
+  split.regions = std::min<int64_t>(split.regions, d.corpus.size());
+  d.parts = d.corpus.split(split);
+  return d;
+}
+
+/// One epoch of training: the trainer's windows of (seed, epoch); the loss of each step.
+void train_gpt_epoch(const options& opt, const gpt_data& d, gpt& model, torch::optim::AdamW& optimizer,
+                     int epoch, int64_t total_steps, gpt_result& r) {
+  const uint64_t seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1;
+  troupe::data::window_sampler windows(d.corpus, d.parts.train, opt.context, seed);
+  troupe::data::text_batch b;
+  double loss_sum = 0;
+  int64_t drawn = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  while (drawn < opt.windows_per_epoch && (opt.max_steps == 0 || r.steps < opt.max_steps)) {
+    windows.sample(std::min(*opt.batch_size, opt.windows_per_epoch - drawn), b);
+    drawn += b.size();
+    static_cast<torch::optim::AdamWOptions&>(optimizer.param_groups()[0].options())
+        .lr(scheduled_lr(opt, r.steps, total_steps));
+    auto [ids, targets] = to_torch(b);
+    optimizer.zero_grad();
+    torch::Tensor loss = token_loss(model->forward(ids), targets);
+    loss.backward();
+    optimizer.step();
+    const double l = loss.item<double>();
+    loss_sum += l * static_cast<double>(b.size());
+    ++r.steps;
+    if (opt.log_every > 0 && r.steps % opt.log_every == 0) std::cerr << "step " << r.steps << " loss " << l << "\n";
+  }
+  r.train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.samples += drawn;
+  r.last_epoch_loss = drawn > 0 ? loss_sum / static_cast<double>(drawn) : 0.0;
+}
+
+int run_gpt(const options& opt) {
+  const gpt_data d = load_gpt_data(opt);
+  gpt_config cfg;
+  cfg.vocab = d.corpus.vocab_size();
+  cfg.context = opt.context;
+  gpt model(cfg);
+  init_gpt(*model, opt.init, cfg.blocks);
+  std::cerr << "libtorch " << TORCH_VERSION << ": gpt (vocabulary " << cfg.vocab << ", context " << cfg.context
+            << ") on " << d.corpus.source() << " (" << d.parts.train.tokens() << " train tokens), "
+            << torch::get_num_threads() << " threads\n";
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(*opt.lr)
+                                                         .betas({0.9, 0.999})
+                                                         .eps(1e-8)
+                                                         .weight_decay(*opt.weight_decay));
+  const int64_t per_epoch = (opt.windows_per_epoch + *opt.batch_size - 1) / *opt.batch_size;
+  gpt_result r;
+  model->train();
+  for (int epoch = 0; epoch < opt.epochs && (opt.max_steps == 0 || r.steps < opt.max_steps); ++epoch) {
+    train_gpt_epoch(opt, d, model, optimizer, epoch, per_epoch * opt.epochs, r);
+    std::tie(r.test_loss, r.test_accuracy) = score_text(model, d.corpus, d.parts.test, opt.context, *opt.batch_size);
+    if (!d.parts.validation.regions.empty())
+      r.validation_loss = score_text(model, d.corpus, d.parts.validation, opt.context, *opt.batch_size).first;
+    std::cerr << "epoch " << epoch + 1 << "/" << opt.epochs << ": train loss " << r.last_epoch_loss
+              << ", test loss " << r.test_loss << " after " << r.steps << " steps\n";
+  }
+  std::cout << "{\"impl\":\"libtorch\",\"model\":\"gpt\",\"epochs\":" << opt.epochs << ",\"steps\":" << r.steps
+            << ",\"batch_size\":" << *opt.batch_size << ",\"context\":" << opt.context
+            << ",\"threads\":" << opt.threads << ",\"train_loss\":" << json_number(r.last_epoch_loss, 6)
+            << ",\"test_loss\":" << json_number(r.test_loss, 6)
+            << ",\"validation_loss\":" << (r.validation_loss ? json_number(*r.validation_loss, 6) : "null")
+            << ",\"test_accuracy\":" << json_number(r.test_accuracy, 4)
+            << ",\"samples_per_s\":" << json_number(static_cast<double>(r.samples) / r.train_s, 1)
+            << ",\"tokens_per_s\":" << json_number(static_cast<double>(r.samples * opt.context) / r.train_s, 1)
+            << ",\"train_s\":" << json_number(r.train_s, 3) << ",\"peak_rss_mb\":" << json_number(peak_rss_mb(), 1)
+            << "}" << std::endl;
+  return 0;
+}
+
+int run_images(const options& opt) {
   std::string dir = opt.data_dir.empty() ? troupe::data::default_fashion_mnist_dir()
                                          : opt.data_dir;
   troupe::data::train_test data = troupe::data::load_mnist_dir(dir);
@@ -212,9 +501,9 @@ int run(const options& opt) {
   torch::nn::Sequential model =
       make_model(opt.model, data.train.channels, data.train.height, data.train.width);
   torch::optim::SGD optimizer(model->parameters(),
-                              torch::optim::SGDOptions(opt.lr).momentum(opt.momentum));
+                              torch::optim::SGDOptions(*opt.lr).momentum(opt.momentum).weight_decay(*opt.weight_decay));
 
-  troupe::data::batcher train(data.train, opt.batch_size, norm, opt.seed, /*shuffle=*/true);
+  troupe::data::batcher train(data.train, *opt.batch_size, norm, opt.seed, /*shuffle=*/true);
   troupe::data::batch b;
   int64_t samples = 0, steps = 0;
   double last_epoch_loss = 0.0;
@@ -248,7 +537,7 @@ int run(const options& opt) {
   // Test accuracy.
   model->eval();
   torch::NoGradGuard no_grad;
-  troupe::data::batcher test(data.test, opt.batch_size, norm, opt.seed, /*shuffle=*/false);
+  troupe::data::batcher test(data.test, *opt.batch_size, norm, opt.seed, /*shuffle=*/false);
   test.start_epoch(0);
   int64_t correct = 0, seen = 0;
   while (test.next(b)) {
@@ -258,18 +547,22 @@ int run(const options& opt) {
   }
   double accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
 
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  double peak_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
-
   std::cout << "{\"impl\":\"libtorch\",\"model\":\"" << opt.model << "\",\"epochs\":" << opt.epochs
-            << ",\"batch_size\":" << opt.batch_size << ",\"threads\":" << opt.threads
+            << ",\"batch_size\":" << *opt.batch_size << ",\"threads\":" << opt.threads
             << ",\"train_loss\":" << json_number(last_epoch_loss, 6)
             << ",\"test_accuracy\":" << json_number(accuracy, 4)
             << ",\"samples_per_s\":" << json_number(samples / train_s.count(), 1)
             << ",\"train_s\":" << json_number(train_s.count(), 3)
-            << ",\"peak_rss_mb\":" << json_number(peak_rss_mb, 1) << "}" << std::endl;
+            << ",\"peak_rss_mb\":" << json_number(peak_rss_mb(), 1) << "}" << std::endl;
   return 0;
+}
+
+int run(const options& opt) {
+  // Must come before any parallel work starts the inter-op pool.
+  at::set_num_interop_threads(1);
+  torch::set_num_threads(opt.threads);
+  torch::manual_seed(opt.seed);
+  return opt.model == "gpt" ? run_gpt(opt) : run_images(opt);
 }
 
 } // namespace

@@ -180,6 +180,21 @@ TEST_CASE("gelu matches the tanh approximation and its derivative", "[sequence]"
   CHECK_THROWS_AS(k::gelu_backward(ctx, x, tensor::zeros({3, 5, 12}), dx), shape_error);
 }
 
+TEST_CASE("gelu holds far from 0, where its tanh saturates", "[sequence]") {
+  // Large inputs reach the clamp of the kernel's exponential: gelu(x) -> x for x >> 0, -> 0 for x << 0;
+  // its derivative -> 1 and 0. Small ones test tanh's sign and the cancellation in 1 - e^(-2u).
+  const std::vector<float> xs{-1e4f, -60.0f, -9.0f, -1e-3f, -1e-6f, 1e-6f, 1e-3f, 9.0f, 60.0f, 1e4f};
+  tensor x = tensor::from({static_cast<int64_t>(xs.size())}, xs), y, dx;
+  k::gelu_forward(ctx, x, y);
+  k::gelu_backward(ctx, x, tensor::full(x.shape(), 1.0f), dx);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i], h = 1e-4 * std::max(1.0, std::abs(v));
+    CHECK(y.at(static_cast<int64_t>(i)) == Approx(naive_gelu(v)).epsilon(1e-6).margin(1e-7));
+    CHECK(dx.at(static_cast<int64_t>(i)) ==
+          Approx((naive_gelu(v + h) - naive_gelu(v - h)) / (2 * h)).epsilon(1e-4).margin(1e-6));
+  }
+}
+
 // ------------------------------------------------------------ attention
 
 TEST_CASE("attention_forward matches a double reference for one and several heads", "[sequence]") {

@@ -22,8 +22,8 @@ Options: --model mlp|cnn, --steps S (global steps: each rank runs S steps of
 its own batch), --warmup W (steps left out of samples_per_s, default 10),
 --batch-size B (per rank, default 64), --lr (0.02), --momentum (0.9),
 --lr-schedule cosine|constant (troupe's defaults: cosine over one epoch of
-global steps), --bucket-cap-mb (DDP's default 25), --threads, --data-dir,
---seed.
+global steps), --bucket-cap-mb (DDP's default 25), --compress none|fp16
+(DDP's fp16_compress_hook; its bf16 hook needs CUDA and NCCL), --threads, --data-dir, --seed.
 
 glibc gives PyTorch's large buffers back to the kernel after every step unless
 its mmap threshold is raised, and page faults are dear in this sandbox (the
@@ -66,6 +66,9 @@ def parse_args(argv):
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (its default 25)")
+    p.add_argument("--compress", choices=["none", "fp16"], default="none",
+                   help="fp16: DDP's fp16_compress_hook, gradients sent as float16 (default none; its bf16 hook "
+                        "needs CUDA and NCCL)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the node's, or cores / ranks)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--seed", type=int, default=1)
@@ -165,6 +168,9 @@ def train(a, rank, world, data):
     train_x, train_y, test_x, test_y = data
     torch.manual_seed(a.seed)
     model = DDP(make_model(a.model), bucket_cap_mb=a.bucket_cap_mb)
+    if a.compress != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, getattr(default_hooks, a.compress + "_compress_hook"))
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     per_epoch = math.ceil(len(train_x) / (a.batch_size * world))
     loss_fn = nn.CrossEntropyLoss()
@@ -211,6 +217,7 @@ def main(argv):
     if rank == 0:
         result = {"impl": "ddp-gloo", "torch": torch.__version__, "model": a.model, "ranks": world, "threads": threads,
                   "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "bucket_cap_mb": a.bucket_cap_mb,
+                  "compress": a.compress,
                   "lr": a.lr, "momentum": a.momentum, "lr_schedule": a.lr_schedule,
                   **{k: round(v, 4) for k, v in result.items()},
                   "test_accuracy": accuracy(model, data[2], data[3])}

@@ -103,8 +103,11 @@ def rendezvous(a):
         world = int(os.environ["WORLD_SIZE"])
         return int(os.environ["RANK"]), world, a.threads or max(1, (os.cpu_count() or 1) // world)
     import tomllib
-    with open(a.config, "rb") as f:
-        nodes = tomllib.load(f)["cluster"]["nodes"]
+    try:
+        with open(a.config, "rb") as f:
+            nodes = tomllib.load(f)["cluster"]["nodes"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+        fail("cannot read the nodes of the cluster file %s: %s" % (a.config, e))
     names = [n["name"] for n in nodes]
     if a.node not in names:
         fail("node '%s' is not in %s (%s)" % (a.node, a.config, ", ".join(names)))

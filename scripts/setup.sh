@@ -2,7 +2,7 @@
 # Installs every Debian package troupe needs (idempotent), then configures and builds.
 #   scripts/setup.sh            packages to build, train and run the README's commands + build
 #   scripts/setup.sh --test     also what only the tests need (scripts/test.sh passes it)
-#   scripts/setup.sh --bench    also the libtorch baseline (large) and iperf3 used by bench/
+#   scripts/setup.sh --bench    also the libtorch baseline (large), PyTorch DDP's and iperf3, used by bench/
 #   scripts/setup.sh --no-build packages only
 #   scripts/setup.sh --list     print the packages (with --test, --bench: theirs too) and do nothing else
 set -euo pipefail
@@ -37,7 +37,8 @@ packages=(
 # the libFuzzer target's clang (scripts/fuzz_frame.sh).
 test_packages=(slurm-wlm munge procps clang libclang-rt-14-dev)
 [ "$with_test" = 1 ] && packages+=("${test_packages[@]}")
-[ "$with_bench" = 1 ] && packages+=(libtorch-dev iperf3)
+# bench/: the libtorch baseline, PyTorch with Gloo for the DDP baseline (bench/ddp_baseline.py, /usr/bin/python3), iperf3.
+[ "$with_bench" = 1 ] && packages+=(libtorch-dev python3-torch iperf3)
 if [ "$list" = 1 ]; then printf '%s\n' "${packages[@]}"; exit 0; fi
 
 sudo_cmd=()

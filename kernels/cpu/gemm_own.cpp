@@ -68,7 +68,7 @@ struct blocking {
 /// and one of 16).
 blocking block_sizes(const gemm_kernel_set& ks, int64_t m, int64_t n, int64_t k) {
   const cache_sizes& cs = caches();
-  const long cores = std::max(1u, std::thread::hardware_concurrency());
+  static const long cores = std::max(1u, std::thread::hardware_concurrency());  // a file read: once
   int64_t kc = std::clamp<int64_t>(cs.l1d / 2 / (ks.nr * 4), 64, 1024);
   kc = ceil_div(k, ceil_div(k, kc));
   int64_t mc = std::clamp<int64_t>(cs.l2 / 2 / (kc * 4) / ks.mr * ks.mr, 4 * ks.mr, 4096);

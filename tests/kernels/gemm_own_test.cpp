@@ -98,7 +98,7 @@ TEST_CASE("own gemm: alpha and beta, beta 0 never reads C (NaN there stays out)"
         }
 }
 
-TEST_CASE("own gemm: k = 0 and alpha = 0 give beta * C", "[kernels][gemm][gemm_own]") {
+TEST_CASE("own gemm: k = 0 and alpha = 0 give beta times C", "[kernels][gemm][gemm_own]") {
   for (const gemm_kernel_set* ks : kernel_sets()) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::vector<float> c{1, 2, 3, 4, 5, 6}, a{nan, nan, nan}, b{nan, nan, nan};
@@ -138,7 +138,7 @@ TEST_CASE("gemm with the own backend: the public entry point, inside a parallel 
     for (int64_t i = 0; i < want.numel(); ++i) CHECK(o.at(i) == Approx(want.at(i)).margin(1e-4));
 }
 
-TEST_CASE("gemm backends by name; the kernel set is one the CPU runs", "[kernels][gemm_own]") {
+TEST_CASE("gemm backends by name, and the kernel set is one the CPU runs", "[kernels][gemm_own]") {
   for (auto b : {k::gemm_backend::openblas, k::gemm_backend::eigen, k::gemm_backend::own})
     CHECK(k::parse_gemm_backend(k::to_string(b)) == b);
   CHECK_THROWS_WITH(k::parse_gemm_backend("mkl"), Catch::Contains("'mkl'") && Catch::Contains("own"));

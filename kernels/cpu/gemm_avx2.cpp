@@ -102,33 +102,37 @@ inline void transpose_rows(const float* src, int64_t ld, int rows, int64_t k, in
 }
 
 void pack_a(bool trans, const float* a, int64_t lda, int64_t m, int64_t k, float* dst) {
-  int64_t i0 = 0;
-  for (; i0 + mr <= m; i0 += mr, dst += k * mr) {
+  for (int64_t i0 = 0; i0 < m; i0 += mr, dst += k * mr) {
+    const int rows = m - i0 < mr ? static_cast<int>(m - i0) : mr;
     if (!trans) {
-      transpose_rows(a + i0 * lda, lda, mr, k, mr, dst);
-      continue;
+      transpose_rows(a + i0 * lda, lda, rows, k, mr, dst);
+    } else if (rows == mr) {
+      for (int64_t p = 0; p < k; ++p) std::memcpy(dst + p * mr, a + p * lda + i0, mr * sizeof(float));
+    } else {
+      for (int64_t p = 0; p < k; ++p)
+        for (int i = 0; i < mr; ++i) dst[p * mr + i] = i < rows ? a[p * lda + i0 + i] : 0.0f;
     }
-    for (int64_t p = 0; p < k; ++p) std::memcpy(dst + p * mr, a + p * lda + i0, mr * sizeof(float));
   }
-  if (i0 < m) pack_panels_ref(trans ? a + i0 : a + i0 * lda, trans ? 1 : lda, trans ? lda : 1, m - i0, k, mr, dst);
 }
 
 void pack_b(bool trans, const float* b, int64_t ldb, int64_t k, int64_t n, float* dst) {
-  int64_t j0 = 0;
-  for (; j0 + nr <= n; j0 += nr, dst += k * nr) {
+  for (int64_t j0 = 0; j0 < n; j0 += nr, dst += k * nr) {
+    const int cols = n - j0 < nr ? static_cast<int>(n - j0) : nr;
     if (trans) {
-      // Two halves of 8 columns, each 8 source rows transposed; the second half's stores overwrite nothing.
-      transpose_rows(b + j0 * ldb, ldb, 8, k, nr, dst);
-      transpose_rows(b + (j0 + 8) * ldb, ldb, 8, k, nr, dst + 8);
-      continue;
-    }
-    for (int64_t p = 0; p < k; ++p) {
-      const float* s = b + p * ldb + j0;
-      _mm256_store_ps(dst + p * nr, _mm256_loadu_ps(s));
-      _mm256_store_ps(dst + p * nr + 8, _mm256_loadu_ps(s + 8));
+      // Two halves of 8 columns, each up to 8 source rows transposed (zeros past n); neither overwrites the other.
+      transpose_rows(b + j0 * ldb, ldb, cols < 8 ? cols : 8, k, nr, dst);
+      transpose_rows(cols > 8 ? b + (j0 + 8) * ldb : b, ldb, cols > 8 ? cols - 8 : 0, k, nr, dst + 8);
+    } else if (cols == nr) {
+      for (int64_t p = 0; p < k; ++p) {
+        const float* s = b + p * ldb + j0;
+        _mm256_store_ps(dst + p * nr, _mm256_loadu_ps(s));
+        _mm256_store_ps(dst + p * nr + 8, _mm256_loadu_ps(s + 8));
+      }
+    } else {
+      for (int64_t p = 0; p < k; ++p)
+        for (int j = 0; j < nr; ++j) dst[p * nr + j] = j < cols ? b[p * ldb + j0 + j] : 0.0f;
     }
   }
-  if (j0 < n) pack_panels_ref(trans ? b + j0 * ldb : b + j0, trans ? ldb : 1, trans ? 1 : ldb, n - j0, k, nr, dst);
 }
 
 const gemm_kernel_set avx2_set{"avx2+fma", mr, nr, micro, pack_a, pack_b};

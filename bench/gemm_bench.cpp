@@ -1,24 +1,32 @@
-// GEMM throughput: troupe's gemm (default backend) against OpenBLAS called
-// directly and Eigen's own product, in one run. Prints one JSON line.
+// GEMM throughput, every candidate in one run, as GFLOP/s and as a fraction of
+// the machine's FMA peak measured in the same run (kernels::fma_peak_gflops):
+// troupe's gemm on each backend (own, openblas, eigen), OpenBLAS called
+// directly and Eigen's own product. Candidates take turns within each
+// repetition (a slow phase of a shared machine hits all of them); the figures
+// are medians over the repetitions. One JSON line per candidate and a summary.
 //   troupe_gemm_bench [--size N] [--threads T] [--reps R]
-// With --mlp, the eight products of the reference MLP's training step instead
-// (784-256-128-10, batch 64): troupe's gemm, which cuts C into one block per
-// thread, against OpenBLAS's own threading; one JSON line per product and a total.
+// With --mlp, the eight products of the reference MLP's training step
+// (784-256-128-10, batch 64): troupe's gemm on each backend against
+// OpenBLAS's own threading; one JSON line per product and a total.
 //   troupe_gemm_bench --mlp [--threads T] [--reps R]
+// With --peak, the FMA peak alone: 1 and T threads, every vector width the CPU has.
+//   troupe_gemm_bench --peak [--threads T]
 #include <cblas.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 
 namespace {
+
+namespace k = troupe::kernels;
 
 double seconds(const std::function<void()>& f) {
   auto t0 = std::chrono::steady_clock::now();
@@ -26,14 +34,48 @@ double seconds(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Best time of each candidate over `reps` rounds; the candidates take turns
-/// within a round so that a slow phase of a shared machine hits all of them.
-std::vector<double> best_interleaved(const std::vector<std::function<void()>>& fs, int reps) {
-  std::vector<double> best(fs.size(), 1e30);
-  for (auto& f : fs) f();  // warm-up: page faults, thread start
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Median time of each candidate over `reps` rounds, the candidates taking turns within a round.
+std::vector<double> median_interleaved(const std::vector<std::function<void()>>& fs, int reps) {
+  std::vector<std::vector<double>> times(fs.size());
+  for (auto& f : fs) f();  // warm-up: page faults, thread start, packing buffers
   for (int r = 0; r < reps; ++r)
-    for (std::size_t i = 0; i < fs.size(); ++i) best[i] = std::min(best[i], seconds(fs[i]));
-  return best;
+    for (std::size_t i = 0; i < fs.size(); ++i) times[i].push_back(seconds(fs[i]));
+  std::vector<double> out;
+  for (auto& t : times) out.push_back(median(t));
+  return out;
+}
+
+/// The widest FMA width this CPU runs.
+int widest() { return k::cpu().avx512f ? 16 : k::cpu().avx2 && k::cpu().fma ? 8 : 4; }
+
+/// The FMA peak of `threads` threads at `width`: the median of 3 probes of 0.2 s.
+double peak(int threads, int width) {
+  std::vector<double> p;
+  for (int i = 0; i < 3; ++i) p.push_back(k::fma_peak_gflops(threads, width, 0.2));
+  return median(p);
+}
+
+int peak_lines(int threads) {
+  std::vector<int> widths{4};
+  if (k::cpu().avx2 && k::cpu().fma) widths.push_back(8);
+  if (k::cpu().avx512f) widths.push_back(16);
+  for (int t : {1, threads})
+    for (int w : widths)
+      std::printf("{\"bench\":\"fma_peak\",\"threads\":%d,\"width\":%d,\"gflops\":%.1f,\"kernels\":\"%s\"}\n", t, w,
+                  peak(t, w), k::cpu_kernels_name().c_str());
+  return 0;
+}
+
+k::context on(int threads, k::gemm_backend b) {
+  k::context c = k::context::with_threads(threads);
+  c.gemm = b;
+  return c;
 }
 
 struct product {
@@ -44,33 +86,72 @@ struct product {
 
 /// The MLP step's products as dense_forward/dense_backward call them (the first layer's input gradient is skipped).
 int mlp_products(int threads, int reps) {
-  namespace k = troupe::kernels;
-  const k::context ctx = k::context::with_threads(threads);
   const product ps[] = {{"fwd1", false, true, 64, 256, 784},  {"fwd2", false, true, 64, 128, 256},
                         {"fwd3", false, true, 64, 10, 128},   {"dw3", true, false, 10, 128, 64},
                         {"dx3", false, false, 64, 128, 10},   {"dw2", true, false, 128, 256, 64},
                         {"dx2", false, false, 64, 256, 128},  {"dw1", true, false, 256, 784, 64}};
   std::vector<float> a(256 * 784, 0.01f), b(256 * 784, 0.02f), c(256 * 784);
-  double total_troupe = 0, total_blas = 0;
+  const k::context own = on(threads, k::gemm_backend::own), blas = on(threads, k::gemm_backend::openblas);
+  double total_own = 0, total_troupe_blas = 0, total_blas = 0, flops = 0;
   for (const product& p : ps) {
     const int lda = p.ta ? p.m : p.k, ldb = p.tb ? p.k : p.n;
-    std::vector<double> t = best_interleaved(
-        {[&] { k::gemm(ctx, p.ta, p.tb, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.n); },
+    auto troupe = [&](const k::context& ctx) {
+      k::gemm(ctx, p.ta, p.tb, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.n);
+    };
+    std::vector<double> t = median_interleaved(
+        {[&] { troupe(own); }, [&] { troupe(blas); },
          [&] {
            cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, p.m, p.n,
                        p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.n);
          }},
         reps);
-    total_troupe += t[0];
-    total_blas += t[1];
+    total_own += t[0];
+    total_troupe_blas += t[1];
+    total_blas += t[2];
     const double flop = 2.0 * p.m * p.n * p.k;
+    flops += flop;
     std::printf("{\"bench\":\"gemm_mlp\",\"product\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,"
-                "\"troupe_us\":%.1f,\"openblas_us\":%.1f,\"troupe_gflops\":%.1f,\"openblas_gflops\":%.1f}\n",
-                p.name, p.m, p.n, p.k, threads, t[0] * 1e6, t[1] * 1e6, flop / t[0] / 1e9, flop / t[1] / 1e9);
+                "\"own_us\":%.2f,\"troupe_openblas_us\":%.2f,\"openblas_us\":%.2f,\"own_gflops\":%.1f,"
+                "\"troupe_openblas_gflops\":%.1f,\"openblas_gflops\":%.1f}\n",
+                p.name, p.m, p.n, p.k, threads, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, flop / t[0] / 1e9,
+                flop / t[1] / 1e9, flop / t[2] / 1e9);
   }
-  std::printf("{\"bench\":\"gemm_mlp_total\",\"threads\":%d,\"troupe_us\":%.1f,\"openblas_us\":%.1f,"
-              "\"troupe_vs_openblas\":%.3f}\n",
-              threads, total_troupe * 1e6, total_blas * 1e6, total_blas / total_troupe);
+  const double pk = peak(threads, widest());
+  std::printf("{\"bench\":\"gemm_mlp_total\",\"threads\":%d,\"kernels\":\"%s\",\"own_us\":%.1f,"
+              "\"troupe_openblas_us\":%.1f,\"openblas_us\":%.1f,\"own_vs_troupe_openblas\":%.3f,"
+              "\"own_vs_openblas\":%.3f,\"peak_gflops\":%.1f,\"own_of_peak\":%.3f,\"troupe_openblas_of_peak\":%.3f}\n",
+              threads, k::cpu_kernels_name().c_str(), total_own * 1e6, total_troupe_blas * 1e6, total_blas * 1e6,
+              total_troupe_blas / total_own, total_blas / total_own, pk, flops / total_own / 1e9 / pk,
+              flops / total_troupe_blas / 1e9 / pk);
+  return 0;
+}
+
+int square(int n, int threads, int reps) {
+  Eigen::setNbThreads(threads);
+  using mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  mat a = mat::Random(n, n), b = mat::Random(n, n), c = mat::Zero(n, n);
+  const double flop = 2.0 * n * n * n;
+  auto troupe = [&](k::gemm_backend be) {
+    return [&, be] { k::gemm(on(threads, be), false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
+  };
+  const char* names[] = {"troupe_own", "troupe_openblas", "troupe_eigen", "openblas", "eigen"};
+  const double peak_before = peak(threads, widest());
+  std::vector<double> t = median_interleaved(
+      {troupe(k::gemm_backend::own), troupe(k::gemm_backend::openblas), troupe(k::gemm_backend::eigen),
+       [&] {
+         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                     c.data(), n);
+       },
+       [&] { c.noalias() = a * b; }},
+      reps);
+  const double pk = 0.5 * (peak_before + peak(threads, widest()));
+  for (std::size_t i = 0; i < t.size(); ++i)
+    std::printf("{\"bench\":\"gemm\",\"size\":%d,\"threads\":%d,\"candidate\":\"%s\",\"gflops\":%.1f,"
+                "\"of_peak\":%.3f}\n",
+                n, threads, names[i], flop / t[i] / 1e9, flop / t[i] / 1e9 / pk);
+  std::printf("{\"bench\":\"gemm_summary\",\"size\":%d,\"threads\":%d,\"kernels\":\"%s\",\"peak_gflops\":%.1f,"
+              "\"own_of_peak\":%.3f,\"own_vs_openblas\":%.3f,\"own_vs_eigen\":%.3f}\n",
+              n, threads, k::cpu_kernels_name().c_str(), pk, flop / t[0] / 1e9 / pk, t[3] / t[0], t[4] / t[0]);
   return 0;
 }
 
@@ -78,11 +159,11 @@ int mlp_products(int threads, int reps) {
 
 int main(int argc, char** argv) {
   int n = 1024, threads = 2, reps = 10;
-  bool mlp = false;
+  bool mlp = false, peak_only = false;
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--mlp") {
-      mlp = true;
+    if (a == "--mlp" || a == "--peak") {
+      (a == "--mlp" ? mlp : peak_only) = true;
       --i;
     } else if (i + 1 >= argc) {
       std::fprintf(stderr, "troupe_gemm_bench: %s needs a value\n", a.c_str());
@@ -91,43 +172,12 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: troupe_gemm_bench [--mlp] [--size N] [--threads T] [--reps R]\n");
+      std::fprintf(stderr, "usage: troupe_gemm_bench [--mlp | --peak] [--size N] [--threads T] [--reps R]\n");
       return 2;
     }
   }
   openblas_set_num_threads(threads);
+  if (peak_only) return peak_lines(threads);
   if (mlp) return mlp_products(threads, reps * 100);
-  namespace k = troupe::kernels;
-  // Each backend of troupe's gemm in its own context; OpenBLAS and Eigen called
-  // directly get the same thread count through their own settings.
-  const k::context mine = k::context::with_threads(threads);
-  k::context other = mine;
-  other.gemm = mine.gemm == k::gemm_backend::openblas ? k::gemm_backend::eigen : k::gemm_backend::openblas;
-  openblas_set_num_threads(mine.threads);
-  Eigen::setNbThreads(mine.threads);
-  using mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  mat a = mat::Random(n, n), b_ = mat::Random(n, n), c = mat::Zero(n, n);
-  const double flop = 2.0 * n * n * n;
-
-  auto troupe_gemm = [&](const k::context& ctx) {
-    k::gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b_.data(), n, 0.0f, c.data(), n);
-  };
-  std::vector<double> t = best_interleaved(
-      {[&] { troupe_gemm(mine); },
-       [&] {
-         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b_.data(), n, 0.0f,
-                     c.data(), n);
-       },
-       [&] { c.noalias() = a * b_; },
-       // troupe's gemm with its other backend, for the record.
-       [&] { troupe_gemm(other); }},
-      reps);
-  const double t_troupe = t[0], t_blas = t[1], t_eigen = t[2], t_other = t[3];
-
-  const char* backend = mine.gemm == k::gemm_backend::openblas ? "openblas" : "eigen";
-  std::printf("{\"bench\":\"gemm\",\"size\":%d,\"threads\":%d,\"troupe_backend\":\"%s\",\"troupe_gflops\":%.1f,"
-              "\"troupe_other_backend_gflops\":%.1f,\"openblas_gflops\":%.1f,\"eigen_gflops\":%.1f,"
-              "\"troupe_vs_openblas\":%.3f}\n",
-              n, mine.threads, backend, flop / t_troupe / 1e9, flop / t_other / 1e9, flop / t_blas / 1e9, flop / t_eigen / 1e9, t_blas / t_troupe);
-  return 0;
+  return square(n, threads, reps);
 }

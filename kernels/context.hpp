@@ -1,13 +1,21 @@
 #pragma once
 
+#include <string>
+
 #include "tensor/tensor.hpp"
 
 namespace troupe::kernels {
 
 /// Which implementation troupe's GEMM calls. OpenBLAS is the default: it
 /// measured faster than Eigen's product on the reference machine (see
-/// docs/benchmarks.md).
-enum class gemm_backend { openblas, eigen };
+/// docs/benchmarks.md). `own` is troupe's own blocked SGEMM, on the kernel set
+/// chosen for this CPU when the process starts (kernels/machine.hpp).
+enum class gemm_backend { openblas, eigen, own };
+
+/// "openblas", "eigen" or "own".
+const char* to_string(gemm_backend b);
+/// The backend named `name` (one of to_string's); throws troupe::error naming the choices.
+gemm_backend parse_gemm_backend(const std::string& name);
 
 /// How conv2d computes. `automatic` (the default): Winograd's F(2x2, 3x3) for
 /// 3x3 stride-1 layers of at least 8 input and output channels, the direct

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/context.hpp"
+#include "kernels/machine.hpp"
 #include "tensor/tensor.hpp"
 
 namespace troupe::kernels {

@@ -22,6 +22,21 @@ context context::with_threads(int n) {
   return c;
 }
 
+const char* to_string(gemm_backend b) {
+  switch (b) {
+    case gemm_backend::openblas: return "openblas";
+    case gemm_backend::eigen: return "eigen";
+    case gemm_backend::own: return "own";
+  }
+  return "unknown";
+}
+
+gemm_backend parse_gemm_backend(const std::string& name) {
+  for (gemm_backend b : {gemm_backend::openblas, gemm_backend::eigen, gemm_backend::own})
+    if (name == to_string(b)) return b;
+  throw error("gemm backend '" + name + "': give openblas, eigen or own");
+}
+
 void ensure_shape(tensor& t, const shape& s) {
   if (t.defined() && t.shape() == s && t.dev().kind == device_kind::cpu) return;
   if (t.defined() && t.numel() == s.numel() && t.dev().kind == device_kind::cpu) {

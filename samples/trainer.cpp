@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    std::cerr << "troupe_trainer " << troupe::version() << ", kernels " << troupe::kernels::cpu_kernels_name() << "\n";
     troupe::fit(make_job(cl.spec).node(cl.node), std::cerr);
   } catch (const std::exception& e) {
     // The exit status says the kind of failure (--help lists them): a script or

@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/gemm_own.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
@@ -109,6 +110,11 @@ void gemm(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, 
           float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   const int threads = detail::threads(ctx);
+  if (ctx.gemm == gemm_backend::own) {
+    detail::gemm_own(detail::active_gemm_kernels(), threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
+                     c, ldc);
+    return;
+  }
   if (ctx.gemm == gemm_backend::eigen) {
     // Eigen reads its thread count from this thread's OpenMP ICV.
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);

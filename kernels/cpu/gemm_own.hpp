@@ -1,0 +1,54 @@
+#pragma once
+
+// troupe's own SGEMM (gemm_backend::own): the blocked driver (gemm_own.cpp)
+// and the kernel sets it runs on, one per instruction set, chosen when the
+// process starts (machine.cpp). A new set (AVX-512, say) is one more
+// gemm_kernel_set and one more line in machine.cpp's list.
+
+#include <cstdint>
+#include <string>
+
+namespace troupe::kernels::detail {
+
+/// A register-blocked micro-kernel for one instruction set and the routines
+/// that pack operands into the layout it reads.
+struct gemm_kernel_set {
+  const char* name;  ///< as cpu_kernels_name() reports it
+  int mr, nr;        ///< the tile of C one micro-kernel call computes
+  /// C[mr x nr] (row stride ldc) = alpha * sum_p a[p * mr + i] * b[p * nr + j]
+  /// + beta * C, p < k; beta == 0 does not read C. a and b are packed
+  /// panels (64-byte aligned b).
+  void (*micro)(int64_t k, const float* a, const float* b, float* c, int64_t ldc, float alpha, float beta);
+  /// op(A) [m x k] (element (i, p) at a[i * lda + p], or a[p * lda + i] when
+  /// `trans`) into ceil(m / mr) panels of k * mr floats, rows past m zero.
+  /// May write up to 16 floats past the last panel.
+  void (*pack_a)(bool trans, const float* a, int64_t lda, int64_t m, int64_t k, float* dst);
+  /// op(B) [k x n] (element (p, j) at b[p * ldb + j], or b[j * ldb + p] when
+  /// `trans`) into ceil(n / nr) panels of k * nr floats, columns past n zero.
+  void (*pack_b)(bool trans, const float* b, int64_t ldb, int64_t k, int64_t n, float* dst);
+};
+
+/// The packing every set can fall back on (edges): count rows of width
+/// `width`, element (i, p) of the source at src[i * si + p * sp], into
+/// ceil(count / width) panels, dst[panel][p * width + i], rows past count zero.
+void pack_panels_ref(const float* src, int64_t si, int64_t sp, int64_t count, int64_t k, int width, float* dst);
+
+/// Plain C++ for whatever the compiler targets: runs everywhere.
+const gemm_kernel_set& generic_gemm_kernels();
+/// AVX2 + FMA (6 x 16 tiles); null where the compiler cannot emit them.
+const gemm_kernel_set* avx2_gemm_kernels();
+
+/// Every set this CPU can run, widest first (machine.cpp).
+const gemm_kernel_set* const* runnable_gemm_kernels(int& count);
+/// The set chosen for this process (machine.cpp): the widest runnable one,
+/// capped by TROUPE_CPU_KERNELS.
+const gemm_kernel_set& active_gemm_kernels();
+
+/// Row-major C[m x n] = alpha * op(A) * op(B) + beta * C on kernel set `ks`,
+/// with up to `threads` threads over blocks of C (one inside a parallel
+/// region). beta == 0 does not read C.
+void gemm_own(const gemm_kernel_set& ks, int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+              float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc);
+
+} // namespace troupe::kernels::detail

@@ -1,0 +1,117 @@
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm_own.hpp"
+#include "kernels/machine.hpp"
+#include "tensor/error.hpp"
+
+namespace troupe::kernels {
+
+namespace {
+
+cpu_features detect() {
+  cpu_features f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  // libgcc's checks include the OS's support (XCR0) for the wider registers.
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+#endif
+  return f;
+}
+
+/// A size such as "32K" or "1024K" in /sys/devices/system/cpu/cpu0/cache/indexN/size, in bytes; 0 if absent.
+long sys_cache_size(int level, bool data) {
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream lv(dir + "level"), ty(dir + "type"), sz(dir + "size");
+    int l = 0;
+    std::string type, size;
+    if (!(lv >> l) || !(ty >> type) || !(sz >> size)) continue;
+    if (l != level || (data && type == "Instruction") || (!data && type == "Data")) continue;
+    long v = std::atol(size.c_str());
+    if (size.back() == 'K') v *= 1024;
+    if (size.back() == 'M') v *= 1024 * 1024;
+    if (v > 0) return v;
+  }
+  return 0;
+}
+
+/// /sys first (sysconf's L3 is wrong in some virtual machines), then sysconf, then the default.
+long cache_size(int level, long fallback) {
+  long v = sys_cache_size(level, level == 1);
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  const int names[] = {_SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE};
+  if (v <= 0) v = sysconf(names[level - 1]);
+#endif
+  return v > 0 ? v : fallback;
+}
+
+std::vector<const detail::gemm_kernel_set*> runnable_sets() {
+  std::vector<const detail::gemm_kernel_set*> sets;
+  // Where an AVX-512 set is written, it goes first here, under cpu().avx512f.
+  if (cpu().avx2 && cpu().fma && detail::avx2_gemm_kernels()) sets.push_back(detail::avx2_gemm_kernels());
+  sets.push_back(&detail::generic_gemm_kernels());
+  return sets;
+}
+
+const detail::gemm_kernel_set& choose() {
+  const auto& sets = runnable_sets();
+  const char* cap = std::getenv("TROUPE_CPU_KERNELS");
+  if (!cap || !*cap) return *sets.front();
+  std::string names;
+  for (const auto* s : sets) {
+    if (s->name == std::string(cap)) return *s;
+    names += names.empty() ? s->name : std::string(", ") + s->name;
+  }
+  throw error(std::string("TROUPE_CPU_KERNELS=") + cap + ": this CPU runs the kernel sets " + names +
+              "; set one of them or unset the variable");
+}
+
+} // namespace
+
+const cpu_features& cpu() {
+  static const cpu_features f = detect();
+  return f;
+}
+
+const cache_sizes& caches() {
+  static const cache_sizes c = [] {
+    cache_sizes s;
+    s.l1d = cache_size(1, s.l1d);
+    s.l2 = cache_size(2, s.l2);
+    s.l3 = cache_size(3, s.l3);
+    return s;
+  }();
+  return c;
+}
+
+std::string cpu_kernels_name() { return detail::active_gemm_kernels().name; }
+
+std::vector<std::string> cpu_kernel_sets() {
+  std::vector<std::string> names;
+  for (const auto* s : runnable_sets()) names.push_back(s->name);
+  return names;
+}
+
+namespace detail {
+
+const gemm_kernel_set* const* runnable_gemm_kernels(int& count) {
+  static const std::vector<const gemm_kernel_set*> sets = runnable_sets();
+  count = static_cast<int>(sets.size());
+  return sets.data();
+}
+
+const gemm_kernel_set& active_gemm_kernels() {
+  static const gemm_kernel_set& s = choose();
+  return s;
+}
+
+} // namespace detail
+
+} // namespace troupe::kernels

@@ -1,0 +1,189 @@
+// troupe's own SGEMM (gemm_backend::own) on every kernel set this CPU runs,
+// against a double-precision product; the machine probe; training with it.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm_own.hpp"
+#include "kernels/kernels.hpp"
+#include "model/nn.hpp"
+#include "model/optimizer.hpp"
+#include "model/zoo.hpp"
+#include "tests/gradcheck.hpp"
+
+using namespace troupe;
+namespace k = troupe::kernels;
+using k::detail::gemm_kernel_set;
+
+namespace {
+
+std::vector<const gemm_kernel_set*> kernel_sets() {
+  int n = 0;
+  const gemm_kernel_set* const* s = k::detail::runnable_gemm_kernels(n);
+  return {s, s + n};
+}
+
+struct dims {
+  int64_t m, n, k;
+};
+
+/// One product with padded leading dimensions (pad columns past each
+/// matrix's width hold a sentinel that must survive in C), checked element by
+/// element against a double-precision product: |error| <= 4 (k + 2) eps
+/// (|alpha| sum_p |a_ip b_pj| + |beta c_ij|), the usual bound for float32
+/// sums of k products.
+void check_product(const gemm_kernel_set& ks, int threads, bool ta, bool tb, dims d, float alpha, float beta,
+                   int pad = 3) {
+  const int64_t ar = ta ? d.k : d.m, ac = ta ? d.m : d.k, br = tb ? d.n : d.k, bc = tb ? d.k : d.n;
+  const int64_t lda = ac + pad, ldb = bc + pad, ldc = d.n + pad;
+  std::mt19937 rng(static_cast<unsigned>(d.m * 131 + d.n * 17 + d.k + ta * 2 + tb));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(std::max<int64_t>(1, ar * lda))), b(std::max<int64_t>(1, br * ldb));
+  std::vector<float> c(static_cast<size_t>(d.m * ldc));
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  const float sentinel = 7.5f, nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < d.m; ++i)
+    for (int64_t j = 0; j < ldc; ++j) c[i * ldc + j] = j >= d.n ? sentinel : beta == 0.0f ? nan : u(rng);
+  const std::vector<float> c0 = c;
+  k::detail::gemm_own(ks, threads, ta, tb, d.m, d.n, d.k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  const double eps = std::numeric_limits<float>::epsilon();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < d.m; ++i) {
+    for (int64_t j = d.n; j < ldc; ++j) wrong += c[i * ldc + j] != sentinel;
+    for (int64_t j = 0; j < d.n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t p = 0; p < d.k; ++p) {
+        const double x = ta ? a[p * lda + i] : a[i * lda + p], y = tb ? b[j * ldb + p] : b[p * ldb + j];
+        s += x * y;
+        mag += std::abs(x * y);
+      }
+      const double c_in = beta == 0.0f ? 0.0 : c0[i * ldc + j];
+      const double want = alpha * s + beta * c_in;
+      const double bound = 4 * (d.k + 2) * eps * (std::abs(alpha) * mag + std::abs(beta * c_in)) + 1e-30;
+      const bool ok = std::abs(c[i * ldc + j] - want) <= bound;  // false for NaN
+      if (!ok && wrong < 3) UNSCOPED_INFO("at " << i << "," << j << ": " << c[i * ldc + j] << " want " << want);
+      wrong += !ok;
+    }
+  }
+  INFO(ks.name << " threads " << threads << " ta " << ta << " tb " << tb << " m " << d.m << " n " << d.n << " k "
+               << d.k << " alpha " << alpha << " beta " << beta);
+  CHECK(wrong == 0);
+}
+
+} // namespace
+
+TEST_CASE("own gemm: every transpose, odd and tiny sizes, against a double product", "[kernels][gemm][gemm_own]") {
+  const std::vector<dims> shapes{{1, 1, 1},   {1, 7, 3},   {7, 1, 5},    {7, 17, 33}, {17, 33, 7},
+                                 {33, 7, 17}, {6, 16, 8},  {12, 32, 64}, {13, 31, 9}, {100, 100, 100},
+                                 {5, 40, 1},  {64, 10, 128}, {64, 128, 10}};
+  for (const gemm_kernel_set* ks : kernel_sets())
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (dims d : shapes) check_product(*ks, 1, ta, tb, d, 1.0f, 0.0f);
+}
+
+TEST_CASE("own gemm: alpha and beta, beta 0 never reads C (NaN there stays out)", "[kernels][gemm][gemm_own]") {
+  const std::pair<float, float> scalars[] = {{1.0f, 0.0f}, {0.5f, 0.0f}, {1.0f, 1.0f}, {-2.0f, 0.25f}, {0.75f, -1.0f}};
+  for (const gemm_kernel_set* ks : kernel_sets())
+    for (auto [alpha, beta] : scalars)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          check_product(*ks, 1, ta, tb, {19, 35, 23}, alpha, beta);
+          check_product(*ks, 2, ta, tb, {70, 90, 300}, alpha, beta, 17);
+        }
+}
+
+TEST_CASE("own gemm: k = 0 and alpha = 0 give beta times C", "[kernels][gemm][gemm_own]") {
+  for (const gemm_kernel_set* ks : kernel_sets()) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> c{1, 2, 3, 4, 5, 6}, a{nan, nan, nan}, b{nan, nan, nan};
+    k::detail::gemm_own(*ks, 1, false, false, 2, 3, 0, 1.0f, a.data(), 1, b.data(), 3, 2.0f, c.data(), 3);
+    CHECK(c == std::vector<float>{2, 4, 6, 8, 10, 12});
+    k::detail::gemm_own(*ks, 1, false, false, 2, 3, 1, 0.0f, a.data(), 1, b.data(), 3, 0.5f, c.data(), 3);
+    CHECK(c == std::vector<float>{1, 2, 3, 4, 5, 6});
+    std::vector<float> z(6, nan);
+    k::detail::gemm_own(*ks, 1, false, false, 2, 3, 0, 1.0f, a.data(), 1, b.data(), 3, 0.0f, z.data(), 3);
+    CHECK(z == std::vector<float>(6, 0.0f));
+  }
+}
+
+TEST_CASE("own gemm: blocked and threaded, several cache blocks deep and wide, 1 to 3 threads",
+          "[kernels][gemm][gemm_own]") {
+  // Beyond one block of every loop (k past kc, m past mc, n split among threads), uneven everywhere, and the
+  // MLP's shapes; strides larger than the widths.
+  const int threads = GENERATE(1, 2, 3);
+  for (const gemm_kernel_set* ks : kernel_sets())
+    for (dims d : {dims{301, 37, 97}, dims{37, 301, 97}, dims{150, 133, 20}, dims{64, 256, 784}, dims{257, 203, 1100},
+                   dims{700, 65, 40}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) check_product(*ks, threads, ta, tb, d, 1.0f, d.k == 20 ? 1.0f : 0.0f, 5);
+}
+
+TEST_CASE("gemm with the own backend: the public entry point, inside a parallel region too", "[kernels][gemm][gemm_own]") {
+  k::context c2 = k::context::with_threads(2);
+  c2.gemm = k::gemm_backend::own;
+  tensor a = testing::random_tensor({70, 50}, 1), b = testing::random_tensor({50, 40}, 2), want, got;
+  k::matmul(k::context::with_threads(1), a, b, want);
+  k::matmul(c2, a, b, got);
+  for (int64_t i = 0; i < want.numel(); ++i) CHECK(got.at(i) == Approx(want.at(i)).margin(1e-4));
+  std::vector<tensor> outs(4);
+#pragma omp parallel for num_threads(2)
+  for (int t = 0; t < 4; ++t) k::matmul(c2, a, b, outs[t]);
+  for (const tensor& o : outs)
+    for (int64_t i = 0; i < want.numel(); ++i) CHECK(o.at(i) == Approx(want.at(i)).margin(1e-4));
+}
+
+TEST_CASE("gemm backends by name, and the kernel set is one the CPU runs", "[kernels][gemm_own]") {
+  for (auto b : {k::gemm_backend::openblas, k::gemm_backend::eigen, k::gemm_backend::own})
+    CHECK(k::parse_gemm_backend(k::to_string(b)) == b);
+  CHECK_THROWS_WITH(k::parse_gemm_backend("mkl"), Catch::Contains("'mkl'") && Catch::Contains("own"));
+  const std::vector<std::string> sets = k::cpu_kernel_sets();
+  REQUIRE(!sets.empty());
+  CHECK(sets.back() == "generic");
+  CHECK(std::find(sets.begin(), sets.end(), k::cpu_kernels_name()) != sets.end());
+  if (k::cpu().avx2 && k::cpu().fma) CHECK(sets.front() == "avx2+fma");
+  CHECK(k::caches().l1d > 0);
+  CHECK(k::caches().l2 >= k::caches().l1d);
+}
+
+TEST_CASE("the FMA probe runs the widths the CPU has and refuses the others", "[kernels][peak]") {
+  if (k::cpu().avx2 && k::cpu().fma) CHECK(k::fma_peak_gflops(1, 8, 0.01) > 0);
+  if (k::cpu().avx512f) CHECK(k::fma_peak_gflops(2, 16, 0.01) > 0);
+  else CHECK_THROWS_WITH(k::fma_peak_gflops(1, 16, 0.01), Catch::Contains("width 16"));
+  CHECK_THROWS_WITH(k::fma_peak_gflops(1, 5, 0.01), Catch::Contains("width 5"));
+  CHECK_THROWS_WITH(k::fma_peak_gflops(0, 8, 0.01), Catch::Contains("threads is 0"));
+  CHECK_THROWS_WITH(k::fma_peak_gflops(1, 8, 0.0), Catch::Contains("duration"));
+}
+
+TEST_CASE("the MLP trains alike on the own and the OpenBLAS backend", "[kernels][gemm_own][model]") {
+  // 200 steps of SGD with momentum on synthetic data: the losses agree to float rounding's drift, and
+  // both learn the labels.
+  tensor x = testing::random_tensor({64, 1, 28, 28}, 5);
+  std::vector<int32_t> y(64);
+  for (int i = 0; i < 64; ++i) y[i] = (x.at(i * 784) > 0) + 2 * (x.at(i * 784 + 500) > 0);
+  std::vector<float> losses[2];
+  int correct[2] = {};
+  for (int which = 0; which < 2; ++which) {
+    k::context c = k::context::with_threads(2);
+    c.gemm = which == 0 ? k::gemm_backend::openblas : k::gemm_backend::own;
+    auto net = zoo::mlp();
+    net.build({1, 28, 28}, 11);
+    auto opt = optim::sgd(0.02f).momentum(0.9f).make();
+    tensor d;
+    for (int step = 0; step < 200; ++step) {
+      losses[which].push_back(k::softmax_cross_entropy(c, net.forward(c, x, true), y, &d));
+      net.backward(c, d);
+      opt->step(c, net.parameters());
+    }
+    correct[which] = static_cast<int>(k::count_correct(c, net.forward(c, x, false), y));
+  }
+  for (int s : {0, 1, 10, 50}) CHECK(losses[1][s] == Approx(losses[0][s]).epsilon(1e-3));
+  CHECK(losses[1].back() < 0.1f * losses[1].front());
+  CHECK(correct[1] >= 60);
+  CHECK(correct[0] >= 60);
+}

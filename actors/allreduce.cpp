@@ -175,7 +175,12 @@ public:
   std::vector<outgoing> on_pull(const net::opened_message& m) override {
     if (!c_.holder)
       throw net::message_error(net::reject_reason::unknown_kind, name() + ": a PullParams for a worker that holds none");
-    return {answer(*m)};
+    // A snapshot's pull counts the workers' reports: a member may have
+    // reported the step this one is still reducing; answered once it is applied.
+    const uint64_t steps = m->root().getPullParams().getSteps();
+    if (reports() >= steps) return {answer(*m)};
+    pulls_.keep(steps, m);
+    return {};
   }
   std::vector<outgoing> on_regroup(const net::opened_message& m) override {
     const regroup g = read_regroup(*m);
@@ -234,7 +239,7 @@ private:
       }
       ++started_;  // one member: nothing to exchange
     }
-    if (!held_ && started_ == buckets_.size() && in_step_ && backward_done_) apply_step();
+    if (!held_ && started_ == buckets_.size() && in_step_ && backward_done_) apply_step(out);
   }
   /// Keeps this worker's own gradient of buckets [kept_, upto) before they are
   /// reduced in place: a step redone in a new group reduces them again.
@@ -245,7 +250,7 @@ private:
     }
   }
   /// Every bucket reduced: the mean gradient's step, the same on every member.
-  void apply_step() {
+  void apply_step(std::vector<outgoing>& out) {
     if (c_.elastic) {  // a new group may roll this step back
       w_before_ = w_;
       v_before_ = opt_.velocity();
@@ -259,13 +264,18 @@ private:
     in_step_ = false;
     report_due_ = true;
     tally_.add(0, false);
+    pulls_.answer_due(reports(), [&](const net::opened_message& m) { out.push_back(answer(*m)); });
   }
+  /// The worker reports the coordinator has counted once every member has
+  /// reported the steps applied here (a snapshot's PullParams.steps counts them).
+  uint64_t reports() const { return c_.reports_before + (applied_ - c_.steps_before) * c_.members.size(); }
   void go(const regroup& g, std::vector<outgoing>& out);
   void redo_from_local();
   void end_broadcast();
   outgoing answer(const net::envelope_reader& r) const;
 
   allreduce_config c_;
+  kept_pulls<net::opened_message> pulls_;  // the holder's: snapshots' pulls until their steps are applied here
   std::vector<float> w_, g_;      // the replica's values, its gradient (reduced in place)
   model::flat_sgd opt_;           // its optimizer (momentum: the state a joiner and a checkpoint get)
   std::vector<shape> shapes_ = c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size()));

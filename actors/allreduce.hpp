@@ -26,6 +26,7 @@ struct allreduce_config {
   std::vector<float> initial;         ///< the starting parameters (the same on every member)
   std::vector<float> velocity;        ///< a resumed run's momentum (empty: zeros)
   uint64_t steps_before = 0;          ///< global steps applied before (a resumed run)
+  uint64_t reports_before = 0;        ///< the coordinator's count of step reports before (a resumed run)
   /// Each replica's optimizer on the mean gradient (total_steps: global steps).
   model::flat_sgd_options sgd;
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)

@@ -160,6 +160,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   for (const named_tensor& t : c.start->state.replicas.state)
     if (t.name == "velocity") a.velocity.assign(t.value.data(), t.value.data() + t.value.numel());
   a.steps_before = c.start->state.replicas.version;
+  a.reports_before = static_cast<uint64_t>(c.start->state.first_steps);
   a.sgd = sgd_of(s, p.total_updates);
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
   a.options.bf16(s.algo.allreduce_dtype == reduce_dtype::bf16);

@@ -175,6 +175,31 @@ TEST_CASE("allreduce: a worker holds its parameters for a pull only when it is t
                     Contains("a PullParams for a worker that holds none"));
 }
 
+TEST_CASE("allreduce: the holder keeps a snapshot's pull until it has applied the steps the pull counts",
+          "[actors][allreduce]") {
+  group g(2, 0, false);
+  std::vector<int32_t> y;
+  for (int i = 0; i < 2; ++i) {
+    auto out = g.workers[i]->step(batch_message(batch_of(0, i, 3, y), y, worker_addr(i)));
+    for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
+  }
+  // Both workers have reported step 1 (2 reports) while worker 0 still reduces it: its pull waits.
+  worker_core& w = *g.workers[0];
+  CHECK(w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(0), false, 2))).empty());
+  // A pull for what is applied already (none) is answered at once.
+  CHECK(w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(0), false, 0))).size() == 1);
+  std::vector<net::message> answers;
+  while (!g.in_flight.empty()) {
+    outgoing o = std::move(g.in_flight.back());
+    g.in_flight.pop_back();
+    worker_core& to = *g.workers.at(o.to.index);
+    for (outgoing& next : to.on_collective(to.open(o.msg)))
+      (next.to.role == net::role::evaluator ? answers.push_back(next.msg) : g.in_flight.push_back(std::move(next)));
+  }
+  REQUIRE(answers.size() == 1);
+  CHECK(net::envelope_reader(answers[0]).root().getParams().getVersion() == 1u);  // after the step
+}
+
 TEST_CASE("allreduce: a Collective that cannot be part of the operation fails the worker, a duplicate does not",
           "[actors][allreduce]") {
   group g(2, 0, false);

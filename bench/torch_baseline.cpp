@@ -434,8 +434,8 @@ void train_gpt_epoch(const options& opt, const gpt_data& d, gpt& model, torch::o
   while (drawn < opt.windows_per_epoch && (opt.max_steps == 0 || r.steps < opt.max_steps)) {
     windows.sample(std::min(*opt.batch_size, opt.windows_per_epoch - drawn), b);
     drawn += b.size();
-    static_cast<torch::optim::AdamWOptions&>(optimizer.param_groups()[0].options())
-        .lr(scheduled_lr(opt, r.steps, total_steps));
+    for (auto& g : optimizer.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(g.options()).lr(scheduled_lr(opt, r.steps, total_steps));
     auto [ids, targets] = to_torch(b);
     optimizer.zero_grad();
     torch::Tensor loss = token_loss(model->forward(ids), targets);
@@ -461,10 +461,21 @@ int run_gpt(const options& opt) {
   std::cerr << "libtorch " << TORCH_VERSION << ": gpt (vocabulary " << cfg.vocab << ", context " << cfg.context
             << ") on " << d.corpus.source() << " (" << d.parts.train.tokens() << " train tokens), "
             << torch::get_num_threads() << " threads\n";
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(*opt.lr)
-                                                         .betas({0.9, 0.999})
-                                                         .eps(1e-8)
-                                                         .weight_decay(*opt.weight_decay));
+  // Weight decay on the weight matrices only, not on biases, layer norms or
+  // the embeddings (nanoGPT's grouping, and troupe's train::decays).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->named_parameters()) {
+    const bool embedding = p.key().rfind("wte.", 0) == 0 || p.key().rfind("wpe.", 0) == 0;
+    (p.value().dim() >= 2 && !embedding ? decay : no_decay).push_back(p.value());
+  }
+  const auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(*opt.lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(*opt.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  torch::optim::AdamW optimizer(groups, torch::optim::AdamWOptions(*opt.lr));
   const int64_t per_epoch = (opt.windows_per_epoch + *opt.batch_size - 1) / *opt.batch_size;
   gpt_result r;
   model->train();

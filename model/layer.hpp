@@ -22,6 +22,7 @@ struct parameter {
 enum class init_scheme {
   he,      ///< normal, std = sqrt(2 / fan_in) (He et al. 2015): for ReLU nets
   xavier,  ///< uniform, limit = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010)
+  gpt2,    ///< normal, std = 0.02 (GPT-2's linears; nanoGPT's)
 };
 
 /// One layer of a model. Forward and backward return references to buffers the

@@ -21,8 +21,8 @@ float normal(std::mt19937_64& rng) {
 
 void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng) {
   float* p = w.data();
-  if (s == init_scheme::he) {
-    float sd = std::sqrt(2.0f / static_cast<float>(fan_in));
+  if (s == init_scheme::he || s == init_scheme::gpt2) {
+    float sd = s == init_scheme::he ? std::sqrt(2.0f / static_cast<float>(fan_in)) : 0.02f;
     for (int64_t i = 0; i < w.numel(); ++i) p[i] = sd * normal(rng);
   } else {
     float lim = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));

@@ -207,13 +207,18 @@ struct sequence_dense {
   sequence_dense(int64_t in, int64_t out) : in_features(in), out_features(out) {}
   sequence_dense& bias(bool b) { bias_ = b; return *this; }
   sequence_dense& init(init_scheme s) { init_ = s; return *this; }
+  /// Multiplies the initial weights' spread (GPT-2 scales the projections
+  /// that feed a residual sum by 1 / sqrt(2 x blocks)).
+  sequence_dense& init_scale(float f) { init_scale_ = f; return *this; }
   bool bias() const { return bias_; }
   init_scheme init() const { return init_; }
+  float init_scale() const { return init_scale_; }
   std::unique_ptr<model::layer> make() const;
 
 private:
   bool bias_ = true;
   init_scheme init_ = init_scheme::xavier;
+  float init_scale_ = 1.0f;
 };
 
 /// Causal multi-head self-attention over [T, dim]: a fused projection to
@@ -224,7 +229,17 @@ private:
 struct causal_self_attention {
   int64_t dim, heads;
   causal_self_attention(int64_t d, int64_t h) : dim(d), heads(h) {}
+  /// The projections' initialisation (default Xavier), and a factor on the
+  /// output projection's spread (as sequence_dense::init_scale).
+  causal_self_attention& init(init_scheme s) { init_ = s; return *this; }
+  causal_self_attention& proj_scale(float f) { proj_scale_ = f; return *this; }
+  init_scheme init() const { return init_; }
+  float proj_scale() const { return proj_scale_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  init_scheme init_ = init_scheme::xavier;
+  float proj_scale_ = 1.0f;
 };
 
 /// A pre-norm GPT block over [T, dim], one layer of the chain made of two
@@ -238,7 +253,18 @@ struct causal_self_attention {
 struct transformer_block {
   int64_t dim, heads, mlp_ratio;
   transformer_block(int64_t d, int64_t h, int64_t ratio = 4) : dim(d), heads(h), mlp_ratio(ratio) {}
+  /// Its linears' initialisation (default Xavier), and the factor on the
+  /// spread of the two that feed the residual sums (the attention's output
+  /// projection, the MLP's second layer).
+  transformer_block& init(init_scheme s) { init_ = s; return *this; }
+  transformer_block& residual_scale(float f) { residual_scale_ = f; return *this; }
+  init_scheme init() const { return init_; }
+  float residual_scale() const { return residual_scale_; }
   std::unique_ptr<model::layer> make() const;
+
+private:
+  init_scheme init_ = init_scheme::xavier;
+  float residual_scale_ = 1.0f;
 };
 
 } // namespace troupe::nn

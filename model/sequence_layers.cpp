@@ -28,9 +28,11 @@ void init_normal(tensor& w, float sd, std::mt19937_64& rng) {
   for (int64_t i = 0; i < w.numel(); ++i) w.at(i) = sd * normal(rng);
 }
 
-void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng) {
-  if (s == init_scheme::he) return init_normal(w, std::sqrt(2.0f / static_cast<float>(fan_in)), rng);
-  const float lim = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
+/// The scheme's weights times `scale` (their spread).
+void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng, float scale) {
+  if (s == init_scheme::he) return init_normal(w, scale * std::sqrt(2.0f / static_cast<float>(fan_in)), rng);
+  if (s == init_scheme::gpt2) return init_normal(w, scale * 0.02f, rng);
+  const float lim = scale * std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
   for (int64_t i = 0; i < w.numel(); ++i) w.at(i) = lim * (2.0f * uniform01(rng) - 1.0f);
 }
 
@@ -221,9 +223,9 @@ struct row_dense {
   bool bias = true;
   tensor x2, y2, dx2;
 
-  void initialize(int64_t in, int64_t out, init_scheme s, std::mt19937_64& rng) {
+  void initialize(int64_t in, int64_t out, init_scheme s, std::mt19937_64& rng, float scale = 1.0f) {
     w.value = tensor::empty({out, in});
-    init_weights(w.value, in, out, s, rng);
+    init_weights(w.value, in, out, s, rng, scale);
     if (bias) b.value = tensor::zeros({out});
   }
   /// y (viewed with x's leading dimensions) for x [..., in].
@@ -262,7 +264,7 @@ public:
     return with_last(in, o_.out_features);
   }
   void initialize(std::mt19937_64& rng) override {
-    d_.initialize(o_.in_features, o_.out_features, o_.init(), rng);
+    d_.initialize(o_.in_features, o_.out_features, o_.init(), rng, o_.init_scale());
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_shape_ = x.shape();
@@ -306,8 +308,8 @@ public:
     return in;
   }
   void initialize(std::mt19937_64& rng) override {
-    qkv_.initialize(o_.dim, 3 * o_.dim, init_scheme::xavier, rng);
-    proj_.initialize(o_.dim, o_.dim, init_scheme::xavier, rng);
+    qkv_.initialize(o_.dim, 3 * o_.dim, o_.init(), rng);
+    proj_.initialize(o_.dim, o_.dim, o_.init(), rng, o_.proj_scale());
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
     x_shape_ = x.shape();

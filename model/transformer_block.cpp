@@ -117,8 +117,11 @@ std::unique_ptr<model::layer> transformer_block::make() const {
                 std::to_string(mlp_ratio) + "): sizes must be positive");
   const int64_t hidden = mlp_ratio * dim;
   std::vector<std::unique_ptr<model::layer>> chain;
-  chain.push_back(residual(layer_norm(dim), causal_self_attention(dim, heads)).make());
-  chain.push_back(residual(layer_norm(dim), sequence_dense(dim, hidden), gelu(), sequence_dense(hidden, dim)).make());
+  chain.push_back(
+      residual(layer_norm(dim), causal_self_attention(dim, heads).init(init_).proj_scale(residual_scale_)).make());
+  chain.push_back(residual(layer_norm(dim), sequence_dense(dim, hidden).init(init_), gelu(),
+                           sequence_dense(hidden, dim).init(init_).init_scale(residual_scale_))
+                      .make());
   return std::make_unique<model::transformer_block_layer>(*this, std::move(chain));
 }
 

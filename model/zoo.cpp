@@ -1,5 +1,7 @@
 #include "model/zoo.hpp"
 
+#include <cmath>
+
 #include "model/nn.hpp"
 
 namespace troupe::zoo {
@@ -61,9 +63,13 @@ model::model gpt(int64_t vocab, int64_t context, int64_t dim, int64_t heads, int
   std::vector<std::unique_ptr<model::layer>> layers;
   layers.push_back(embedding(vocab, dim).make());
   layers.push_back(positional_embedding(context, dim).make());
-  for (int64_t b = 0; b < blocks; ++b) layers.push_back(transformer_block(dim, heads, mlp_ratio).make());
+  // GPT-2's initialisation: N(0, 0.02) linears, the residual projections scaled by 1 / sqrt(2 x blocks).
+  const float residual = blocks > 0 ? 1.0f / std::sqrt(2.0f * static_cast<float>(blocks)) : 1.0f;
+  for (int64_t b = 0; b < blocks; ++b)
+    layers.push_back(
+        transformer_block(dim, heads, mlp_ratio).init(init_scheme::gpt2).residual_scale(residual).make());
   layers.push_back(layer_norm(dim).make());
-  layers.push_back(sequence_dense(dim, vocab).make());
+  layers.push_back(sequence_dense(dim, vocab).init(init_scheme::gpt2).make());
   return model::model(std::move(layers));
 }
 

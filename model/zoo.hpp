@@ -31,6 +31,8 @@ std::vector<std::string> names();
 /// transformer_block(dim, heads, mlp_ratio), layer_norm(dim) and an untied head
 /// sequence_dense(dim, vocab). Defaults: context 128, 128 features, 4 heads,
 /// 4 blocks, mlp_ratio 4. Build it for input {context} (or any shorter length).
+/// GPT-2's initialisation: linears N(0, 0.02), the two residual projections
+/// of each block N(0, 0.02 / sqrt(2 x blocks)), embeddings N(0, 0.02).
 model::model gpt(int64_t vocab, int64_t context = 128, int64_t dim = 128, int64_t heads = 4, int64_t blocks = 4,
                  int64_t mlp_ratio = 4);
 

@@ -70,6 +70,8 @@ struct group {
       for (outgoing& next : w.on_collective(w.open(o.msg))) in_flight.push_back(std::move(next));
     }
   }
+  /// Every worker steps on its batch of step `s` (b samples); their messages wait in in_flight.
+  void step_all(int s, int b);
   /// Worker i's parameters, as its answer to a pull.
   std::vector<float> params(std::size_t i) {
     worker_core& w = *workers[i];
@@ -88,6 +90,15 @@ tensor batch_of(int s, int i, int b, std::vector<int32_t>& labels) {
   labels.resize(static_cast<std::size_t>(b));
   for (int k = 0; k < b; ++k) labels[k] = static_cast<int32_t>((v[k * 6] > 0) + (v[k * 6 + 1] > 0.5f));
   return tensor::from({b, 6}, v);
+}
+
+void group::step_all(int s, int b) {
+  std::vector<int32_t> y;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    auto out = workers[i]->step(batch_message(batch_of(s, static_cast<int>(i), b, y), y,
+                                              worker_addr(static_cast<uint32_t>(i))));
+    for (outgoing& o : out.pushes) in_flight.push_back(std::move(o));
+  }
 }
 
 } // namespace
@@ -150,11 +161,7 @@ TEST_CASE("allreduce: N workers of batch b step as one model on the N*b samples,
 TEST_CASE("allreduce: a worker holds its parameters for a pull only when it is the holder, with its momentum",
           "[actors][allreduce]") {
   group g(2, 0, false);
-  std::vector<int32_t> y;
-  for (int i = 0; i < 2; ++i) {
-    auto out = g.workers[i]->step(batch_message(batch_of(0, i, 3, y), y, worker_addr(i)));
-    for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
-  }
+  g.step_all(0, 3);
   g.deliver();
   worker_core& w = *g.workers[0];
   const auto a = w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(0), true)));
@@ -178,11 +185,7 @@ TEST_CASE("allreduce: a worker holds its parameters for a pull only when it is t
 TEST_CASE("allreduce: the holder keeps a snapshot's pull until it has applied the steps the pull counts",
           "[actors][allreduce]") {
   group g(2, 0, false);
-  std::vector<int32_t> y;
-  for (int i = 0; i < 2; ++i) {
-    auto out = g.workers[i]->step(batch_message(batch_of(0, i, 3, y), y, worker_addr(i)));
-    for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
-  }
+  g.step_all(0, 3);
   // Both workers have reported step 1 (2 reports) while worker 0 still reduces it: its pull waits.
   worker_core& w = *g.workers[0];
   CHECK(w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(0), false, 2))).empty());

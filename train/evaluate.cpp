@@ -13,7 +13,8 @@ evaluation evaluate(const job& j, const std::string& path, std::ostream& log) {
   j.validate();
   const settings& s = j.config();
   // threads = 0: this process's share of the cores (Slurm's CPUs per task), as the loop takes, not every core.
-  const kernels::context ctx = kernels::context::with_threads(train::topology::local(s.threads).nodes[0].threads);
+  kernels::context ctx = kernels::context::with_threads(train::topology::local(s.threads).nodes[0].threads);
+  ctx.gemm = s.gemm;
   const train::loaded_data d = train::load_data(j, log);
   model::model net = d.text ? j.build_model({d.text->windows.context}, d.text->corpus.vocab_size())
                             : j.build_model(d.sets.train.sample_shape());

@@ -233,6 +233,9 @@ void job::validate() const {
     throw error("language models train in the sequential loop for now: --algorithm " +
                 std::string(to_string(s_.algo.kind)) + " with --pipeline-stages " + std::to_string(s_.pipeline.stages) +
                 " runs on actors (use --algorithm sequential and one stage)");
+  if (s_.gemm != kernels::gemm_backend::openblas && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
+    throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
+                " is the sequential loop's for now: on actors the kernels use OpenBLAS (leave --gemm out)");
   if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
     throw error("--optimizer " + std::string(to_string(s_.optimizer)) +
                 " is the sequential loop's: on actors the algorithm's update rule applies (leave --optimizer out)");

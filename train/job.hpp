@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/context.hpp"
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/schedule.hpp"
@@ -230,6 +231,8 @@ struct settings {
   float momentum = 0.9f;          ///< SGD momentum of the sequential loop
   float weight_decay = 0.0f;      ///< weight decay of the sequential loop (L2 for sgd, decoupled for adamw)
   optimizer_kind optimizer = optimizer_kind::sgd;  ///< the sequential loop's optimizer
+  /// The sequential loop's matrix products: OpenBLAS, Eigen's, or troupe's own kernels.
+  kernels::gemm_backend gemm = kernels::gemm_backend::openblas;
   /// Clips each step's gradient to this global L2 norm (the whole model's);
   /// 0: no clipping. The sequential loop and allreduce (after the mean).
   float clip_grad_norm = 0.0f;
@@ -311,6 +314,7 @@ public:
   job& optimizer(optimizer_kind k) { s_.optimizer = k; return *this; }
   job& schedule(lr_schedule v) { s_.schedule = v; return *this; }
   job& warmup_steps(int64_t v) { s_.warmup_steps = v; return *this; }
+  job& gemm(kernels::gemm_backend v) { s_.gemm = v; return *this; }
   job& seed(uint64_t v) { s_.seed = v; return *this; }
   job& threads(int n) { s_.threads = n; return *this; }
   job& checkpoint(std::string path) { s_.checkpoint = std::move(path); return *this; }

@@ -362,7 +362,8 @@ history run_sequential(const job& j, std::ostream& log) {
   if (traits(s.algo.kind).on_actors) throw error("run_sequential: algorithm " + std::string(to_string(s.algo.kind)) + " runs on actors");
   const auto start = std::chrono::steady_clock::now();
   // threads = 0: this process's share of the cores (Slurm's CPUs per task), not every core of the host.
-  const kernels::context ctx = kernels::context::with_threads(topology::local(s.threads).nodes[0].threads);
+  kernels::context ctx = kernels::context::with_threads(topology::local(s.threads).nodes[0].threads);
+  ctx.gemm = s.gemm;
   const run_info info = info_of(j, ctx.threads);
 
   // Open the metrics file first: a bad path fails before minutes of training.

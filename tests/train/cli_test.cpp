@@ -87,6 +87,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"momentum", "0.5", "momentum"},
       {"weight-decay", "0.001", "weight_decay"},
       {"optimizer", "adamw", "optimizer"},
+      {"gemm", "eigen", "gemm"},
       {"lr-schedule", "constant", "schedule"},
       {"warmup-steps", "30", "warmup_steps"},
       {"seed", "42", "seed"},

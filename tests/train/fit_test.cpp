@@ -139,6 +139,18 @@ TEST_CASE("fit with the same seed gives the same losses", "[train][fit]") {
   CHECK(c[0].train_loss != a[0].train_loss);
 }
 
+TEST_CASE("fit with --gemm own or eigen trains as with OpenBLAS, up to float rounding", "[train][fit]") {
+  small_data d;
+  std::ostringstream log;
+  const history a = fit(mlp_job(d.dir.path()), log);
+  for (kernels::gemm_backend b : {kernels::gemm_backend::own, kernels::gemm_backend::eigen}) {
+    INFO(kernels::to_string(b));
+    const history o = fit(mlp_job(d.dir.path()).gemm(b), log);
+    REQUIRE(o.size() == a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(o[i].train_loss == Approx(a[i].train_loss).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("fit resumes the sequential loop from its checkpoint, evaluate reads it", "[train][fit]") {
   small_data d;
   const std::string ckpt = d.dir.file("run.ckpt");
@@ -560,6 +572,7 @@ TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actor
   fails(mlp_job(d.dir.path(), sequential_sgd().workers(2)), "need an asynchronous --algorithm");
   fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");
   fails(mlp_job(d.dir.path(), asgd().workers(2000)), "--workers: expected an integer in [1, 1024], got 2000");
+  fails(mlp_job(d.dir.path(), asgd().workers(2)).gemm(kernels::gemm_backend::own), "--gemm own is the sequential loop's");
   // A worker whose loss diverges stops the run with its reason, not a hang.
   fails(mlp_job(d.dir.path(), asgd().workers(2)).lr(1e6f).epochs(3), "worker");
 }

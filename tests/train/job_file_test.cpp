@@ -246,7 +246,7 @@ TEST_CASE("an unknown zoo model is named after the file, with the choices", "[jo
 
 TEST_CASE("the key table has one key per option name, each documented", "[job_file]") {
   const std::vector<std::string> names{
-      "model",      "epochs",      "batch-size", "lr",        "momentum", "clip-grad-norm",        "weight-decay", "optimizer", "lr-schedule", "warmup-steps",
+      "model",      "epochs",      "batch-size", "lr",        "momentum", "clip-grad-norm",        "weight-decay", "optimizer", "gemm", "lr-schedule", "warmup-steps",
       "seed",       "threads",     "data-dir",   "context",    "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",

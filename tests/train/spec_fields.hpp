@@ -53,6 +53,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"momentum", exact(t.momentum)},
       {"weight_decay", exact(t.weight_decay)},
       {"optimizer", to_string(t.optimizer)},
+      {"gemm", kernels::to_string(t.gemm)},
       {"context", std::to_string(s.context)},
       {"schedule", model::to_string(t.schedule)},
       {"warmup_steps", std::to_string(t.warmup_steps)},
@@ -129,6 +130,7 @@ inline train::job_spec everything_changed() {
   t.momentum = 0.5f;
   t.weight_decay = 1e-4f;
   t.optimizer = optimizer_kind::adamw;
+  t.gemm = kernels::gemm_backend::own;
   s.context = 64;
   t.schedule = model::lr_schedule::constant;
   t.warmup_steps = 20;

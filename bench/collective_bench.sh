@@ -17,7 +17,9 @@
 # (ring,doubling,broadcast; also tree), PIECES (16384,65536,262144: the ring and the
 # broadcast at PIECE_SIZE, 16M, with each piece size; "none" to skip), TARGET_S (2:
 # the timed iterations of a point take about this long), MIN_ITERS (3), MAX_ITERS (20),
-# WARMUP (1), TAG (default from the pid). Node logs go to a temporary directory,
+# WARMUP (1), TAG (default from the pid), GLOO (0; 1: PyTorch's Gloo allreduce too,
+# bench/gloo_bench.py on the same links and sizes, right after troupe's, and a table of
+# troupe's ring busbw over Gloo's per size). Node logs go to a temporary directory,
 # kept (and named on stderr) when a process fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +81,31 @@ free_ports() {
   echo "${got[@]}"
 }
 
+# Gloo's allreduce on the links run_one set up: N processes of bench/gloo_bench.py.
+run_gloo() {  # LINK N
+  local link=$1 n=$2 gnodes="" i iface port
+  if [ "$link" = loopback ]; then port=$(free_ports 1); else port=29600; fi
+  for i in $(seq 0 $(( n - 1 ))); do
+    if [ "$link" = loopback ]; then gnodes+="${gnodes:+,}127.0.0.1:$port"; else gnodes+="${gnodes:+,}$subnet.$(( i + 1 )):$port"; fi
+  done
+  local gopts=(--nodes "$gnodes" --label "$link" --sizes "$sizes" --target-s "${TARGET_S:-2}"
+               --min-iters "${MIN_ITERS:-3}" --max-iters "${MAX_ITERS:-20}" --warmup "${WARMUP:-1}")
+  for i in $(seq 1 $(( n - 1 ))); do
+    iface=lo; [ "$link" = loopback ] || iface=cb${tag}v$i
+    run_on "$i" env GLOO_SOCKET_IFNAME="$iface" /usr/bin/python3 bench/gloo_bench.py --rank "$i" "${gopts[@]}" \
+      > "$work/$link-n$n-gloo$i.log" 2>&1 &
+    pids+=($!)
+  done
+  iface=lo; [ "$link" = loopback ] || iface=cb${tag}v0
+  local status=0
+  run_on 0 env GLOO_SOCKET_IFNAME="$iface" /usr/bin/python3 bench/gloo_bench.py --rank 0 "${gopts[@]}" \
+    2> "$work/$link-n$n-gloo0.log" | tee "$work/$link-n$n-gloo.rows" || status=1
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  pids=()
+  [ "$status" = 0 ] || cat "$work/$link-n$n-gloo"*.log >&2
+  return "$status"
+}
+
 # One run: N processes on LINK; rank 0's rows go to stdout. Fails when any process fails.
 run_one() {  # LINK N
   local link=$1 n=$2 nodes="" i
@@ -104,6 +131,7 @@ run_one() {  # LINK N
     2> "$work/$link-n$n-rank0.log" | tee "$work/$link-n$n.rows" || status=1
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done
   pids=()
+  [ "${GLOO:-0}" = 1 ] && [ "$status" = 0 ] && { run_gloo "$link" "$n" || status=1; }
   [ "$link" = loopback ] || netns_down
   if [ "$status" != 0 ]; then
     keep=1
@@ -190,5 +218,18 @@ for link, n in keys:
     print("| %s | %d | %s | %s | %s | %s | %s | %s |" % (link, n, at_largest("allreduce ring", "busbw"),
           at_largest("broadcast chain", "algbw"), ", ".join(wins) or "none", upto,
           best_piece("allreduce ring"), best_piece("broadcast chain")))
+gloo = [r for r in rows if r["alg"] == "allreduce gloo"]
+if gloo:
+    print()
+    print("The ring allreduce of troupe (piece %d) against the allreduce of PyTorch Gloo, busbw MB/s per size:" % default)
+    print()
+    print("| link | N | size | troupe busbw | Gloo busbw | troupe / Gloo |")
+    print("|---|---|---|---|---|---|")
+    ring = {(r["link"], r["n"], r["size"]): r for r in rows if r["alg"] == "allreduce ring" and r["piece"] == default}
+    for g in sorted(gloo, key=lambda r: (r["link"] != "loopback", r["link"], r["n"], nbytes(r["size"]))):
+        t = ring.get((g["link"], g["n"], g["size"]))
+        if t:
+            print("| %s | %d | %s | %.1f | %.1f | %.2f |" % (g["link"], g["n"], g["size"], t["busbw"], g["busbw"],
+                  t["busbw"] / g["busbw"]))
 '
 exit "$failed"

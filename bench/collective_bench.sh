@@ -183,7 +183,7 @@ rows = list(last.values())
 def nbytes(s):
     v, u = s.split()
     return int(v) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[u]
-default = collections.Counter(r["piece"] for r in rows).most_common(1)[0][0] if rows else 0
+default = collections.Counter(r["piece"] for r in rows if r["alg"] != "allreduce gloo").most_common(1)[0][0] if rows else 0
 keys = sorted({(r["link"], r["n"]) for r in rows}, key=lambda k: (k[0] != "loopback", k[0], k[1]))
 print("## Summary")
 print()

@@ -57,7 +57,8 @@ troupe_run() {  # LINK BUCKET_MB DTYPE
 print(m["samples_per_s"], m["train_loss"], m["test_accuracy"])' "$tmp/m.jsonl"
 }
 ddp_run() {  # LINK COMPRESS
-  env $(net_env "$1") TROUPE_TRAINER="$here/ddp_baseline.py" "$cluster" "$n" --model "$model" --steps "$steps" \
+  env $(net_env "$1") MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000 \
+    TROUPE_TRAINER="$here/ddp_baseline.py" "$cluster" "$n" --model "$model" --steps "$steps" \
     --warmup "${DDP_WARMUP:-10}" --compress "$2" > "$tmp/run.log" 2>&1 || { echo "0 - -"; return; }
   grep '^{"impl"' "$tmp/run.log" | /usr/bin/python3 -c 'import json, sys; m = json.loads(sys.stdin.readline())
 print(m["samples_per_s"], m["train_loss"], m["test_accuracy"], m["samples_per_s_all"])'

@@ -81,7 +81,9 @@ free_ports() {
   echo "${got[@]}"
 }
 
-# Gloo's allreduce on the links run_one set up: N processes of bench/gloo_bench.py.
+# Gloo's allreduce on the links run_one set up: N processes of bench/gloo_bench.py, glibc's
+# mmap threshold raised as a fair PyTorch baseline needs (bench/tuned_malloc.py).
+tuned_malloc=(MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000)
 run_gloo() {  # LINK N
   local link=$1 n=$2 gnodes="" i iface port
   if [ "$link" = loopback ]; then port=$(free_ports 1); else port=29600; fi
@@ -92,13 +94,13 @@ run_gloo() {  # LINK N
                --min-iters "${MIN_ITERS:-3}" --max-iters "${MAX_ITERS:-20}" --warmup "${WARMUP:-1}")
   for i in $(seq 1 $(( n - 1 ))); do
     iface=lo; [ "$link" = loopback ] || iface=cb${tag}v$i
-    run_on "$i" env GLOO_SOCKET_IFNAME="$iface" /usr/bin/python3 bench/gloo_bench.py --rank "$i" "${gopts[@]}" \
+    run_on "$i" env GLOO_SOCKET_IFNAME="$iface" "${tuned_malloc[@]}" /usr/bin/python3 bench/gloo_bench.py --rank "$i" "${gopts[@]}" \
       > "$work/$link-n$n-gloo$i.log" 2>&1 &
     pids+=($!)
   done
   iface=lo; [ "$link" = loopback ] || iface=cb${tag}v0
   local status=0
-  run_on 0 env GLOO_SOCKET_IFNAME="$iface" /usr/bin/python3 bench/gloo_bench.py --rank 0 "${gopts[@]}" \
+  run_on 0 env GLOO_SOCKET_IFNAME="$iface" "${tuned_malloc[@]}" /usr/bin/python3 bench/gloo_bench.py --rank 0 "${gopts[@]}" \
     2> "$work/$link-n$n-gloo0.log" | tee "$work/$link-n$n-gloo.rows" || status=1
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done
   pids=()

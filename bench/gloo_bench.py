@@ -15,6 +15,8 @@ import statistics
 import sys
 import time
 
+from tuned_malloc import rerun_with_tuned_malloc
+
 
 def parse_size(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -41,6 +43,7 @@ def main():
     p.add_argument("--max-iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=1)
     a = p.parse_args()
+    rerun_with_tuned_malloc()  # as a fair PyTorch baseline runs (bench/tuned_malloc.py)
     nodes = a.nodes.split(",")
     n = len(nodes)
     if not 0 <= a.rank < n:

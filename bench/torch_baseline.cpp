@@ -90,63 +90,35 @@ T parse_value(const std::string& name, const std::string& text) {
   return value;
 }
 
-/// Reads the command line into `opt`; returns false when --help was given.
-bool parse_args(int argc, char** argv, options& opt) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return false;
-    if (arg.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + arg + "'");
-    std::string name = arg.substr(2);
-    std::string value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    } else {
-      static const char* const names[] = {"model", "epochs", "max-steps", "batch-size", "lr", "momentum",
-                                          "weight-decay", "threads", "seed", "data-dir", "context",
-                                          "windows-per-epoch", "validation-fraction", "lr-schedule", "init",
-                                          "log-every"};
-      bool known = std::find(std::begin(names), std::end(names), name) != std::end(names);
-      if (!known) throw usage_error("unknown option '" + arg + "'");
-      if (i + 1 >= argc) throw usage_error("option --" + name + " needs a value");
-      value = argv[++i];
-    }
-    if (name == "model") {
-      opt.model = value;
-    } else if (name == "epochs") {
-      opt.epochs = parse_value<int>(name, value);
-    } else if (name == "max-steps") {
-      opt.max_steps = parse_value<int64_t>(name, value);
-    } else if (name == "batch-size") {
-      opt.batch_size = parse_value<int64_t>(name, value);
-    } else if (name == "lr") {
-      opt.lr = parse_value<double>(name, value);
-    } else if (name == "momentum") {
-      opt.momentum = parse_value<double>(name, value);
-    } else if (name == "weight-decay") {
-      opt.weight_decay = parse_value<double>(name, value);
-    } else if (name == "context") {
-      opt.context = parse_value<int64_t>(name, value);
-    } else if (name == "windows-per-epoch") {
-      opt.windows_per_epoch = parse_value<int64_t>(name, value);
-    } else if (name == "validation-fraction") {
-      opt.validation_fraction = parse_value<double>(name, value);
-    } else if (name == "lr-schedule") {
-      opt.schedule = value;
-    } else if (name == "init") {
-      opt.init = value;
-    } else if (name == "log-every") {
-      opt.log_every = parse_value<int64_t>(name, value);
-    } else if (name == "threads") {
-      opt.threads = parse_value<int>(name, value);
-    } else if (name == "seed") {
-      opt.seed = parse_value<uint64_t>(name, value);
-    } else if (name == "data-dir") {
-      opt.data_dir = value;
-    } else {
-      throw usage_error("unknown option '" + arg + "'");
-    }
-  }
+/// Each option's name and how its value goes into `options`: the one list of the options.
+using text = const std::string&;
+using option_setter = void (*)(options&, text name, text value);
+const std::vector<std::pair<std::string, option_setter>>& option_table() {
+  static const std::vector<std::pair<std::string, option_setter>> table{
+      {"model", [](options& o, text, text v) { o.model = v; }},
+      {"epochs", [](options& o, text n, text v) { o.epochs = parse_value<int>(n, v); }},
+      {"max-steps", [](options& o, text n, text v) { o.max_steps = parse_value<int64_t>(n, v); }},
+      {"batch-size", [](options& o, text n, text v) { o.batch_size = parse_value<int64_t>(n, v); }},
+      {"lr", [](options& o, text n, text v) { o.lr = parse_value<double>(n, v); }},
+      {"momentum", [](options& o, text n, text v) { o.momentum = parse_value<double>(n, v); }},
+      {"weight-decay", [](options& o, text n, text v) { o.weight_decay = parse_value<double>(n, v); }},
+      {"threads", [](options& o, text n, text v) { o.threads = parse_value<int>(n, v); }},
+      {"seed", [](options& o, text n, text v) { o.seed = parse_value<uint64_t>(n, v); }},
+      {"data-dir", [](options& o, text, text v) { o.data_dir = v; }},
+      {"context", [](options& o, text n, text v) { o.context = parse_value<int64_t>(n, v); }},
+      {"windows-per-epoch",
+       [](options& o, text n, text v) { o.windows_per_epoch = parse_value<int64_t>(n, v); }},
+      {"validation-fraction",
+       [](options& o, text n, text v) { o.validation_fraction = parse_value<double>(n, v); }},
+      {"lr-schedule", [](options& o, text, text v) { o.schedule = v; }},
+      {"init", [](options& o, text, text v) { o.init = v; }},
+      {"log-every", [](options& o, text n, text v) { o.log_every = parse_value<int64_t>(n, v); }},
+  };
+  return table;
+}
+
+/// The model's defaults for the options left out, then every value's range.
+void finish_options(options& opt) {
   if (opt.model != "mlp" && opt.model != "cnn" && opt.model != "resnet" && opt.model != "gpt") {
     throw usage_error("--model must be mlp, cnn, resnet or gpt, not '" + opt.model + "'");
   }
@@ -167,6 +139,25 @@ bool parse_args(int argc, char** argv, options& opt) {
   if (opt.init != "gpt2" && opt.init != "troupe")
     throw usage_error("--init must be gpt2 or troupe, not '" + opt.init + "'");
   if (opt.log_every < 0) throw usage_error("--log-every must be at least 0");
+}
+
+/// Reads the command line into `opt`; returns false when --help was given.
+bool parse_args(int argc, char** argv, options& opt) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return false;
+    if (arg.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + arg + "'");
+    std::string name = arg.substr(2);
+    const auto eq = name.find('=');
+    if (eq != std::string::npos) name.resize(eq);
+    const auto& table = option_table();
+    const auto it = std::find_if(table.begin(), table.end(), [&](const auto& e) { return e.first == name; });
+    if (it == table.end()) throw usage_error("unknown option '" + arg + "'");
+    if (eq == std::string::npos && i + 1 >= argc) throw usage_error("option --" + name + " needs a value");
+    const std::string value = eq != std::string::npos ? arg.substr(2 + eq + 1) : argv[++i];
+    it->second(opt, name, value);
+  }
+  finish_options(opt);
   return true;
 }
 
@@ -500,6 +491,23 @@ int run_gpt(const options& opt) {
   return 0;
 }
 
+/// The model's accuracy on `test`, in evaluation mode (not timed).
+double test_accuracy(const options& opt, torch::nn::Sequential& model, const troupe::data::image_dataset& test,
+                     const troupe::data::normalization& norm) {
+  model->eval();
+  torch::NoGradGuard no_grad;
+  troupe::data::batcher batches(test, *opt.batch_size, norm, opt.seed, /*shuffle=*/false);
+  batches.start_epoch(0);
+  troupe::data::batch b;
+  int64_t correct = 0, seen = 0;
+  while (batches.next(b)) {
+    auto [images, labels] = to_torch(b, test);
+    correct += model->forward(images).argmax(1).eq(labels).sum().item<int64_t>();
+    seen += b.size();
+  }
+  return seen > 0 ? static_cast<double>(correct) / seen : 0.0;
+}
+
 int run_images(const options& opt) {
   std::string dir = opt.data_dir.empty() ? troupe::data::default_fashion_mnist_dir()
                                          : opt.data_dir;
@@ -545,18 +553,7 @@ int run_images(const options& opt) {
   }
   std::chrono::duration<double> train_s = std::chrono::steady_clock::now() - t0;
 
-  // Test accuracy.
-  model->eval();
-  torch::NoGradGuard no_grad;
-  troupe::data::batcher test(data.test, *opt.batch_size, norm, opt.seed, /*shuffle=*/false);
-  test.start_epoch(0);
-  int64_t correct = 0, seen = 0;
-  while (test.next(b)) {
-    auto [images, labels] = to_torch(b, data.test);
-    correct += model->forward(images).argmax(1).eq(labels).sum().item<int64_t>();
-    seen += b.size();
-  }
-  double accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
+  const double accuracy = test_accuracy(opt, model, data.test, norm);
 
   std::cout << "{\"impl\":\"libtorch\",\"model\":\"" << opt.model << "\",\"epochs\":" << opt.epochs
             << ",\"batch_size\":" << *opt.batch_size << ",\"threads\":" << opt.threads

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "kernels/kernels.hpp"
+#include "model/init.hpp"
 #include "model/nn.hpp"
 
 namespace troupe::model {
@@ -10,25 +11,6 @@ namespace troupe::model {
 namespace {
 
 namespace k = troupe::kernels;
-
-float uniform01(std::mt19937_64& rng) { return static_cast<float>((rng() >> 40) * (1.0 / 16777216.0)); }
-
-// Box-Muller from our own uniform draws: identical across standard libraries.
-float normal(std::mt19937_64& rng) {
-  float u1 = std::max(uniform01(rng), 1e-7f), u2 = uniform01(rng);
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
-}
-
-void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng) {
-  float* p = w.data();
-  if (s == init_scheme::he || s == init_scheme::gpt2) {
-    float sd = s == init_scheme::he ? std::sqrt(2.0f / static_cast<float>(fan_in)) : 0.02f;
-    for (int64_t i = 0; i < w.numel(); ++i) p[i] = sd * normal(rng);
-  } else {
-    float lim = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
-    for (int64_t i = 0; i < w.numel(); ++i) p[i] = lim * (2.0f * uniform01(rng) - 1.0f);
-  }
-}
 
 std::string n2s(int64_t v) { return std::to_string(v); }
 

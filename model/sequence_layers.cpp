@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
+#include "model/init.hpp"
 #include "model/nn.hpp"
 
 namespace troupe::model {
@@ -15,26 +16,6 @@ namespace {
 namespace k = troupe::kernels;
 
 std::string n2s(int64_t v) { return std::to_string(v); }
-
-// The same draws as model/layers.cpp: identical across standard libraries.
-float uniform01(std::mt19937_64& rng) { return static_cast<float>((rng() >> 40) * (1.0 / 16777216.0)); }
-
-float normal(std::mt19937_64& rng) {
-  float u1 = std::max(uniform01(rng), 1e-7f), u2 = uniform01(rng);
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
-}
-
-void init_normal(tensor& w, float sd, std::mt19937_64& rng) {
-  for (int64_t i = 0; i < w.numel(); ++i) w.at(i) = sd * normal(rng);
-}
-
-/// The scheme's weights times `scale` (their spread).
-void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng, float scale) {
-  if (s == init_scheme::he) return init_normal(w, scale * std::sqrt(2.0f / static_cast<float>(fan_in)), rng);
-  if (s == init_scheme::gpt2) return init_normal(w, scale * 0.02f, rng);
-  const float lim = scale * std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
-  for (int64_t i = 0; i < w.numel(); ++i) w.at(i) = lim * (2.0f * uniform01(rng) - 1.0f);
-}
 
 /// The standard deviation of GPT-2's embedding initialisation.
 constexpr float embedding_sd = 0.02f;

@@ -1,0 +1,21 @@
+#pragma once
+
+// Weight initialisation shared by the layers (model/layers.cpp,
+// model/sequence_layers.cpp): draws made from std::mt19937_64's raw output,
+// so that a seed gives the same weights with every standard library.
+
+#include <cstdint>
+#include <random>
+
+#include "model/layer.hpp"
+
+namespace troupe::model {
+
+/// N(0, sd^2) into every element of `w`.
+void init_normal(tensor& w, float sd, std::mt19937_64& rng);
+/// `s`'s weights for a layer of `fan_in` inputs and `fan_out` outputs, their
+/// spread (standard deviation or limit) times `scale`.
+void init_weights(tensor& w, int64_t fan_in, int64_t fan_out, init_scheme s, std::mt19937_64& rng,
+                  float scale = 1.0f);
+
+} // namespace troupe::model

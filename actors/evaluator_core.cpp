@@ -47,12 +47,15 @@ evaluation_result evaluator_core::finish() {
   e.epoch = req_.epoch;
   e.periodic = req_.periodic;
   // Batch norm's statistics stay with the workers' replicas: estimated here for the snapshot.
-  train::estimate_batch_norm(net_, ctx_, c_.data->sets.train, c_.data->norm, c_.batch_size, batch_norm_batches,
-                             req_.epoch);
+  if (!c_.data->text)
+    train::estimate_batch_norm(net_, ctx_, c_.data->sets.train, c_.data->norm, c_.batch_size, batch_norm_batches,
+                               req_.epoch);
   if (req_.evaluate) {
     const train::accuracies a = train::score_sets(net_, ctx_, *c_.data, c_.batch_size);
     e.test_accuracy = a.test;
     e.validation_accuracy = a.validation;
+    e.test_loss = a.test_loss;
+    e.validation_loss = a.validation_loss;
   }
   if (req_.checkpoint && !c_.checkpoint.empty()) {
     write_checkpoint();
@@ -63,6 +66,7 @@ evaluation_result evaluator_core::finish() {
 
 void evaluator_core::write_checkpoint() {
   net::checkpoint c;
+  c.vocabulary = c_.data->vocabulary();
   c.architecture = net_.architecture();
   c.epoch = req_.epochs_done;
   c.step = req_.steps;

@@ -8,15 +8,38 @@ namespace troupe::actors {
 
 loader_core::loader_core(const data::image_dataset& ds, const data::normalization& norm, int64_t batch_size,
                          const train::loader_plan& p, int first_epoch)
-    : batches_(ds, batch_size, norm, p.seed, true, p.begin, p.end), sample_(ds.sample_shape()), p_(p),
-      epoch_(first_epoch) {
-  batches_.start_epoch(epoch_);
+    : batches_(std::in_place, ds, batch_size, norm, p.seed, true, p.begin, p.end), batch_size_(batch_size),
+      sample_(ds.sample_shape()), p_(p), epoch_(first_epoch) {
+  start_epoch();
+}
+
+loader_core::loader_core(const train::text_data& text, int64_t batch_size, const train::loader_plan& p,
+                         int first_epoch)
+    : text_(&text), batch_size_(batch_size), sample_({text.windows.context}), p_(p), epoch_(first_epoch) {
+  if (batch_size < 1) throw error(net::to_string(p.address) + ": batch size must be at least 1");
+  start_epoch();
+}
+
+void loader_core::start_epoch() {
+  if (batches_) return batches_->start_epoch(epoch_);
+  windows_.emplace(text_->corpus, text_->parts.train, text_->windows.context, data::epoch_seed(p_.seed, epoch_));
+  drawn_ = 0;
+}
+
+int64_t loader_core::next_size() const {
+  if (batches_) return batches_->next_size();
+  return std::min(batch_size_, p_.end - p_.begin - drawn_);
+}
+
+int64_t loader_core::batches_per_epoch() const {
+  if (batches_) return batches_->batches_per_epoch();
+  return (p_.end - p_.begin + batch_size_ - 1) / batch_size_;
 }
 
 void loader_core::restart(int epoch) {
   if (epoch == epoch_) return;
   epoch_ = epoch;
-  batches_.start_epoch(epoch_);
+  start_epoch();
 }
 
 int64_t loader_core::skip_trained(int64_t epoch_samples, int64_t samples_per_epoch) {
@@ -24,30 +47,54 @@ int64_t loader_core::skip_trained(int64_t epoch_samples, int64_t samples_per_epo
   const int64_t part = p_.end - p_.begin;
   const int64_t share = std::min(epoch_samples, samples_per_epoch) * part / samples_per_epoch;
   int64_t skipped = 0;
-  data::batch b;
-  while (skipped < share && batches_.next(b)) skipped += b.size();
+  for (int64_t n = next_size(); skipped < share && n > 0; n = next_size()) {
+    if (batches_) {
+      batches_->next(tmp_);
+    } else {
+      windows_->sample(n, windows_batch_);
+      drawn_ += n;
+    }
+    skipped += n;
+  }
+  tmp_ = data::batch();
   return skipped;
+}
+
+void loader_core::fill(wire::Batch::Builder batch) {
+  const int64_t n = next_size();
+  std::vector<int64_t> dims{n};
+  dims.insert(dims.end(), sample_.dims().begin(), sample_.dims().end());
+  const shape s(dims);
+  float* images = net::init_tensor(s, batch.initImages());
+  const std::vector<int32_t>* labels = &tmp_.labels;
+  if (batches_) {
+    tmp_.images = tensor::wrap(s, images);
+    const bool made = batches_->next(tmp_);
+    tmp_.images = tensor();
+    if (!made) throw error(net::to_string(p_.address) + ": no batch where one was due");
+  } else {
+    windows_->sample(n, windows_batch_);
+    drawn_ += n;
+    std::copy(windows_batch_.inputs.data(), windows_batch_.inputs.data() + s.numel(), images);
+    labels = &windows_batch_.targets;
+  }
+  auto l = batch.initLabels(static_cast<unsigned>(labels->size()));
+  for (unsigned i = 0; i < l.size(); ++i) l.set(i, (*labels)[i]);
 }
 
 net::message loader_core::next() {
   train::trace_span span(trace_.get(), track_, "load");
-  if (batches_.next_size() == 0) {
-    batches_.start_epoch(++epoch_);
-    if (batches_.next_size() == 0) throw error(net::to_string(p_.address) + ": its part of the data is empty");
+  if (next_size() == 0) {
+    ++epoch_;
+    start_epoch();
+    if (next_size() == 0) throw error(net::to_string(p_.address) + ": its part of the data is empty");
   }
-  std::vector<int64_t> dims{batches_.next_size()};
-  dims.insert(dims.end(), sample_.dims().begin(), sample_.dims().end());
-  const shape s(dims);
-  auto b = net::make_builder(s.numel() * sizeof(float) + s[0] * 4);
+  const int64_t labels = text_ ? next_size() * text_->windows.context : next_size();
+  auto b = net::make_builder(next_size() * sample_.numel() * static_cast<int64_t>(sizeof(float)) + labels * 4);
   auto batch = net::init_envelope(*b, p_.address, p_.worker).initBatch();
   batch.setEpoch(static_cast<uint32_t>(epoch_));
   batch.setIndex(index_++);
-  tmp_.images = tensor::wrap(s, net::init_tensor(s, batch.initImages()));
-  const bool made = batches_.next(tmp_);
-  tmp_.images = tensor();
-  if (!made) throw error(net::to_string(p_.address) + ": no batch where one was due");
-  auto labels = batch.initLabels(static_cast<unsigned>(tmp_.labels.size()));
-  for (unsigned i = 0; i < labels.size(); ++i) labels.set(i, tmp_.labels[i]);
+  fill(batch);
   return net::message::from_builder(std::move(b));
 }
 

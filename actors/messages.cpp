@@ -131,6 +131,8 @@ net::message make_evaluation(const net::address& from, const net::address& to, c
   m.setEpoch(e.epoch);
   m.setTestAccuracy(e.test_accuracy);
   m.setValidationAccuracy(e.validation_accuracy);
+  m.setTestLoss(e.test_loss);
+  m.setValidationLoss(e.validation_loss);
   m.setCheckpointed(e.checkpointed);
   m.setPeriodic(e.periodic);
   return net::message::from_builder(std::move(b));
@@ -140,6 +142,8 @@ evaluation_result read_evaluation(const net::envelope_reader& r) {
   auto m = r.root().getEvaluation();
   evaluation_result e{m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed(), m.getPeriodic()};
   e.validation_accuracy = m.getValidationAccuracy();
+  e.test_loss = m.getTestLoss();
+  e.validation_loss = m.getValidationLoss();
   return e;
 }
 

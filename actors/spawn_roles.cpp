@@ -114,14 +114,14 @@ void spawn_stages(caf::actor_system& sys, node_context& c) {
   const train::plan& p = c.plan();
   if (p.stages.empty()) return;
   const model::model::flat_buffers flat = c.start->net.flatten();
-  const shape sample = c.start->data->sets.train.sample_shape();
   const int64_t steps = stage_steps(c);
   for (std::size_t i = 0; i < p.stages.size(); ++i) {
     const train::stage_plan& sp = p.stages[i];
     if (sp.address.node != c.self) continue;
     // A stage's replicas: the whole model built (same seed), its layers cut out.
-    auto replicas = std::make_shared<replica_pool>([job = c.job, sample, first = sp.first_layer, last = sp.last_layer] {
-      return job->build_model(sample).slice(first, last);
+    auto replicas = std::make_shared<replica_pool>([job = c.job, data = c.start->data, first = sp.first_layer,
+                                                    last = sp.last_layer] {
+      return train::build_model(*job, *data).slice(first, last);
     });
     std::vector<float> initial(flat.values.data() + sp.params.begin, flat.values.data() + sp.params.end);
     auto core = std::make_shared<stage_core>(stage_config_of(c, i, steps), replicas, std::move(initial));
@@ -137,8 +137,9 @@ void spawn_loaders(caf::actor_system& sys, node_context& c) {
   const train::initial_state& st = c.start->state;
   for (const train::loader_plan& lp : p.loaders) {
     if (lp.address.node != c.self) continue;
-    auto core = std::make_shared<loader_core>(c.start->data->sets.train, c.start->data->norm, c.config().batch_size,
-                                              lp, st.first_epoch);
+    const train::loaded_data& d = *c.start->data;
+    auto core = d.text ? std::make_shared<loader_core>(*d.text, c.config().batch_size, lp, st.first_epoch)
+                       : std::make_shared<loader_core>(d.sets.train, d.norm, c.config().batch_size, lp, st.first_epoch);
     core->skip_trained(st.epoch_samples, p.samples_per_epoch);
     core->trace(c.trace);
     add_local(c, lp.address, spawn_loader(sys, core, p.coordinator, c.dir));
@@ -188,7 +189,7 @@ void spawn_workers(caf::actor_system& sys, node_context& c) {
   const train::plan& p = c.plan();
   // Workers borrow replicas for their steps: as many exist as steps run at once.
   auto replicas = std::make_shared<replica_pool>(
-      [job = c.job, sample = c.start->data->sets.train.sample_shape()] { return job->build_model(sample); });
+      [job = c.job, data = c.start->data] { return train::build_model(*job, *data); });
   const auto retry = std::chrono::milliseconds(static_cast<int64_t>(p.pull_retry_s * 1000));
   std::vector<float> initial;  // an allreduce's starting replica, the same for every worker of the node
   if (traits(s.algo.kind).collective) {

@@ -7,6 +7,7 @@
 
 #include "actors/messages.hpp"
 #include "kernels/kernels.hpp"
+#include "model/loss.hpp"
 #include "model/optimizer.hpp"
 #include "net/tensor_codec.hpp"
 
@@ -228,7 +229,8 @@ void stage_core::forward(int64_t mb, result& out) {
     dims[0] = hi - lo;
     const int64_t per = img.numel() / n;
     x = tensor::wrap_read_only(shape(dims), img.data + lo * per);
-    labels.assign(f.in.labels.begin() + lo, f.in.labels.begin() + hi);
+    const int64_t per_row = model::labels_per_row(f.in.labels.size(), n);  // a language model's: T per window
+    labels.assign(f.in.labels.begin() + lo * per_row, f.in.labels.begin() + hi * per_row);
     // The last micro-batch of a mini-batch has taken its rows: the flights keep the message.
     if (mb % c_.micro_batches == c_.micro_batches - 1) {
       batches_.erase(batch);
@@ -248,10 +250,10 @@ void stage_core::forward(int64_t mb, result& out) {
     bind(*f.r, f.w, bound);
     const tensor& y = f.r->net.forward(ctx_, x, true);
     if (last()) {
-      const double loss = kernels::softmax_cross_entropy(ctx_, y, labels, &f.dlogits);
+      const double loss = model::cross_entropy(ctx_, y, labels, &f.dlogits);
       auto& l = losses_[mb / c_.micro_batches];
-      l.first += loss * static_cast<double>(labels.size());
-      l.second += static_cast<int64_t>(labels.size());
+      l.first += loss * static_cast<double>(y.dim(0));  // a language model's loss is per token of equal windows
+      l.second += y.dim(0);
     } else {
       out.messages.push_back({c_.next, make_tensor_message(wire::Envelope::ACTIVATION, c_.next, mb, y, &labels)});
     }

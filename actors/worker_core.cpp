@@ -6,6 +6,7 @@
 
 #include "actors/messages.hpp"
 #include "kernels/kernels.hpp"
+#include "model/loss.hpp"
 #include "net/tensor_codec.hpp"
 
 namespace troupe::actors {
@@ -381,13 +382,13 @@ worker_core::step_out worker_core::advance_step() {
       }
       s.act = &net.forward_layer(ctx_, s.next == 0 ? s.x : *s.act, s.next, true);
     }
-    out.loss = kernels::softmax_cross_entropy(ctx_, *s.act, labels_, &dlogits_);
+    out.loss = model::cross_entropy(ctx_, *s.act, labels_, &dlogits_);
   }
   ++steps_;
   backward(s, out);
   loss_sum_ += out.loss;
   ++loss_n_;
-  samples_ += labels_.size();
+  samples_ += static_cast<uint64_t>(s.x.dim(0));
   {
     train::trace_span span(trace_.get(), track_, source_->pushes_during_backward() ? "push" : "update");
     source_->update(ctx_, *s.replica, steps_, out.pushes);

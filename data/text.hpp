@@ -108,6 +108,12 @@ struct text_batch {
   int64_t size() const { return inputs.defined() ? inputs.dim(0) : 0; }
 };
 
+/// The seed of epoch `epoch`'s windows in a run of seed `seed`: each epoch
+/// draws other windows, the same in every run of that seed.
+inline uint64_t epoch_seed(uint64_t seed, int epoch) {
+  return seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1;
+}
+
 /// Draws windows of context + 1 tokens from a part, uniformly over every start
 /// whose window lies inside one of its regions, from a generator seeded with
 /// `seed`: the same seed gives the same windows.

@@ -64,7 +64,11 @@ std::vector<layer_cost> measure_costs(model& m, int64_t micro_batch, int micro_b
   const model::layer_profile prof = m.profile();
   const std::size_t n = m.size();
   std::mt19937 rng(1);
-  const tensor x = random_tensor(with_batch(micro_batch, m.input_shape()), rng);
+  tensor x = random_tensor(with_batch(micro_batch, m.input_shape()), rng);
+  if (const int64_t ids = n ? m.at(0).input_ids() : 0; ids > 0) {  // token ids, not real values
+    std::uniform_int_distribution<int64_t> id(0, ids - 1);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>(id(rng));
+  }
   const tensor dy = random_tensor(with_batch(micro_batch, m.output_shape()), rng);
   std::vector<std::vector<double>> fwd(n), bwd(n);
   using clock = std::chrono::steady_clock;

@@ -47,6 +47,9 @@ public:
   /// its input needs none. Parameter gradients are written, not accumulated.
   virtual const tensor& backward(const kernels::context& ctx, const tensor& dy) = 0;
   virtual std::vector<parameter*> parameters() { return {}; }
+  /// The size of the table its input indexes (an embedding's vocabulary: its
+  /// input holds token ids in [0, size)); 0 for an input of real values.
+  virtual int64_t input_ids() const { return 0; }
   /// Non-trainable state saved in checkpoints (batch norm's running statistics).
   virtual std::vector<named_tensor> buffers() { return {}; }
 

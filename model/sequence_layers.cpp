@@ -77,6 +77,7 @@ public:
     return dx_;
   }
   std::vector<parameter*> parameters() override { return {&w_}; }
+  int64_t input_ids() const override { return o_.vocab; }
 
 private:
   /// The ids of x [B, T], each checked to be an integer in [0, vocab).

@@ -162,6 +162,8 @@ struct Evaluation {
   checkpointed @2 :Bool;
   periodic @3 :Bool;                 # the answer to a periodic Snapshot
   validationAccuracy @4 :Float64 = -1;  # on the held-out part of the training set; -1 when none
+  testLoss @5 :Float64 = -1;         # a language model's mean loss per token; -1 for image models
+  validationLoss @6 :Float64 = -1;
 }
 
 # One piece of one round of a collective operation among the workers of an

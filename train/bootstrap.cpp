@@ -48,11 +48,11 @@ std::vector<model::layer_cost> measure_costs(const job& j, model::model& m, cons
 /// measured on a model of its own (not the one that trains: a measurement
 /// would move batch norm's running statistics) with a stage's threads. None
 /// where the stages are not placed: the plan then cuts by multiply-adds.
-std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j, const shape& sample,
+std::optional<std::vector<model::layer_cost>> measure_for_placement(const job& j, const loaded_data& data,
                                                                    const topology& topo, std::ostream& log) {
   const settings& s = j.config();
   if (!places_stages(s)) return std::nullopt;
-  model::model m = j.build_model(sample);
+  model::model m = build_model(j, data);
   const int threads = std::max(1, topo.nodes[0].threads / s.pipeline.stages);
   const int updates = s.pipeline.schedule == pipeline_schedule::one_f_one_b ? s.pipeline.micro_batches : 1;
   const int64_t micro = std::max<int64_t>(1, s.batch_size / s.pipeline.micro_batches);
@@ -93,23 +93,23 @@ plan plan_of(const job& j, const cluster_spec& c, uint32_t self, model::model& n
              std::ostream& log) {
   const topology topo = topology_of(c, self, j.config().threads);
   const model::model::layer_profile profile = net.profile();
-  const shape sample = data.sets.train.sample_shape();
-  const auto costs = topo.nodes.size() == 1 ? measure_for_placement(j, sample, topo, log) : std::nullopt;
-  return make_plan(j.config(), topo, net.layout(), data.sets.train.count, &profile, costs ? &*costs : nullptr);
+  const auto costs = topo.nodes.size() == 1 ? measure_for_placement(j, data, topo, log) : std::nullopt;
+  return make_plan(j.config(), topo, net.layout(), data.train_samples(), &profile, costs ? &*costs : nullptr);
 }
 
 starting_point start_of(const job& j, const cluster_spec& c, uint32_t self, std::ostream& log) {
   starting_point start;
   start.epochs = j.config().epochs;
   start.data = std::make_shared<const loaded_data>(load_data(j, log));
-  start.net = j.build_model(start.data->sets.train.sample_shape());
+  start.net = build_model(j, *start.data);
   std::optional<net::checkpoint> checkpoint;
   if (resumes(j.config())) {
     const std::string& path = j.config().checkpoint;
     checkpoint = net::load_checkpoint(path);
+    check_vocabulary(path, checkpoint->vocabulary, *start.data);
     start.net.load_state(checkpoint->architecture, checkpoint->params);
     log_resume(path, static_cast<int>(checkpoint->epoch), static_cast<int64_t>(checkpoint->step),
-               static_cast<int64_t>(checkpoint->epoch_samples), start.data->sets.train.count, log);
+               static_cast<int64_t>(checkpoint->epoch_samples), start.data->train_samples(), log);
   }
   start.p = plan_of(j, c, self, start.net, *start.data, log);
   start.state = checkpoint ? resumed_start(*checkpoint, start.p, j.config()) : fresh_start(start.p);
@@ -146,7 +146,7 @@ void log_plan(const job& j, const plan& p, const model::param_layout& layout, st
 std::string job_identity(const job& j, const cluster_spec& c, const starting_point& start) {
   job_spec spec{j.model_name(), j.data_source().description(), j.config(), c};
   return "troupe schema " + std::to_string(wire::SCHEMA_VERSION) + "\n" + to_job_file(spec) + "architecture " +
-         start.net.architecture() + "\nsamples " + std::to_string(start.data->sets.train.count) + " / " +
+         start.net.architecture() + "\nsamples " + std::to_string(start.data->train_samples()) + " / " +
          std::to_string(start.data->sets.test.count) + "\n";
 }
 
@@ -202,13 +202,7 @@ std::string describe_plan(const job& j, bool json) {
   const cluster_spec c = resolve(j.cluster_config(), environment());
   std::ostringstream log;
   const loaded_data data = load_data(j, log);
-  if (data.text) {  // validate() allows a language model the sequential loop only
-    if (json) throw error("--json: the plan of a pipeline only (a language model trains in the sequential loop)");
-    const model::model lm = j.build_model({data.text->windows.context}, data.text->corpus.vocab_size());
-    return "sequential loop in this process: language model " + j.model_name() + ", " +
-           std::to_string(lm.num_parameters()) + " parameters\n";
-  }
-  model::model net = j.build_model(data.sets.train.sample_shape());
+  model::model net = build_model(j, data);
   // The data's loading lines are not the plan's; a warning goes to stderr.
   const plan p = plan_of(j, c, 0, net, data, std::cerr);
   if (p.stages.empty()) {

@@ -252,8 +252,8 @@ command_line parse_command_line(int argc, const char* const* argv, const std::st
       if (options[i]->count() > 0) set_from_text(spec, keys[i], raw[i]);
   };
   apply_all(out.spec);
-  if (defaults_for(out.spec.model).model != job_spec{}.model) {
-    out.spec = defaults_for(out.spec.model);
+  if (defaults_for(out.spec).model != job_spec{}.model) {
+    out.spec = defaults_for(out.spec);
     apply_all(out.spec);
   }
   try {

@@ -16,11 +16,9 @@ evaluation evaluate(const job& j, const std::string& path, std::ostream& log) {
   kernels::context ctx = kernels::context::with_threads(train::topology::local(s.threads).nodes[0].threads);
   ctx.gemm = s.gemm;
   const train::loaded_data d = train::load_data(j, log);
-  model::model net = d.text ? j.build_model({d.text->windows.context}, d.text->corpus.vocab_size())
-                            : j.build_model(d.sets.train.sample_shape());
+  model::model net = train::build_model(j, d);
   const net::checkpoint c = net::load_checkpoint(path);
-  if (d.text && c.vocabulary != d.text->corpus.vocabulary())
-    throw error("checkpoint " + path + " holds another vocabulary than the corpus " + j.data_source().description());
+  train::check_vocabulary(path, c.vocabulary, d);
   net.load_state(c.architecture, c.params);
   const train::test_score t = d.text ? train::score_text(net, ctx, *d.text, d.text->parts.test, s.batch_size)
                                      : train::score(net, ctx, d.sets.test, d.norm, s.batch_size);

@@ -229,10 +229,6 @@ void job::validate() const {
   if (make_for_vocabulary_ && !data_.is_text())
     throw error("model " + model_name_ + " is made for a vocabulary (job.model([](int64_t vocab) {...})): its data "
                 "must be text, e.g. troupe::data::text_file(path), not " + data_.description());
-  if (data_.is_text() && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
-    throw error("language models train in the sequential loop for now: --algorithm " +
-                std::string(to_string(s_.algo.kind)) + " with --pipeline-stages " + std::to_string(s_.pipeline.stages) +
-                " runs on actors (use --algorithm sequential and one stage)");
   if (s_.gemm != kernels::gemm_backend::openblas && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
                 " is the sequential loop's for now: on actors the kernels use OpenBLAS (leave --gemm out)");

@@ -854,20 +854,29 @@ const std::vector<std::string>& language_model_names() {
   return names;
 }
 
-job_spec language_model_defaults() {
+/// A language model's defaults: AdamW in the sequential loop; on actors
+/// (where the update rule applies momentum SGD) a learning rate for that.
+job_spec language_model_defaults(const job_spec& given) {
   job_spec s;
-  s.model = "gpt";
+  s.model = given.model;
+  s.train.batch_size = 32;
+  s.train.epochs = 2;
+  if (traits(given.train.algo.kind).on_actors || given.train.pipeline.stages > 1) {
+    s.train.lr = 0.05f;
+    s.train.momentum = 0.9f;
+    // Clipping by the whole model's norm: where the gradient is whole (allreduce without stages).
+    if (traits(given.train.algo.kind).collective && given.train.pipeline.stages == 1) s.train.clip_grad_norm = 1.0f;
+    return s;
+  }
   s.train.optimizer = optimizer_kind::adamw;
   s.train.lr = 1e-3f;
   s.train.weight_decay = 0.01f;
-  s.train.batch_size = 32;
-  s.train.epochs = 2;
   return s;
 }
 
-job_spec defaults_for(const std::string& model) {
+job_spec defaults_for(const job_spec& given) {
   const auto& lms = language_model_names();
-  return std::find(lms.begin(), lms.end(), model) != lms.end() ? language_model_defaults() : job_spec{};
+  return std::find(lms.begin(), lms.end(), given.model) != lms.end() ? language_model_defaults(given) : job_spec{};
 }
 
 void validate(const job_spec& spec) {
@@ -875,10 +884,6 @@ void validate(const job_spec& spec) {
   for (const std::string& m : language_model_names()) models.push_back(m);
   if (std::find(models.begin(), models.end(), spec.model) == models.end())
     throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
-  const bool lm = spec.model == "gpt";
-  if (lm && (traits(spec.train.algo.kind).on_actors || spec.train.pipeline.stages > 1))
-    throw error("language models train in the sequential loop for now: --model gpt takes --algorithm sequential "
-                "and --pipeline-stages 1");
   troupe::validate(spec.train);
   validate(spec.cluster);
   if (traits(spec.train.algo.kind).shared_memory && !spec.cluster.single_process())

@@ -49,9 +49,17 @@ troupe::job make_job(const job_spec& spec);
 
 /// The language models of the trainer (beside zoo::names()): "gpt".
 const std::vector<std::string>& language_model_names();
-/// The defaults a job file and the command line start from for `model`: job_spec{}, and for gpt
-/// language_model_defaults() (the keys a file or the options give override them).
-job_spec defaults_for(const std::string& model);
+/// The defaults a job file and the command line start from for the model
+/// `given` names: job_spec{}, and for gpt a language model's (AdamW in the
+/// sequential loop; momentum SGD's learning rate where `given`'s algorithm or
+/// stages run on actors). The keys a file or the options give override them.
+job_spec defaults_for(const job_spec& given);
+/// defaults_for a job of `model` in the sequential loop.
+inline job_spec defaults_for(const std::string& model) {
+  job_spec given;
+  given.model = model;
+  return defaults_for(given);
+}
 /// gpt's defaults: AdamW, lr 0.001, weight decay 0.01, batch size 32, 2 epochs of
 /// data::text_windows' windows, cosine schedule.
 job_spec language_model_defaults();

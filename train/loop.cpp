@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
+#include "model/loss.hpp"
 #include "model/optimizer.hpp"
 #include "net/checkpoint.hpp"
 #include "train/epoch_accumulator.hpp"
@@ -41,6 +42,23 @@ std::shared_ptr<const text_data> load_text(const job& j, std::ostream& log) {
 }
 
 } // namespace
+
+shape loaded_data::sample_shape() const { return text ? shape({text->windows.context}) : sets.train.sample_shape(); }
+
+int64_t loaded_data::train_samples() const { return text ? text->windows.windows_per_epoch : sets.train.count; }
+
+std::string loaded_data::vocabulary() const { return text ? text->corpus.vocabulary() : std::string(); }
+
+model::model build_model(const job& j, const loaded_data& d) {
+  return j.build_model(d.sample_shape(), d.text ? d.text->corpus.vocab_size() : 0);
+}
+
+void check_vocabulary(const std::string& path, const std::string& vocabulary, const loaded_data& d) {
+  if (vocabulary == d.vocabulary()) return;
+  throw error("checkpoint " + path + " holds a vocabulary of " + std::to_string(vocabulary.size()) +
+              " bytes that is not this corpus's (" + std::to_string(d.vocabulary().size()) +
+              " bytes): resume on the text it was trained on, or give another --checkpoint");
+}
 
 loaded_data load_data(const job& j, std::ostream& log) {
   if (j.data_source().is_text()) {
@@ -167,7 +185,7 @@ namespace {
 void save(const std::string& path, model::model& net, const model::optimizer& opt, const loaded_data& d,
           uint32_t epochs_done, int64_t steps, int64_t epoch_samples) {
   net::checkpoint c;
-  if (d.text) c.vocabulary = d.text->corpus.vocabulary();
+  c.vocabulary = d.vocabulary();
   c.architecture = net.architecture();
   c.epoch = epochs_done;
   c.step = static_cast<uint64_t>(steps);
@@ -191,11 +209,7 @@ struct start_point {
 start_point resume(const std::string& path, model::model& net, model::optimizer& opt, const loaded_data& d,
                    int64_t samples_per_epoch, std::ostream& log) {
   net::checkpoint c = net::load_checkpoint(path);
-  // Token i must mean the same byte as when the checkpoint was written.
-  if (d.text && c.vocabulary != d.text->corpus.vocabulary())
-    throw error("checkpoint " + path + " holds a vocabulary of " + std::to_string(c.vocabulary.size()) +
-                " bytes that is not this corpus's (" + std::to_string(d.text->corpus.vocab_size()) +
-                " bytes): resume on the text it was trained on, or give another --checkpoint");
+  check_vocabulary(path, c.vocabulary, d);
   net.load_state(c.architecture, c.params);
   opt.load_state(net.parameters(), c.optimizer);
   start_point p{static_cast<int>(c.epoch), static_cast<int64_t>(c.step), 0};
@@ -203,13 +217,6 @@ start_point resume(const std::string& path, model::model& net, model::optimizer&
   return p;
 }
 
-/// A language model's losses in `m`: test and validation loss, perplexity, bits per character.
-void set_losses(epoch_metrics& m, const accuracies& a) {
-  m.test_loss = a.test_loss;
-  m.validation_loss = a.validation_loss;
-  m.perplexity = std::exp(a.test_loss);
-  m.bits_per_char = a.test_loss / std::log(2.0);
-}
 
 /// A run's training batches: shuffled images with one label each, or random
 /// windows of text with a next token at each position (a language model).
@@ -219,15 +226,14 @@ public:
       : d_(d), s_(s), images_(d.sets.train, s.batch_size, d.norm, s.seed) {}
   void set_threads(int threads) { images_.set_threads(threads); }
   /// Samples (text: windows) in an epoch, and the batches they make.
-  int64_t samples_per_epoch() const { return d_.text ? d_.text->windows.windows_per_epoch : d_.sets.train.count; }
+  int64_t samples_per_epoch() const { return d_.train_samples(); }
   int64_t batches_per_epoch() const {
     return d_.text ? (samples_per_epoch() + s_.batch_size - 1) / s_.batch_size : images_.batches_per_epoch();
   }
   /// Starts `epoch` (0-based): a permutation, or a window sampler, drawn from (seed, epoch).
   void start_epoch(int epoch) {
     if (!d_.text) return images_.start_epoch(epoch);
-    const uint64_t seed = s_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1;
-    windows_.emplace(d_.text->corpus, d_.text->parts.train, d_.text->windows.context, seed);
+    windows_.emplace(d_.text->corpus, d_.text->parts.train, d_.text->windows.context, data::epoch_seed(s_.seed, epoch));
     drawn_ = 0;
   }
   /// The next batch; false when the epoch is over.
@@ -246,8 +252,7 @@ public:
   int64_t size() const { return d_.text ? text_batch_.size() : images_batch_.size(); }
   /// The batch's mean loss of `logits` (per token for text), its gradient in `dlogits`.
   double loss(const kernels::context& ctx, const tensor& logits, tensor& dlogits) const {
-    if (!d_.text) return kernels::softmax_cross_entropy(ctx, logits, images_batch_.labels, &dlogits);
-    return kernels::sequence_cross_entropy(ctx, logits, kernels::token_ids::of(text_batch_.targets, size()), &dlogits);
+    return model::cross_entropy(ctx, logits, d_.text ? text_batch_.targets : images_batch_.labels, &dlogits);
   }
 
 private:
@@ -356,6 +361,13 @@ private:
 
 } // namespace
 
+void set_losses(epoch_metrics& m, const accuracies& a) {
+  m.test_loss = a.test_loss;
+  m.validation_loss = a.validation_loss;
+  m.perplexity = std::exp(a.test_loss);
+  m.bits_per_char = a.test_loss / std::log(2.0);
+}
+
 history run_sequential(const job& j, std::ostream& log) {
   j.validate();
   const settings& s = j.config();
@@ -370,10 +382,9 @@ history run_sequential(const job& j, std::ostream& log) {
   const bool resuming = resumes(s);
   metrics_file metrics(s.metrics_out, resuming);
   const loaded_data d = load_data(j, log);
-  model::model net = d.text ? j.build_model({d.text->windows.context}, d.text->corpus.vocab_size())
-                            : j.build_model(d.sets.train.sample_shape());
+  model::model net = build_model(j, d);
   std::unique_ptr<model::optimizer> opt = make_optimizer(s);
-  const int64_t per_epoch = d.text ? d.text->windows.windows_per_epoch : d.sets.train.count;
+  const int64_t per_epoch = d.train_samples();
   const start_point from = resuming ? resume(s.checkpoint, net, *opt, d, per_epoch, log) : start_point{};
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
       << ctx.threads << " threads\n";

@@ -33,7 +33,20 @@ struct loaded_data {
   data::image_dataset validation;
   data::normalization norm;
   std::shared_ptr<const text_data> text;
+
+  /// One sample's shape: an image's, or a window of `context` tokens.
+  shape sample_shape() const;
+  /// Training samples in an epoch: images, or a language model's windows.
+  int64_t train_samples() const;
+  /// The vocabulary a checkpoint of a language model keeps ("" for images).
+  std::string vocabulary() const;
 };
+/// `j`'s model for the data `d`: built for its sample shape, and for a
+/// language model also for the text's vocabulary.
+model::model build_model(const job& j, const loaded_data& d);
+/// Throws troupe::error when checkpoint `path` holds a `vocabulary` other
+/// than `d`'s: token i must mean the same byte as when it was written.
+void check_vocabulary(const std::string& path, const std::string& vocabulary, const loaded_data& d);
 /// Loads `j`'s data and logs what it loaded.
 loaded_data load_data(const job& j, std::ostream& log);
 
@@ -65,6 +78,8 @@ struct accuracies {
   double test_loss = -1, validation_loss = -1;
 };
 accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size);
+/// A language model's losses in `m`: test and validation loss, perplexity, bits per character.
+void set_losses(epoch_metrics& m, const accuracies& a);
 
 /// Estimates the running statistics of `net`'s batch norm layers (buffers)
 /// afresh for its current parameters: `batches` forward passes in training

@@ -142,17 +142,10 @@ TEST_CASE("a language model's errors are clear", "[lm]") {
     CHECK_THROWS_MATCHES(fit(tiny_lm_job(data::text(std::string(100, 'a') + "b", 16)), log), error,
                          message(Contains("shorter than one window")));
   }
-  SECTION("a language model on actors") {
+  SECTION("adamw for a language model on actors") {
     job j = tiny_lm_job(data::text(small_text(), 16));
     CHECK_THROWS_MATCHES(fit(j.algorithm(asgd().workers(2)), log), error,
-                         message(Contains("language models train in the sequential loop for now")));
-    j.algorithm(sequential_sgd()).pipeline(2);
-    CHECK_THROWS_MATCHES(fit(j, log), error, message(Contains("language models train in the sequential loop for now")));
-    train::job_spec spec = train::defaults_for("gpt");
-    spec.train.optimizer = optimizer_kind::sgd;
-    spec.train.algo.kind = algorithm_kind::allreduce;
-    CHECK_THROWS_MATCHES(train::validate(spec), error,
-                         message(Contains("language models train in the sequential loop for now")));
+                         message(Contains("--optimizer adamw is the sequential loop's")));
   }
   SECTION("a model made for a vocabulary on images") {
     job j = tiny_lm_job(data::fashion_mnist());

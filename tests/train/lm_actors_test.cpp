@@ -1,0 +1,131 @@
+// A language model on actors: the same fit(job) as the sequential loop's,
+// with asynchronous rules on parameter shards, allreduce, the pipeline (GPipe
+// and 1F1B with stashing) and the hybrid. Windows of text travel in Batch
+// messages with a next token per position; the last stage and the workers
+// take the per-token loss; the evaluator scores text and keeps the
+// vocabulary in its checkpoints.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/fit.hpp"
+#include "model/zoo.hpp"
+#include "net/checkpoint.hpp"
+#include "tests/test_util.hpp"
+
+using namespace troupe;
+using Catch::Matchers::Contains;
+using testing::message;
+
+namespace {
+
+/// A periodic text of about 2800 bytes and 27 distinct characters.
+std::string small_text() {
+  std::string t;
+  for (int i = 0; i < 64; ++i) t += "the quick brown fox jumps over a lazy dog. ";
+  return t;
+}
+
+/// A tiny gpt (32 features, 2 heads, 2 blocks: 6 layers) on windows of 16
+/// tokens, 256 windows per epoch in batches of 16, momentum SGD (the update
+/// rules' optimizer).
+job tiny_lm_job() {
+  return job()
+      .model([](int64_t vocab) { return zoo::gpt(vocab, 16, 32, 2, 2); }, "tiny-gpt")
+      .data(data::text(small_text(), 16, 256))
+      .lr(0.05f)
+      .momentum(0.9f)
+      .batch_size(16)
+      .epochs(3)
+      .seed(5)
+      .threads(2)
+      .progress(progress_mode::none);
+}
+
+std::vector<double> losses_of(job j, history* h = nullptr) {
+  std::vector<double> losses;
+  j.on_step([&](const step_event& e) { losses.push_back(e.loss); });
+  std::ostringstream log;
+  history out = fit(j, log);
+  if (h) *h = out;
+  return losses;
+}
+
+void check_same_losses(const std::vector<double>& got, const std::vector<double>& expected, double tolerance) {
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(got[i] - expected[i]) <= tolerance * std::abs(expected[i]));
+  }
+}
+
+} // namespace
+
+TEST_CASE("a gpt on actors reproduces the sequential loop: one ASGD worker, a GPipe pipeline", "[lm][actors]") {
+  const job seq = tiny_lm_job().epochs(2);  // 32 steps
+  SECTION("one ASGD worker on one shard, plain SGD") {
+    const std::vector<double> expected = losses_of(job(seq).momentum(0.0f));
+    REQUIRE(expected.size() == 32);
+    check_same_losses(losses_of(job(seq).momentum(0.0f).algorithm(asgd())), expected, 1e-4);
+  }
+  SECTION("GPipe, 2 and 4 stages, 4 micro-batches, momentum") {
+    const std::vector<double> expected = losses_of(seq);
+    for (int stages : {2, 4}) {
+      INFO(stages << " stages");
+      check_same_losses(losses_of(job(seq).pipeline(stages, 4, pipeline_schedule::gpipe)), expected, 1e-4);
+    }
+  }
+}
+
+TEST_CASE("a gpt trains on actors: asynchronous rules, allreduce, 1F1B and the hybrid, its loss falls",
+          "[lm][actors]") {
+  struct mode {
+    const char* name;
+    job j;
+  };
+  const job base = tiny_lm_job().epochs(6);  // 96 batches of 16 windows in all
+  std::vector<mode> modes = {
+      {"ASGD, 2 workers", job(base).algorithm(asgd().workers(2))},
+      {"DDC-ASGD, 2 workers, 2 shards", job(base).algorithm(ddc_asgd().workers(2).shards(2))},
+      {"SSGD, 2 workers", job(base).algorithm(ssgd().workers(2))},
+      {"DC-ASGD-a, 2 workers", job(base).algorithm(dc_asgd_a().workers(2))},
+      {"allreduce, 2 workers", job(base).algorithm(allreduce().workers(2))},
+      {"1F1B with stashing, 4 stages", job(base).pipeline(4, 4, pipeline_schedule::one_f_one_b)},
+      {"hybrid: 2 GPipe replicas of 2 stages on ASGD shards",
+       job(base).algorithm(asgd().workers(2)).pipeline(2, 4, pipeline_schedule::gpipe)},
+      {"hybrid: 2 GPipe replicas of 2 stages by allreduce",
+       job(base).algorithm(allreduce().workers(2)).pipeline(2, 4, pipeline_schedule::gpipe)},
+  };
+  for (mode& m : modes) {
+    INFO(m.name);
+    history h;
+    const std::vector<double> losses = losses_of(m.j, &h);
+    REQUIRE(h.size() == 6);
+    REQUIRE(losses.size() >= 48);
+    CHECK(losses.front() > 2.5);  // about ln 27
+    CHECK(h.back().train_loss < 0.75 * losses.front());
+    CHECK(h.back().test_loss > 0);
+    CHECK(h.back().test_loss < h.front().test_loss);
+    CHECK(h.back().perplexity == Approx(std::exp(h.back().test_loss)));
+    CHECK(h.back().bits_per_char == Approx(h.back().test_loss / std::log(2.0)));
+  }
+}
+
+TEST_CASE("a gpt on actors checkpoints its vocabulary and resumes, another corpus is refused", "[lm][actors]") {
+  testing::temp_dir dir("troupe_lm_actors");
+  const std::string ckpt = dir.path() + "/lm.ckpt";
+  job j = tiny_lm_job().algorithm(asgd().workers(2)).checkpoint(ckpt);
+  REQUIRE(losses_of(job(j).epochs(1)).size() == 16);
+  const net::checkpoint c = net::load_checkpoint(ckpt);
+  CHECK(c.vocabulary == " .abcdefghijklmnopqrstuvwxyz");
+  history h;
+  losses_of(job(j).epochs(2), &h);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].epoch == 2);
+  job other = job(j).data(data::text(small_text() + "XYZ", 16, 256)).epochs(3);
+  std::ostringstream log;
+  CHECK_THROWS_MATCHES(fit(other, log), error, message(Contains("that is not this corpus's")));
+}

@@ -272,16 +272,16 @@ job_key choice_key(std::string name, std::string value_name, std::string help, F
 /// Pipeline stages and their placement.
 std::vector<job_key> make_pipeline_keys() {
   return {
-      integer_key("pipeline-stages", "K", "cut the model into K pipeline stages, each an actor (default 1: none)",
+      integer_key("pipeline-stages", "K", "cut the model into K pipeline stages, each an actor (default {default}: none)",
                   [](auto& s) -> auto& { return s.train.pipeline.stages; }, 1, 256),
-      integer_key("micro-batches", "M", "micro-batches per mini-batch in a pipeline (default 4)",
+      integer_key("micro-batches", "M", "micro-batches per mini-batch in a pipeline (default {default})",
                   [](auto& s) -> auto& { return s.train.pipeline.micro_batches; }, 1),
-      choice_key("schedule", "NAME", "pipeline schedule: gpipe (a flush per mini-batch) or 1f1b (weight stashing)",
+      choice_key("schedule", "NAME", "pipeline schedule: gpipe (a flush per mini-batch) or 1f1b (weight stashing) (default {default})",
                  [](auto& s) -> auto& { return s.train.pipeline.schedule; }, parse_pipeline_schedule,
                  all_pipeline_schedules()),
       integers_key("pipeline-cuts", "LIST", "the first layer of stages 2..K, e.g. 3,7 (default: cut by the layers' costs)",
                    [](auto& s) -> auto& { return s.train.pipeline.cuts; }, 1),
-      integer_key("stash", "N", "1F1B: weight versions a stage keeps (default 0: every one in flight)",
+      integer_key("stash", "N", "1F1B: weight versions a stage keeps (default {default}: every one in flight)",
                   [](auto& s) -> auto& { return s.train.pipeline.stash; }, 0),
       choice_key("placement", "NAME",
                  "how stages are cut and placed on devices: even (balanced multiply-adds, default), random, greedy, "
@@ -320,50 +320,50 @@ std::vector<job_key> make_algorithm_keys() {
   return {
       choice_key("algorithm", "NAME", algorithm_help(),
                  [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
-      integer_key("workers", "N", "worker actors, each with its own shard of the data (default 1)",
+      integer_key("workers", "N", "worker actors, each with its own shard of the data (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
-      integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default 1)",
+      integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
-      integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default 1)",
+      integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
-      number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default 0 = --lr)",
+      number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default {default} = --lr)",
                  [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
-      number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default 0)",
+      number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
       numbers_key("worker-speeds", "LIST",
                   "relative speeds of the workers, larger is faster as in --device-speeds, e.g. 4,4,2,1: the "
                   "slower workers are slowed down to match (emulated; default all equal)",
                   [](auto& s) -> auto& { return s.train.algo.worker_speeds; }, positive()),
-      integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default 2)",
+      integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
       boolean_key("overlap",
                   "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
-                  "(pipelined execution), true or false (default true; false: linear execution)",
+                  "(pipelined execution), true or false (default {default}; false: linear execution)",
                   [](auto& s) -> auto& { return s.train.algo.overlap; }),
       boolean_key("overlap-receive",
                   "with --overlap true: the next forward pass runs each parameter shard's layers as soon as that "
                   "shard's weights arrive, and the first layers' pushes and weights go first on a link (P3), true "
-                  "or false (default true; false: the forward pass waits for every shard)",
+                  "or false (default {default}; false: the forward pass waits for every shard)",
                   [](auto& s) -> auto& { return s.train.algo.overlap_receive; }),
-      number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default 0.04)",
+      number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
-      number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default 2)",
+      number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.lambda0; }, at_least(0)),
-      number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default 0.95)",
+      number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.rho_ms; }, fraction()),
-      number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default 0.2)",
+      number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
-      number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default 0.9)",
+      number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
       integer_key("ddc-version", "V",
                   "DDC-ASGD's definition: 1 (default) or 2 (distrust only staleness above its running mean; momentum "
                   "mu0 less what asynchrony implies)",
                   [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
-      number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default 0.99)",
+      number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default {default})",
                  [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
       number_key("bucket-mb", "MB",
                  "allreduce: gradients go out in buckets of about MB megabytes, each as soon as backward has "
-                 "filled it (default 1; 0: one bucket after backward)",
+                 "filled it (default {default}; 0: one bucket after backward)",
                  [](auto& s) -> auto& { return s.train.algo.bucket_mb; }, at_least(0)),
       choice_key("allreduce-dtype", "TYPE",
                  "allreduce: the gradients travel as f32 (default) or bf16 (half the bytes; summed in float32)",
@@ -376,28 +376,28 @@ std::vector<job_key> make_algorithm_keys() {
 std::vector<job_key> make_optimizer_keys() {
   using model::lr_schedule;
   return {
-      number_key("lr", "F", "learning rate (default 0.02)", [](auto& s) -> auto& { return s.train.lr; }, positive()),
-      number_key("momentum", "F", "SGD momentum in [0, 1) (default 0.9)",
+      number_key("lr", "F", "learning rate (default {default})", [](auto& s) -> auto& { return s.train.lr; }, positive()),
+      number_key("momentum", "F", "SGD momentum in [0, 1) (default {default})",
                  [](auto& s) -> auto& { return s.train.momentum; }, fraction()),
       number_key("clip-grad-norm", "F",
-                 "clip each step's gradient to this global L2 norm, the whole model's (default 0: none; the "
+                 "clip each step's gradient to this global L2 norm, the whole model's (default {default}: none; the "
                  "sequential loop and --algorithm allreduce)",
                  [](auto& s) -> auto& { return s.train.clip_grad_norm; }, at_least(0)),
-      number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default 0; gpt 0.01)",
+      number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default {default}; gpt 0.01)",
                  [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
       choice_key("optimizer", "NAME",
-                 "the sequential loop's optimizer: sgd (with --momentum) or adamw (default sgd; gpt adamw)",
+                 "the sequential loop's optimizer: sgd (with --momentum) or adamw (default {default}; gpt adamw)",
                  [](auto& s) -> auto& { return s.train.optimizer; }, parse_optimizer, all_optimizers()),
       choice_key("gemm", "NAME",
-                 "the sequential loop's matrix products: openblas, eigen or own (troupe's kernels; default openblas)",
+                 "the sequential loop's matrix products: openblas, eigen or own (troupe's kernels) (default {default})",
                  [](auto& s) -> auto& { return s.train.gemm; }, kernels::parse_gemm_backend,
                  std::vector<kernels::gemm_backend>{kernels::gemm_backend::openblas, kernels::gemm_backend::eigen,
                                                     kernels::gemm_backend::own}),
-      choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default cosine)",
+      choice_key("lr-schedule", "NAME", "cosine (decays to 0 over the run) or constant (default {default})",
                  [](auto& s) -> auto& { return s.train.schedule; }, parse_schedule,
                  std::vector<lr_schedule>{lr_schedule::constant, lr_schedule::cosine}),
       integer_key("warmup-steps", "N",
-                  "linear warm-up of the lr over the first N steps, then --lr-schedule over the rest (default 0)",
+                  "linear warm-up of the lr over the first N steps, then --lr-schedule over the rest (default {default})",
                   [](auto& s) -> auto& { return s.train.warmup_steps; }, 0),
   };
 }
@@ -406,41 +406,41 @@ std::vector<job_key> make_keys() {
   using model::lr_schedule;
   std::vector<job_key> keys{
       text_key("model", "NAME", "mlp, cnn, resnet or gpt (a character-level language model; other defaults, "
-               "see README) (default cnn)", [](auto& s) -> auto& { return s.model; }),
-      integer_key("epochs", "N", "passes over the training set (default 5)",
+               "see README) (default {default})", [](auto& s) -> auto& { return s.model; }),
+      integer_key("epochs", "N", "passes over the training set (default {default})",
                   [](auto& s) -> auto& { return s.train.epochs; }, 1),
-      integer_key("batch-size", "N", "samples per step (default 64)",
+      integer_key("batch-size", "N", "samples per step (default {default})",
                   [](auto& s) -> auto& { return s.train.batch_size; }, 1),
-      integer_key("seed", "N", "seed for initialisation and shuffling (default 1)",
+      integer_key("seed", "N", "seed for initialisation and shuffling (default {default})",
                   [](auto& s) -> auto& { return s.train.seed; }, 0),
       integer_key("threads", "N",
                   "CPU threads; 0: this process's share of the cores (Slurm's CPUs per task, else its CPUs divided by "
-                  "the processes on its host) (default 0)",
+                  "the processes on its host) (default {default})",
                   [](auto& s) -> auto& { return s.train.threads; }, 0),
       text_key("data-dir", "DIR",
                "directory with the IDX files (default " + data::default_fashion_mnist_dir() +
                    "); gpt: a text file or a directory of them (default " + data::default_text_dir() + ")",
                [](auto& s) -> auto& { return s.data_dir; }),
-      integer_key("context", "N", "gpt: tokens (bytes) per training window (default 128)",
+      integer_key("context", "N", "gpt: tokens (bytes) per training window (default {default})",
                   [](auto& s) -> auto& { return s.context; }, 1, 4096),
       text_key("checkpoint", "FILE", "resume from FILE if it exists; save to it after every epoch",
                [](auto& s) -> auto& { return s.train.checkpoint; }),
-      integer_key("checkpoint-every-steps", "N", "also save the checkpoint every N steps (default 0 = per epoch only)",
+      integer_key("checkpoint-every-steps", "N", "also save the checkpoint every N steps (default {default} = per epoch only)",
                   [](auto& s) -> auto& { return s.train.checkpoint_every_steps; }, 0),
       number_key("checkpoint-every-seconds", "S",
-                 "also save the checkpoint every S seconds (default 0 = per epoch only)",
+                 "also save the checkpoint every S seconds (default {default} = per epoch only)",
                  [](auto& s) -> auto& { return s.train.checkpoint_every_s; }, at_least(0)),
       text_key("metrics-out", "FILE", "write one JSON record per epoch to FILE (JSON Lines)",
                [](auto& s) -> auto& { return s.train.metrics_out; }),
-      integer_key("max-steps", "N", "stop after N optimizer steps (default 0 = no limit)",
+      integer_key("max-steps", "N", "stop after N optimizer steps (default {default} = no limit)",
                   [](auto& s) -> auto& { return s.train.max_steps; }, 0),
       number_key("validation-fraction", "F",
                  "hold out the last F of the training set as a validation set, scored after every epoch "
-                 "(default 0 = none)",
+                 "(default {default} = none)",
                  [](auto& s) -> auto& { return s.train.validation_fraction; }, fraction()),
-      boolean_key("evaluate", "test accuracy after every epoch, true or false (default true)",
+      boolean_key("evaluate", "test accuracy after every epoch, true or false (default {default})",
                   [](auto& s) -> auto& { return s.train.evaluate; }),
-      choice_key("progress", "MODE", "auto (a bar on a terminal), bar, lines or none",
+      choice_key("progress", "MODE", "auto (a bar on a terminal), bar, lines or none (default {default})",
                  [](auto& s) -> auto& { return s.train.progress; }, parse_progress,
                  std::vector<progress_mode>{progress_mode::automatic, progress_mode::bar, progress_mode::lines,
                                             progress_mode::none}),
@@ -460,17 +460,17 @@ std::vector<job_key> make_cluster_keys() {
       text_key("secret-file", "FILE",
                "the nodes' shared secret: a file of random bytes, mode 0600 (needed with several nodes)",
                [](auto& s) -> auto& { return s.cluster.secret_file; }),
-      number_key("join-timeout", "S", "seconds every node has to join (default 60)",
+      number_key("join-timeout", "S", "seconds every node has to join (default {default})",
                  [](auto& s) -> auto& { return s.cluster.join_timeout_s; }, positive()),
-      number_key("peer-timeout", "S", "a peer silent this many seconds is dead (default 3)",
+      number_key("peer-timeout", "S", "a peer silent this many seconds is dead (default {default})",
                  [](auto& s) -> auto& { return s.cluster.peer_timeout_s; }, positive()),
-      number_key("heartbeat", "S", "seconds between heartbeats on every link (default 0.5)",
+      number_key("heartbeat", "S", "seconds between heartbeats on every link (default {default})",
                  [](auto& s) -> auto& { return s.cluster.heartbeat_s; }, positive()),
-      integer_key("slurm-port", "PORT", "under srun, task i listens on slurm-port + i (default 7100)",
+      integer_key("slurm-port", "PORT", "under srun, task i listens on slurm-port + i (default {default})",
                   [](auto& s) -> auto& { return s.cluster.slurm_port; }, 1, 65535),
       boolean_key("encrypt",
                   "encrypt the payload of every frame between nodes (AES-256-GCM); every frame is authenticated "
-                  "either way (default false)",
+                  "either way (default {default})",
                   [](auto& s) -> auto& { return s.cluster.encrypt; }),
   };
 }
@@ -781,13 +781,48 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 } // namespace
 
+namespace {
+
+/// A default as --help shows it: 0.02, 60, true, cnn.
+std::string help_value(const job_value& v) {
+  struct printer {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6g", d);
+      return buf;
+    }
+    std::string operator()(const std::string& s) const { return s; }
+    std::string operator()(const std::vector<double>& xs) const {
+      std::string out;
+      for (double x : xs) out += (out.empty() ? "" : ",") + (*this)(x);
+      return out;
+    }
+  };
+  return std::visit(printer{}, v);
+}
+
+/// `keys` with "{default}" in each help replaced by the key's value in a
+/// default job_spec: the settings' initializers are the one place a default
+/// is written, and --help and the job file's comments say what they hold.
+std::vector<job_key> with_defaults(std::vector<job_key> keys) {
+  const job_spec defaults;
+  for (job_key& k : keys)
+    for (std::size_t at; (at = k.help.find("{default}")) != std::string::npos;)
+      k.help.replace(at, 9, help_value(k.get(defaults)));
+  return keys;
+}
+
+} // namespace
+
 const std::vector<job_key>& cluster_keys() {
-  static const std::vector<job_key> keys = make_cluster_keys();
+  static const std::vector<job_key> keys = with_defaults(make_cluster_keys());
   return keys;
 }
 
 const std::vector<job_key>& job_keys() {
-  static const std::vector<job_key> keys = make_keys();
+  static const std::vector<job_key> keys = with_defaults(make_keys());
   return keys;
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "model/zoo.hpp"
@@ -263,6 +264,36 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
   }
   CHECK(table == names);
   CHECK(find_job_key("wokers") == nullptr);
+}
+
+TEST_CASE("--help states each key's default as the settings hold it", "[job_file]") {
+  // The help writes "(default {default})" and the table fills in the value of
+  // a default job_spec; a default written by hand in the help must agree.
+  const job_spec defaults;
+  std::vector<job_key> keys = job_keys();
+  keys.insert(keys.end(), cluster_keys().begin(), cluster_keys().end());
+  int stated = 0;
+  for (const job_key& k : keys) {
+    INFO(k.name << ": " << k.help);
+    CHECK(k.help.find("{default}") == std::string::npos);
+    const std::size_t at = k.help.find("(default ");
+    // data-dir: "" means the model's corpus; lists: "none" or "all equal" says what empty means
+    if (at == std::string::npos || k.name == "data-dir" || std::holds_alternative<std::vector<double>>(k.get(defaults)))
+      continue;
+    const std::size_t from = at + 9, to = k.help.find_first_of(");:, ", from);
+    const std::string said = k.help.substr(from, to - from);
+    const job_value v = k.get(defaults);
+    if (const double* d = std::get_if<double>(&v))
+      CHECK(std::stod(said) == Approx(*d));
+    else if (const int64_t* i = std::get_if<int64_t>(&v))
+      CHECK(said == std::to_string(*i));
+    else if (const bool* b = std::get_if<bool>(&v))
+      CHECK(said == (*b ? "true" : "false"));
+    else
+      CHECK(said == std::get<std::string>(v));
+    ++stated;
+  }
+  CHECK(stated >= 40);
 }
 
 TEST_CASE("closest_name suggests only close names", "[job_file]") {

@@ -257,7 +257,7 @@ std::vector<outgoing> weight_source::on_collective(const net::opened_message&) {
 
 std::vector<std::size_t> layer_of_each_tensor(const model::model& net) {
   std::vector<std::size_t> out;
-  const std::vector<int> counts = const_cast<model::model&>(net).profile().tensors;
+  const std::vector<int> counts = net.profile().tensors;
   for (std::size_t l = 0; l < counts.size(); ++l) out.insert(out.end(), counts[l], l);
   return out;
 }

@@ -4,19 +4,41 @@
 # mini-batches, a flush after each) and 1F1B (one mini-batch: the flush
 # window the formula describes; then 4 mini-batches without a flush between
 # them). Prints a markdown table.
+# With MODEL=gpt the stages are the trainer's gpt (context 64, 4 blocks; K =
+# 4 only: one block per stage, cut at layers 3, 4, 5), each on an emulated
+# device of speed 1 (--device-speeds: each action lasts 8x its time alone,
+# so that 4 stages on 2 cores do not wait for the cores), a batch of 4 samples
+# per micro-batch; LOCK (a file) is held by each run.
 #   bench/pipeline_bubble.sh [BUILD_DIR] [--wait spin]
 set -euo pipefail
 build=${1:-build}
 shift || true
 extra=("$@")
 bin=$build/bench/troupe_pipeline_bubble
+if [ "${MODEL:-}" = gpt ]; then
+  lock=(); [ -n "${LOCK:-}" ] && lock=(flock "$LOCK")
+  gpt_stages() {  # --stages K --micro-batches M --schedule S --steps N --trace FILE
+    local K M S N T
+    while [ $# -gt 0 ]; do
+      case $1 in --stages) K=$2;; --micro-batches) M=$2;; --schedule) S=$2;; --steps) N=$2;; --trace) T=$2;; esac
+      shift 2
+    done
+    "${lock[@]}" "$build/troupe_trainer" --model gpt --context 64 --batch-size $((4 * M)) --pipeline-stages "$K" \
+      --micro-batches "$M" --schedule "$S" --placement manual --pipeline-cuts 3,4,5 --stage-devices 0,1,2,3 \
+      --device-speeds 1,1,1,1 --max-steps "$N" --epochs 1 --evaluate false --progress none --trace "$T"
+  }
+  bin=gpt_stages
+  ks=(4)
+else
+  ks=(2 4)
+fi
 stats=$(dirname "$0")/trace_stats.py
-[ -x "$bin" ] || { echo "pipeline_bubble.sh: $bin not built (cmake --build $build)" >&2; exit 1; }
+[ "$bin" = gpt_stages ] || [ -x "$bin" ] || { echo "pipeline_bubble.sh: $bin not built (cmake --build $build)" >&2; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 echo "| K | M | schedule | mini-batches | ideal (K-1)/(N+K-1) | measured idle per stage (min-max) | window ms |"
 echo "|---|---|---|---|---|---|---|"
-for K in 2 4; do
+for K in "${ks[@]}"; do
   M=$((4 * K))
   for run in "gpipe 4" "1f1b 1" "1f1b 4"; do
     read -r s steps <<<"$run"

@@ -34,6 +34,7 @@ model& model::build(const shape& input, uint64_t seed) {
   }
   std::mt19937_64 rng(seed);
   for (auto& l : layers_) l->initialize(rng);
+  name_parameters();
   fuse();
   // A layer needs its input gradient only if a layer before it learns: the
   // MLP's first dense layer (after flatten) skips a 64x256x784 product per step.
@@ -101,7 +102,7 @@ const tensor& model::backward(const kernels::context& ctx, const tensor& dout,
   return *cur;
 }
 
-model::layer_profile model::profile() {
+model::layer_profile model::profile() const {
   require_built("profile");
   layer_profile out;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
@@ -124,8 +125,7 @@ model model::slice(std::size_t first, std::size_t last) {
   if (first >= last || last > layers_.size())
     throw error("model::slice: layers [" + std::to_string(first) + ", " + std::to_string(last) +
                 ") of a model of " + std::to_string(layers_.size()) + " layers");
-  parameters();  // every parameter named with its layer's index in the whole model
-  model out;
+  model out;  // the parameters keep the names build() gave them: their layers' indices in the whole model
   out.first_ = first_ + first;
   out.input_ = first == 0 ? input_ : shapes_[first - 1];
   for (std::size_t i = first; i < last; ++i) {
@@ -143,16 +143,20 @@ model model::slice(std::size_t first, std::size_t last) {
   return out;
 }
 
-std::vector<parameter*> model::parameters() {
-  require_built("parameters");
-  std::vector<parameter*> out;
+void model::name_parameters() {
   for (std::size_t i = 0; i < layers_.size(); ++i)
     for (parameter* p : layers_[i]->parameters()) {
       // Names carry the layer's index in the whole model: "0.conv2d.weight".
-      std::string prefix = std::to_string(first_ + i) + "." + layers_[i]->kind() + ".";
+      const std::string prefix = std::to_string(first_ + i) + "." + layers_[i]->kind() + ".";
       if (p->name.rfind(prefix, 0) != 0) p->name = prefix + p->name;
-      out.push_back(p);
     }
+}
+
+std::vector<parameter*> model::parameters() {
+  require_built("parameters");
+  std::vector<parameter*> out;
+  for (auto& l : layers_)
+    for (parameter* p : l->parameters()) out.push_back(p);
   return out;
 }
 

@@ -63,7 +63,7 @@ public:
     std::vector<int64_t> param_bytes;   ///< its parameters' bytes
     std::vector<int64_t> output_elems;  ///< its output's elements per sample
   };
-  layer_profile profile();
+  layer_profile profile() const;
   /// The index in the whole model of this model's first layer (0 unless sliced).
   std::size_t first_layer() const { return first_; }
 
@@ -97,6 +97,9 @@ public:
 private:
   /// Kernel fusion between neighbours of this chain (layer::fuse_next), decided again after a slice.
   void fuse();
+  /// Gives every parameter its name in the whole model ("3.dense.weight"),
+  /// once, when the model is built: names never change afterwards.
+  void name_parameters();
   void require_built(const char* what) const;
   void check_input(const tensor& x) const;
 

@@ -110,5 +110,11 @@ inline void write_dataset(const std::string& dir) {
   write_split(dir, "t10k", 64, 2);
 }
 
+/// A periodic text of about 2800 bytes and 27 distinct characters, for language models.
+inline std::string small_text() {
+  std::string t;
+  for (int i = 0; i < 64; ++i) t += "the quick brown fox jumps over a lazy dog. ";
+  return t;
+}
 
 } // namespace troupe::testing

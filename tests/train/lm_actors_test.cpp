@@ -19,15 +19,9 @@
 using namespace troupe;
 using Catch::Matchers::Contains;
 using testing::message;
+using testing::small_text;
 
 namespace {
-
-/// A periodic text of about 2800 bytes and 27 distinct characters.
-std::string small_text() {
-  std::string t;
-  for (int i = 0; i < 64; ++i) t += "the quick brown fox jumps over a lazy dog. ";
-  return t;
-}
 
 /// A tiny gpt (32 features, 2 heads, 2 blocks: 6 layers) on windows of 16
 /// tokens, 256 windows per epoch in batches of 16, momentum SGD (the update

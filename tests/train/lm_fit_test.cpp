@@ -20,15 +20,9 @@
 using namespace troupe;
 using Catch::Matchers::Contains;
 using testing::message;
+using testing::small_text;
 
 namespace {
-
-/// A periodic text of about 2800 bytes and 27 distinct characters.
-std::string small_text() {
-  std::string t;
-  for (int i = 0; i < 64; ++i) t += "the quick brown fox jumps over a lazy dog. ";
-  return t;
-}
 
 std::string write_text(const testing::temp_dir& dir, const std::string& text) {
   const std::string path = dir.path() + "/corpus.txt";

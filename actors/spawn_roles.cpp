@@ -9,6 +9,7 @@
 
 #include "actors/allreduce.hpp"
 #include "actors/node_actor.hpp"
+#include "train/optimizers.hpp"
 
 namespace troupe::actors {
 
@@ -31,7 +32,12 @@ void spawn_shards(caf::actor_system& sys, node_context& c) {
     const kernels::context ctx = kernels::context::with_threads(p.nodes[c.self].shard_threads);
     std::vector<named_tensor> mine;
     for (uint32_t t = sp.range.first; t < sp.range.last; ++t) mine.push_back({params[t]->name, params[t]->value.clone()});
-    auto core = std::make_shared<shard_core>(sp, mine, rule_config(c.config()), c.config().schedule, p.total_updates, ctx);
+    model::update_config rule = rule_config(c.config());
+    for (const named_tensor& t : mine) {  // AdamW's groups: weight decay on the matrices only
+      rule.segments.push_back(t.value.numel());
+      rule.segment_decays.push_back(train::decays(t.name, t.value.shape()));
+    }
+    auto core = std::make_shared<shard_core>(sp, mine, rule, c.config().schedule, p.total_updates, ctx);
     if (c.start->state.resuming) resume_shard(*core, c.start->state.shards[i], *c.log);
     core->trace(c.trace);
     add_local(c, sp.address, spawn_shard(sys, core, c.dir, c.log));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/kernels.hpp"
+#include "kernels/sequence.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::model {
@@ -68,22 +69,68 @@ private:
 
 class asgd final : public update_rule {
 public:
-  asgd(const update_config& c, bool staleness_aware, const kernels::context& ctx)
-      : c_(c), aware_(staleness_aware), ctx_(ctx) {}
+  asgd(const update_config& c, int64_t n, bool staleness_aware, const kernels::context& ctx)
+      : c_(c), aware_(staleness_aware), ctx_(ctx) {
+    if (!c.adamw) return;
+    if (c_.segments.empty()) c_.segments = {n};
+    if (c_.segment_decays.size() != c_.segments.size()) c_.segment_decays.assign(c_.segments.size(), false);
+    int64_t sum = 0;
+    for (int64_t len : c_.segments) sum += len;
+    if (sum != n)
+      throw error(name() + " with adamw: segments of " + std::to_string(sum) + " values for a shard of " + std::to_string(n));
+    m_ = tensor::zeros({n});
+    v_ = tensor::zeros({n});
+  }
   bool apply(float* w, const float* g, int64_t n, int worker, int64_t tau) override {
     check_worker(worker, c_.workers);
     // Zhang et al. 2016: eta / max(1, tau).
     const float lr = aware_ ? c_.lr / static_cast<float>(std::max<int64_t>(1, tau)) : c_.lr;
-    kernels::axpy(ctx_, n, -lr, g, w);
+    if (!c_.adamw) {
+      kernels::axpy(ctx_, n, -lr, g, w);
+      return true;
+    }
+    if (n != m_.numel()) throw error(name() + ": a gradient of " + std::to_string(n) + " values for a shard of " + std::to_string(m_.numel()));
+    ++step_;
+    int64_t at = 0;
+    for (std::size_t i = 0; i < c_.segments.size(); ++i) {
+      const int64_t len = c_.segments[i];
+      tensor ws = tensor::wrap({len}, w + at), ms = m_.slice(at, at + len), vs = v_.slice(at, at + len);
+      kernels::adamw_step(ctx_, ws, tensor::wrap_read_only({len}, g + at), ms, vs, lr, 0.9f, 0.999f, 1e-8f,
+                          c_.segment_decays[i] ? c_.weight_decay : 0.0f, step_);
+      at += len;
+    }
     return true;
   }
-  std::string name() const override { return aware_ ? "sa-asgd" : "asgd"; }
+  std::string name() const override { return std::string(aware_ ? "sa-asgd" : "asgd") + (c_.adamw ? "+adamw" : ""); }
   void set_lr(float lr) override { c_.lr = lr; }
+  /// With AdamW: its moments and step count.
+  std::vector<named_tensor> state() const override {
+    if (!c_.adamw) return {};
+    return {{"adamw.m", m_.clone()}, {"adamw.v", v_.clone()},
+            {"adamw.step", tensor::from({1}, {static_cast<float>(step_)})}};
+  }
+  void load_state(const std::vector<named_tensor>& s) override {
+    if (!c_.adamw) return update_rule::load_state(s);
+    // Every entry is checked before any is taken.
+    for (const auto& [key, t] : s) {
+      const int64_t want = key == "adamw.step" ? 1 : m_.numel();
+      if (key != "adamw.m" && key != "adamw.v" && key != "adamw.step")
+        throw error(name() + " state: unexpected entry '" + key + "'");
+      if (t.numel() != want)
+        throw error(name() + " state: '" + key + "' holds " + std::to_string(t.numel()) + " values, not " + std::to_string(want));
+    }
+    for (const auto& [key, t] : s) {
+      if (key == "adamw.step") step_ = static_cast<int64_t>(t.at(0));
+      else kernels::copy(ctx_, t.numel(), t.data(), (key == "adamw.m" ? m_ : v_).data());
+    }
+  }
 
 private:
   update_config c_;
   bool aware_;
   kernels::context ctx_;
+  tensor m_, v_;  // AdamW's moments
+  int64_t step_ = 0;
 };
 
 /// DC-ASGD-c, DC-ASGD-a and DDC-ASGD: one loop, three settings.
@@ -217,6 +264,10 @@ void validate(const update_config& c) {
   if (!(c.mu0 >= 0.0f && c.mu0 < 1.0f)) bad("mu0 must be in [0, 1)");
   if (c.ddc_version != 1 && c.ddc_version != 2) bad("ddc version must be 1 or 2, got " + std::to_string(c.ddc_version));
   if (!(c.tau_decay >= 0.0f && c.tau_decay < 1.0f)) bad("tau_decay must be in [0, 1)");
+  if (!(c.weight_decay >= 0.0f)) bad("weight decay must be >= 0");
+  if (c.adamw && c.rule != algorithm_kind::asgd && c.rule != algorithm_kind::sa_asgd)
+    bad(std::string("--optimizer adamw: the shards of asgd and sa-asgd step by AdamW; ") + to_string(c.rule) +
+        " compensates or averages SGD steps (leave --optimizer out)");
 }
 
 namespace {
@@ -234,9 +285,9 @@ const std::vector<algorithm_traits>& algorithm_table() {
       {k::ssgd, "ssgd", true, true, true, false, false,
        [](const update_config& c, int64_t n, ctx) { return rule_ptr(new ssgd(c, n)); }},
       {k::asgd, "asgd", true, false, true, false, false,
-       [](const update_config& c, int64_t, ctx x) { return rule_ptr(new asgd(c, false, x)); }},
+       [](const update_config& c, int64_t n, ctx x) { return rule_ptr(new asgd(c, n, false, x)); }},
       {k::sa_asgd, "sa-asgd", true, false, true, false, false,
-       [](const update_config& c, int64_t, ctx x) { return rule_ptr(new asgd(c, true, x)); }},
+       [](const update_config& c, int64_t n, ctx x) { return rule_ptr(new asgd(c, n, true, x)); }},
       {k::hogwild, "hogwild", true, false, false, true, false, nullptr},
       {k::dc_asgd_c, "dc-asgd-c", true, false, true, false, false,
        [](const update_config& c, int64_t n, ctx) { return rule_ptr(new dc(c, n, dc::kind::constant)); }},

@@ -67,6 +67,15 @@ struct update_config {
   ///   rho = 1 / (1 + alpha * max(0, tau - tau_bar)),  mu = max(0, mu0 - tau_bar / (1 + tau_bar))
   int ddc_version = 1;
   float tau_decay = 0.99f;    ///< DDC-ASGD v2: decay of the running mean of staleness, per message
+  /// ASGD and SA-ASGD: the shard steps by AdamW instead of SGD (betas 0.9 and
+  /// 0.999, eps 1e-8, decoupled weight decay on the segments that decay), as
+  /// the sequential loop's --optimizer adamw does; the other rules refuse it.
+  bool adamw = false;
+  float weight_decay = 0;
+  /// The shard's tensors, in order: their sizes and whether weight decay
+  /// applies to each (AdamW's groups). Empty: one segment without decay.
+  std::vector<int64_t> segments;
+  std::vector<bool> segment_decays;
 };
 
 /// Throws troupe::error naming the first invalid value.

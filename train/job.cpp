@@ -119,6 +119,8 @@ model::update_config rule_config(const settings& s) {
   c.mu0 = s.algo.mu0;
   c.ddc_version = s.algo.ddc_version;
   c.tau_decay = s.algo.tau_decay;
+  c.adamw = s.optimizer == optimizer_kind::adamw;
+  c.weight_decay = s.weight_decay;
   return c;
 }
 
@@ -232,9 +234,13 @@ void job::validate() const {
   if (s_.gemm != kernels::gemm_backend::openblas && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
                 " is the sequential loop's for now: on actors the kernels use OpenBLAS (leave --gemm out)");
-  if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
+  // AdamW on actors: the shards of asgd and sa-asgd apply it (model::validate(update_config) says so for the others).
+  const bool adam_shards = traits(s_.algo.kind).shards && s_.pipeline.stages == 1;
+  if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1) && !adam_shards)
     throw error("--optimizer " + std::string(to_string(s_.optimizer)) +
-                " is the sequential loop's: on actors the algorithm's update rule applies (leave --optimizer out)");
+                " is the sequential loop's and the asgd and sa-asgd shards': with --algorithm " +
+                to_string(s_.algo.kind) + (s_.pipeline.stages > 1 ? " and pipeline stages" : "") +
+                " the algorithm's update rule applies (leave --optimizer out)");
 }
 
 } // namespace troupe

@@ -79,8 +79,10 @@ private:
 
 } // namespace
 
-bool decays(const model::parameter& p) {
-  return p.value.shape().rank() >= 2 && p.name.find("embedding.") == std::string::npos;
+bool decays(const model::parameter& p) { return decays(p.name, p.value.shape()); }
+
+bool decays(const std::string& name, const shape& s) {
+  return s.rank() >= 2 && name.find("embedding.") == std::string::npos;
 }
 
 std::unique_ptr<model::optimizer> make_adamw(float lr, float weight_decay) {

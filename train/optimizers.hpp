@@ -21,6 +21,8 @@ std::unique_ptr<model::optimizer> make_adamw(float lr, float weight_decay);
 /// and not the token and position embeddings (as GPT-2's and nanoGPT's
 /// training leave them undecayed).
 bool decays(const model::parameter& p);
+/// The same for a tensor called `name` of shape `s` (a shard's part of the model).
+bool decays(const std::string& name, const shape& s);
 
 /// The optimizer `s` names (s.optimizer), at s.lr with s.momentum and s.weight_decay.
 std::unique_ptr<model::optimizer> make_optimizer(const settings& s);

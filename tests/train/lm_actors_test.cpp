@@ -74,6 +74,22 @@ TEST_CASE("a gpt on actors reproduces the sequential loop: one ASGD worker, a GP
   }
 }
 
+TEST_CASE("AdamW at the shards: one ASGD worker reproduces the sequential AdamW loop, decay groups and all",
+          "[lm][actors]") {
+  const job seq = tiny_lm_job().epochs(2).optimizer(optimizer_kind::adamw).lr(3e-3f).weight_decay(0.1f);
+  const std::vector<double> expected = losses_of(seq);
+  REQUIRE(expected.size() == 32);
+  for (int shards : {1, 3}) {
+    INFO(shards << " shard(s)");
+    check_same_losses(losses_of(job(seq).algorithm(asgd().shards(shards))), expected, 1e-4);
+  }
+  std::ostringstream log;
+  CHECK_THROWS_MATCHES(fit(job(seq).algorithm(dc_asgd_a().workers(2)), log), error,
+                       message(Contains("the shards of asgd and sa-asgd step by AdamW")));
+  CHECK_THROWS_MATCHES(fit(job(seq).pipeline(2, 4, pipeline_schedule::gpipe), log), error,
+                       message(Contains("--optimizer adamw is the sequential loop's and the asgd and sa-asgd shards'")));
+}
+
 TEST_CASE("a gpt trains on actors: asynchronous rules, allreduce, 1F1B and the hybrid, its loss falls",
           "[lm][actors]") {
   struct mode {
@@ -86,6 +102,8 @@ TEST_CASE("a gpt trains on actors: asynchronous rules, allreduce, 1F1B and the h
       {"DDC-ASGD, 2 workers, 2 shards", job(base).algorithm(ddc_asgd().workers(2).shards(2))},
       {"SSGD, 2 workers", job(base).algorithm(ssgd().workers(2))},
       {"DC-ASGD-a, 2 workers", job(base).algorithm(dc_asgd_a().workers(2))},
+      {"ASGD with AdamW at 2 shards, 2 workers",
+       job(base).algorithm(asgd().workers(2).shards(2)).optimizer(optimizer_kind::adamw).lr(3e-3f)},
       {"allreduce, 2 workers", job(base).algorithm(allreduce().workers(2))},
       {"1F1B with stashing, 4 stages", job(base).pipeline(4, 4, pipeline_schedule::one_f_one_b)},
       {"hybrid: 2 GPipe replicas of 2 stages on ASGD shards",

@@ -386,7 +386,8 @@ std::vector<job_key> make_optimizer_keys() {
       number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default {default}; gpt 0.01)",
                  [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
       choice_key("optimizer", "NAME",
-                 "the sequential loop's optimizer: sgd (with --momentum) or adamw (default {default}; gpt adamw)",
+                 "sgd (with --momentum) or adamw, in the sequential loop and at the shards of asgd and sa-asgd "
+                 "(default {default}; gpt adamw)",
                  [](auto& s) -> auto& { return s.train.optimizer; }, parse_optimizer, all_optimizers()),
       choice_key("gemm", "NAME",
                  "the sequential loop's matrix products: openblas, eigen or own (troupe's kernels) (default {default})",

@@ -265,10 +265,9 @@ void validate(const update_config& c) {
   if (c.ddc_version != 1 && c.ddc_version != 2) bad("ddc version must be 1 or 2, got " + std::to_string(c.ddc_version));
   if (!(c.tau_decay >= 0.0f && c.tau_decay < 1.0f)) bad("tau_decay must be in [0, 1)");
   if (!(c.weight_decay >= 0.0f)) bad("weight decay must be >= 0");
-  if (c.adamw && c.rule != algorithm_kind::asgd && c.rule != algorithm_kind::sa_asgd)
-    bad(std::string("--optimizer adamw: the shards of asgd and sa-asgd step by AdamW; ") + to_string(c.rule) +
-        " compensates or averages SGD steps (leave --optimizer out)");
 }
+
+bool steps_by_adamw(algorithm_kind k) { return k == algorithm_kind::asgd || k == algorithm_kind::sa_asgd; }
 
 namespace {
 
@@ -323,6 +322,8 @@ std::unique_ptr<update_rule> make_update_rule(const update_config& c, int64_t n,
   validate(c);
   const algorithm_traits& t = traits(c.rule);
   if (!t.make) throw error(std::string("algorithm ") + t.name + " has no parameter-server update rule");
+  if (c.adamw && !steps_by_adamw(c.rule))
+    throw error(std::string("update rule ") + t.name + ": its compensation or averaging is defined on SGD steps, not AdamW");
   return t.make(c, n, ctx);
 }
 

@@ -80,6 +80,8 @@ struct update_config {
 
 /// Throws troupe::error naming the first invalid value.
 void validate(const update_config& c);
+/// True for the rules whose shards may step by AdamW (update_config::adamw): ASGD and SA-ASGD.
+bool steps_by_adamw(algorithm_kind k);
 
 /// One update rule with its per-worker state (w_bak, MS) and its own (v).
 class update_rule {

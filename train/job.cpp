@@ -235,7 +235,7 @@ void job::validate() const {
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
                 " is the sequential loop's for now: on actors the kernels use OpenBLAS (leave --gemm out)");
   // AdamW on actors: the shards of asgd and sa-asgd apply it (model::validate(update_config) says so for the others).
-  const bool adam_shards = traits(s_.algo.kind).shards && s_.pipeline.stages == 1;
+  const bool adam_shards = model::steps_by_adamw(s_.algo.kind) && s_.pipeline.stages == 1;
   if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1) && !adam_shards)
     throw error("--optimizer " + std::string(to_string(s_.optimizer)) +
                 " is the sequential loop's and the asgd and sa-asgd shards': with --algorithm " +

@@ -302,3 +302,32 @@ TEST_CASE("update rules: every algorithm with shards has a rule, the others none
   }
   CHECK(rules == 6);
 }
+
+TEST_CASE("ASGD with AdamW: the first step moves each weight by lr, decay on its segments only, state round-trips",
+          "[model][rules]") {
+  update_config c;
+  c.rule = algorithm_kind::asgd;
+  c.lr = 0.1f;
+  c.adamw = true;
+  c.weight_decay = 0.5f;
+  c.segments = {2, 1};
+  c.segment_decays = {true, false};
+  auto rule = make_update_rule(c, 3);
+  CHECK(rule->name() == "asgd+adamw");
+  std::vector<float> w{1, 1, 1};
+  const std::vector<float> g{2, -3, 4};
+  rule->apply(w.data(), g.data(), 3, 0, 0);
+  // Step 1: m_hat = g, v_hat = g*g, so the step is lr * sign(g) (eps aside), plus lr * wd * w where it decays.
+  CHECK(w[0] == Approx(1 - 0.1f - 0.1f * 0.5f).epsilon(1e-5));
+  CHECK(w[1] == Approx(1 + 0.1f - 0.1f * 0.5f).epsilon(1e-5));
+  CHECK(w[2] == Approx(1 - 0.1f).epsilon(1e-5));
+  auto again = make_update_rule(c, 3);
+  again->load_state(rule->state());
+  std::vector<float> w2 = w;
+  rule->apply(w.data(), g.data(), 3, 0, 0);
+  again->apply(w2.data(), g.data(), 3, 0, 0);
+  CHECK(w == w2);
+  CHECK_THROWS_WITH(again->load_state({{"adamw.m", troupe::tensor::zeros({2})}}), Contains("holds 2 values, not 3"));
+  c.rule = algorithm_kind::dc_asgd_a;
+  CHECK_THROWS_WITH(make_update_rule(c, 3), Contains("defined on SGD steps, not AdamW"));
+}

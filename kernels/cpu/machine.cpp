@@ -67,8 +67,8 @@ struct kernel_set {
 std::vector<kernel_set> runnable_sets() {
   std::vector<kernel_set> sets;
   const bool avx2 = cpu().avx2 && cpu().fma && detail::avx2_gemm_kernels();
-  // GEMM: the AVX2 micro-kernel until an AVX-512 one is written.
-  if (avx2 && cpu().avx512) sets.push_back({"avx512", detail::avx2_gemm_kernels(), &detail::avx512::simd_kernels()});
+  if (avx2 && cpu().avx512 && detail::avx512_gemm_kernels())
+    sets.push_back({"avx512", detail::avx512_gemm_kernels(), &detail::avx512::simd_kernels()});
   if (avx2) sets.push_back({"avx2+fma", detail::avx2_gemm_kernels(), &detail::avx2::simd_kernels()});
   sets.push_back({"generic", &detail::generic_gemm_kernels(), &detail::generic::simd_kernels()});
   return sets;

@@ -26,16 +26,12 @@ void max_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geomet
   const float* xp = x.data();
   float* yp = y.data();
   int32_t* ap = argmax.data();
-  const auto pool_row = detail::active_simd_kernels().max_pool_2x2_row;
+  const auto pool_plane = detail::active_simd_kernels().max_pool_2x2_plane;
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* in = xp + pl * h * w;
     if (k == 2 && s == 2) {
-      for (int64_t r = 0; r < oh; ++r) {
-        const float* r0 = in + 2 * r * w;
-        pool_row(r0, r0 + w, ow, static_cast<int32_t>(pl * h * w + 2 * r * w), static_cast<int32_t>(w),
-                 yp + pl * oh * ow + r * ow, ap + pl * oh * ow + r * ow);
-      }
+      pool_plane(in, h, w, static_cast<int32_t>(pl * h * w), yp + pl * oh * ow, ap + pl * oh * ow);
       continue;
     }
     for (int64_t r = 0; r < oh; ++r)

@@ -14,7 +14,8 @@ namespace troupe::kernels::detail::TROUPE_ISA {
 namespace {
 
 #if TROUPE_SIMD_WIDTH == 16
-/// simd_kernel_set::max_pool_2x2_row by 16 outputs at a time: the window's
+/// One output row of the 2x2 stride-2 window over input rows r0 and r1 (a
+/// row `width` long, starting at flat index `top`), by 16 outputs at a time: the window's
 /// four corners deinterleaved from two rows of 32 inputs; masked loads and
 /// stores for a short row (14 and 7 in the reference CNN).
 void max_pool_2x2_row(const float* r0, const float* r1, int64_t ow, int32_t top, int32_t width, float* yo,
@@ -46,7 +47,8 @@ void max_pool_2x2_row(const float* r0, const float* r1, int64_t ow, int32_t top,
   }
 }
 #else
-/// simd_kernel_set::max_pool_2x2_row one output at a time.
+/// One output row of the 2x2 stride-2 window over input rows r0 and r1 (a
+/// row `width` long, starting at flat index `top`), one output at a time.
 void max_pool_2x2_row(const float* r0, const float* r1, int64_t ow, int32_t top, int32_t width, float* yo,
                       int32_t* ao) {
   for (int64_t c = 0; c < ow; ++c) {
@@ -66,8 +68,17 @@ void max_pool_2x2_row(const float* r0, const float* r1, int64_t ow, int32_t top,
 }
 #endif
 
+void max_pool_2x2_plane(const float* x, int64_t h, int64_t w, int32_t top, float* yo, int32_t* ao) {
+  const int64_t oh = h / 2, ow = w / 2;
+  for (int64_t r = 0; r < oh; ++r) {
+    const float* r0 = x + 2 * r * w;
+    max_pool_2x2_row(r0, r0 + w, ow, top + static_cast<int32_t>(2 * r * w), static_cast<int32_t>(w), yo + r * ow,
+                     ao + r * ow);
+  }
+}
+
 const simd_kernel_set table{conv2d_forward_direct, conv2d_backward_direct, conv2d_forward_winograd,
-                            conv2d_backward_winograd, max_pool_2x2_row};
+                            conv2d_backward_winograd, max_pool_2x2_plane};
 
 } // namespace
 

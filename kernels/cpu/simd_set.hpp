@@ -27,11 +27,10 @@ struct simd_kernel_set {
   /// The same, by Winograd's F(2x2, 3x3) (conv_winograd.cpp).
   conv_forward forward_winograd;
   conv_backward backward_winograd;
-  /// One output row of a 2x2 stride-2 max pool over input rows r0 and r1:
-  /// maxima into yo, their flat input indices (top + column offset, a row
-  /// `width` long) into ao; the first of equal maxima wins (NaN never does).
-  void (*max_pool_2x2_row)(const float* r0, const float* r1, int64_t ow, int32_t top, int32_t width, float* yo,
-                           int32_t* ao);
+  /// A 2x2 stride-2 max pool of one plane x [h, w] (oh = h / 2, ow = w / 2):
+  /// maxima into yo [oh, ow], their flat input indices (`top` + the offset
+  /// in the plane) into ao; the first of equal maxima wins (NaN never does).
+  void (*max_pool_2x2_plane)(const float* x, int64_t h, int64_t w, int32_t top, float* yo, int32_t* ao);
 };
 
 // Each set's table (simd_set.cpp, compiled per set).

@@ -1,5 +1,5 @@
 // One instruction set's table of the vector kernels (simd_set.hpp), and the
-// 2x2 max-pool row, whose AVX-512 path deinterleaves with a permute the
+// 2x2 max pool, whose AVX-512 path deinterleaves with a permute the
 // narrower sets lack. Compiled once per set, like conv_direct.cpp.
 #include <immintrin.h>
 

@@ -106,9 +106,10 @@ if [[ " $models " == *" gpt "* ]]; then
     "$steps_gpt" "$(awk -v a="$t" 'BEGIN{print a*128}')" "$(awk -v b="$b" 'BEGIN{print b*128}')"
 fi
 if [ "$run_gemm" = 1 ]; then
-  printf '\nGEMM 1024^3, %s threads: troupe %s GFLOP/s, OpenBLAS %s GFLOP/s (troupe/OpenBLAS %s), Eigen %s GFLOP/s\n' \
-    "$threads" "$(field troupe_gflops "$tmp/gemm.json")" "$(field openblas_gflops "$tmp/gemm.json")" \
-    "$(field troupe_vs_openblas "$tmp/gemm.json")" "$(field eigen_gflops "$tmp/gemm.json")"
+  gflops() { sed -n "s/.*\"candidate\":\"$1\",\"gflops\":\([0-9.]*\).*/\1/p" "$tmp/gemm.json"; }
+  printf '\nGEMM 1024^3, %s threads, kernels %s: troupe (openblas backend) %s GFLOP/s, own %s, OpenBLAS %s (own/OpenBLAS %s), Eigen %s\n' \
+    "$threads" "$(sed -n 's/.*"kernels":"\([^"]*\)".*/\1/p' "$tmp/gemm.json")" "$(gflops troupe_openblas)" \
+    "$(gflops troupe_own)" "$(gflops openblas)" "$(field own_vs_openblas "$tmp/gemm.json")" "$(gflops eigen)"
 fi
 read -r steal1 total1 < <(cpu_steal)
 # On a shared VM the hypervisor may take cores away ("steal"); runs are interleaved so both sides see it.

@@ -13,6 +13,8 @@ namespace troupe::kernels {
 /// Instruction sets the CPU (and the OS) support, from cpuid.
 struct cpu_features {
   bool avx2 = false, fma = false, avx512f = false;
+  /// AVX-512 F, CD, BW, DQ and VL (x86-64-v4): what the "avx512" kernel set is compiled for.
+  bool avx512 = false;
 };
 /// This CPU's features, detected once.
 const cpu_features& cpu();
@@ -25,9 +27,10 @@ struct cache_sizes {
 /// This machine's caches, read once.
 const cache_sizes& caches();
 
-/// The kernel set troupe's own kernels use in this process, by name:
-/// "avx2+fma" or "generic" (plain C++ for what the compiler targets). Chosen
-/// once from cpu(): the widest set the CPU has. The environment variable
+/// The kernel set troupe's own kernels (GEMM, direct and Winograd
+/// convolutions, pooling) use in this process, by name: "avx512", "avx2+fma"
+/// or "generic" (plain C++ and SSE vectors). Chosen once from cpu(): the
+/// widest set the CPU has. The environment variable
 /// TROUPE_CPU_KERNELS (a name of cpu_kernel_sets()) caps it, e.g. to test the
 /// generic kernels on an AVX2 machine; a name the CPU cannot run is an error.
 std::string cpu_kernels_name();

@@ -19,6 +19,9 @@
 // Everything else (strides other than 1 and 2, kernels other than 1, 3, 5 or
 // 7, dx of a strided convolution) goes to the im2col path of dense_conv.cpp,
 // which is also the reference these kernels are tested against.
+//
+// Compiled once per instruction set, into namespace detail::TROUPE_ISA
+// (cmake/troupe_kernel_sets.cmake, simd_set.hpp): simd::width is that set's.
 
 #include <omp.h>
 
@@ -33,7 +36,7 @@
 #include "kernels/cpu/simd.hpp"
 #include "kernels/kernels.hpp"
 
-namespace troupe::kernels::detail {
+namespace troupe::kernels::detail::TROUPE_ISA {
 
 namespace {
 
@@ -257,7 +260,7 @@ void dw_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, int
 
 // ---------------------------------------------------------------- layout changes
 
-#if defined(__AVX__)
+#if TROUPE_SIMD_WIDTH >= 8
 constexpr int64_t tb = 8;  // transposes in 8x8 blocks of AVX registers
 using block = __m256;
 inline block load_block(const float* p) { return _mm256_loadu_ps(p); }
@@ -433,10 +436,6 @@ void dx_by_gemm(const context& ctx, const tensor& w, const tensor& dy, const ten
 
 } // namespace
 
-bool conv2d_direct_supported(const conv2d_geometry& g) {
-  return (g.stride == 1 || g.stride == 2) && (g.kernel == 1 || g.kernel == 3 || g.kernel == 5 || g.kernel == 7);
-}
-
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                            const conv2d_geometry& g, bool relu, tensor& y) {
   const shape ys = y.shape();
@@ -515,4 +514,4 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   if (dx && !direct_dx) dx_by_gemm(ctx, w, dy, relu_output, g, *dx);
 }
 
-} // namespace troupe::kernels::detail
+} // namespace troupe::kernels::detail::TROUPE_ISA

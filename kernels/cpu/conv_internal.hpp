@@ -1,7 +1,9 @@
 #pragma once
 
-// conv2d's two paths, behind kernels::conv2d_forward/backward: the direct
-// kernels (conv_direct.cpp) and im2col + GEMM (dense_conv.cpp), the reference.
+// conv2d's paths, behind kernels::conv2d_forward/backward (dense_conv.cpp):
+// im2col + GEMM (dense_conv.cpp), the reference; the direct kernels
+// (conv_direct.cpp) and Winograd's (conv_winograd.cpp), compiled once per
+// instruction set and reached through simd_set.hpp's active_simd_kernels().
 // Shapes are checked and outputs shaped by the callers.
 
 #include "kernels/kernels.hpp"
@@ -10,6 +12,16 @@ namespace troupe::kernels::detail {
 
 /// Whether the direct kernels handle `g`: strides 1 and 2, kernels 1, 3, 5, 7.
 bool conv2d_direct_supported(const conv2d_geometry& g);
+/// Whether the Winograd kernels handle `g`: 3x3, stride 1, padding 0 to 2.
+bool conv2d_winograd_supported(const conv2d_geometry& g);
+/// dx alone by GEMM and col2im, image by image (needs no column buffer).
+void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy, const conv2d_geometry& g,
+                               tensor& dx);
+
+#ifdef TROUPE_ISA
+// The files compiled once per instruction set, in that set's namespace.
+namespace TROUPE_ISA {
+
 /// y = conv(x, w) + bias, then max(y, 0) when `relu`.
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                            const conv2d_geometry& g, bool relu, tensor& y);
@@ -17,17 +29,12 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
                             tensor* dbias);
-/// Whether the Winograd kernels handle `g`: 3x3, stride 1, padding 0 to 2.
-bool conv2d_winograd_supported(const conv2d_geometry& g);
 /// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) (conv_winograd.cpp).
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                              const conv2d_geometry& g, bool relu, tensor& y);
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
                               tensor* dbias);
-/// dx alone by GEMM and col2im, image by image (needs no column buffer).
-void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy, const conv2d_geometry& g,
-                               tensor& dx);
 
 // Shared by the direct and Winograd kernels (conv_direct.cpp).
 
@@ -47,5 +54,8 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias);
+
+} // namespace TROUPE_ISA
+#endif
 
 } // namespace troupe::kernels::detail

@@ -21,6 +21,9 @@
 // store_channels writes NCHW with the bias and ReLU. The rounding differs
 // from the direct kernels' (the transforms add and subtract before the
 // products): the tests compare against im2col within 1e-5 relative.
+//
+// Compiled once per instruction set, into namespace detail::TROUPE_ISA
+// (cmake/troupe_kernel_sets.cmake, simd_set.hpp): simd::width is that set's.
 
 #include <omp.h>
 
@@ -33,7 +36,7 @@
 #include "kernels/cpu/simd.hpp"
 #include "kernels/kernels.hpp"
 
-namespace troupe::kernels::detail {
+namespace troupe::kernels::detail::TROUPE_ISA {
 
 namespace {
 
@@ -279,10 +282,6 @@ void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const flo
 
 } // namespace
 
-bool conv2d_winograd_supported(const conv2d_geometry& g) {
-  return g.kernel == 3 && g.stride == 1 && g.padding >= 0 && g.padding <= 2;
-}
-
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                              const conv2d_geometry& g, bool relu, tensor& y) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
@@ -366,4 +365,4 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
   if (dbias) std::copy_n(partial + elements * cp * ocp, oc, dbias->data());
 }
 
-} // namespace troupe::kernels::detail
+} // namespace troupe::kernels::detail::TROUPE_ISA

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/cpu/conv_internal.hpp"
+#include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
@@ -67,6 +68,14 @@ shape conv2d_output_shape(const shape& x, const conv2d_geometry& g) {
                   "kernel " + std::to_string(g.kernel) + " is larger than the padded input " +
                       std::to_string(hp) + "x" + std::to_string(wp));
   return {x[0], g.out_channels, (hp - g.kernel) / g.stride + 1, (wp - g.kernel) / g.stride + 1};
+}
+
+bool detail::conv2d_direct_supported(const conv2d_geometry& g) {
+  return (g.stride == 1 || g.stride == 2) && (g.kernel == 1 || g.kernel == 3 || g.kernel == 5 || g.kernel == 7);
+}
+
+bool detail::conv2d_winograd_supported(const conv2d_geometry& g) {
+  return g.kernel == 3 && g.stride == 1 && g.padding >= 0 && g.padding <= 2;
 }
 
 namespace {
@@ -232,9 +241,9 @@ void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const 
   if (path != conv_path::im2col) {
     cols = tensor();
     if (path == conv_path::winograd)
-      detail::conv2d_forward_winograd(ctx, x, w, bias, g, relu, y);
+      detail::active_simd_kernels().forward_winograd(ctx, x, w, bias, g, relu, y);
     else
-      detail::conv2d_forward_direct(ctx, x, w, bias, g, relu, y);
+      detail::active_simd_kernels().forward_direct(ctx, x, w, bias, g, relu, y);
   } else {
     conv2d_forward_im2col(ctx, x, w, bias, g, y, cols);
     if (relu) relu_forward(ctx, y, y);
@@ -252,9 +261,9 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
   if (dx) ensure_shape(*dx, x.shape());
   const conv_path path = path_for(ctx, g);
   if (path == conv_path::winograd) {
-    detail::conv2d_backward_winograd(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
   } else if (path == conv_path::direct) {
-    detail::conv2d_backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
   } else if (relu_output) {
     tensor masked;
     relu_backward(ctx, *relu_output, dy, masked);

@@ -37,11 +37,13 @@ void pack_panels_ref(const float* src, int64_t si, int64_t sp, int64_t count, in
 const gemm_kernel_set& generic_gemm_kernels();
 /// AVX2 + FMA (6 x 16 tiles); null where the compiler cannot emit them.
 const gemm_kernel_set* avx2_gemm_kernels();
+/// AVX-512F (8 x 32 tiles; packing needs AVX2); null where the compiler cannot emit them.
+const gemm_kernel_set* avx512_gemm_kernels();
 
-/// Every set this CPU can run, widest first (machine.cpp).
+/// Every GEMM set this CPU can run, widest first, each once (machine.cpp).
 const gemm_kernel_set* const* runnable_gemm_kernels(int& count);
-/// The set chosen for this process (machine.cpp): the widest runnable one,
-/// capped by TROUPE_CPU_KERNELS.
+/// The GEMM set of the kernel set chosen for this process (machine.cpp,
+/// cpu_kernels_name()): the widest runnable one, capped by TROUPE_CPU_KERNELS.
 const gemm_kernel_set& active_gemm_kernels();
 
 /// Row-major C[m x n] = alpha * op(A) * op(B) + beta * C on kernel set `ks`,

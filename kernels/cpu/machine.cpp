@@ -1,11 +1,13 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm_own.hpp"
+#include "kernels/cpu/simd_set.hpp"
 #include "kernels/machine.hpp"
 #include "tensor/error.hpp"
 
@@ -21,6 +23,8 @@ cpu_features detect() {
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
   f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512 = f.avx512f && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #endif
   return f;
 }
@@ -52,25 +56,41 @@ long cache_size(int level, long fallback) {
   return v > 0 ? v : fallback;
 }
 
-std::vector<const detail::gemm_kernel_set*> runnable_sets() {
-  std::vector<const detail::gemm_kernel_set*> sets;
-  // Where an AVX-512 set is written, it goes first here, under cpu().avx512f.
-  if (cpu().avx2 && cpu().fma && detail::avx2_gemm_kernels()) sets.push_back(detail::avx2_gemm_kernels());
-  sets.push_back(&detail::generic_gemm_kernels());
+/// A kernel set: its name and what it runs, GEMM and the vector kernels.
+struct kernel_set {
+  const char* name;
+  const detail::gemm_kernel_set* gemm;
+  const detail::simd_kernel_set* simd;
+};
+
+/// The sets this CPU runs, widest first.
+std::vector<kernel_set> runnable_sets() {
+  std::vector<kernel_set> sets;
+  const bool avx2 = cpu().avx2 && cpu().fma && detail::avx2_gemm_kernels();
+  if (avx2 && cpu().avx512 && detail::avx512_gemm_kernels())
+    sets.push_back({"avx512", detail::avx512_gemm_kernels(), &detail::avx512::simd_kernels()});
+  if (avx2) sets.push_back({"avx2+fma", detail::avx2_gemm_kernels(), &detail::avx2::simd_kernels()});
+  sets.push_back({"generic", &detail::generic_gemm_kernels(), &detail::generic::simd_kernels()});
   return sets;
 }
 
-const detail::gemm_kernel_set& choose() {
-  const auto& sets = runnable_sets();
+kernel_set choose() {
+  const auto sets = runnable_sets();
   const char* cap = std::getenv("TROUPE_CPU_KERNELS");
-  if (!cap || !*cap) return *sets.front();
+  if (!cap || !*cap) return sets.front();
   std::string names;
-  for (const auto* s : sets) {
-    if (s->name == std::string(cap)) return *s;
-    names += names.empty() ? s->name : std::string(", ") + s->name;
+  for (const auto& s : sets) {
+    if (s.name == std::string(cap)) return s;
+    names += names.empty() ? s.name : std::string(", ") + s.name;
   }
   throw error(std::string("TROUPE_CPU_KERNELS=") + cap + ": this CPU runs the kernel sets " + names +
               "; set one of them or unset the variable");
+}
+
+/// The set of this process, chosen once.
+const kernel_set& active() {
+  static const kernel_set s = choose();
+  return s;
 }
 
 } // namespace
@@ -91,26 +111,30 @@ const cache_sizes& caches() {
   return c;
 }
 
-std::string cpu_kernels_name() { return detail::active_gemm_kernels().name; }
+std::string cpu_kernels_name() { return active().name; }
 
 std::vector<std::string> cpu_kernel_sets() {
   std::vector<std::string> names;
-  for (const auto* s : runnable_sets()) names.push_back(s->name);
+  for (const auto& s : runnable_sets()) names.push_back(s.name);
   return names;
 }
 
 namespace detail {
 
 const gemm_kernel_set* const* runnable_gemm_kernels(int& count) {
-  static const std::vector<const gemm_kernel_set*> sets = runnable_sets();
+  static const std::vector<const gemm_kernel_set*> sets = [] {
+    std::vector<const gemm_kernel_set*> g;
+    for (const auto& s : runnable_sets())
+      if (std::find(g.begin(), g.end(), s.gemm) == g.end()) g.push_back(s.gemm);
+    return g;
+  }();
   count = static_cast<int>(sets.size());
   return sets.data();
 }
 
-const gemm_kernel_set& active_gemm_kernels() {
-  static const gemm_kernel_set& s = choose();
-  return s;
-}
+const gemm_kernel_set& active_gemm_kernels() { return *active().gemm; }
+
+const simd_kernel_set& active_simd_kernels() { return *active().simd; }
 
 } // namespace detail
 

@@ -1,70 +1,11 @@
-#include <immintrin.h>
-
 #include <algorithm>
 #include <limits>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
-
-namespace {
-
-/// One output row of the 2x2 stride-2 window over input rows r0 and r1:
-/// maxima into yo, their flat input indices (top + column offset) into ao;
-/// the first of equal maxima wins (strict >, so NaN never wins).
-void max_pool_2x2_row(const float* r0, const float* r1, int64_t ow, int32_t top, int32_t width, float* yo,
-                      int32_t* ao) {
-  int64_t c = 0;
-#if defined(__AVX512F__)
-  // 16 outputs at a time: the window's four corners deinterleaved from two
-  // rows of 32 inputs; masked loads and stores for a short row (14 and 7 in
-  // the reference CNN).
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i right = _mm512_set1_epi32(1), below = _mm512_set1_epi32(width),
-                diagonal = _mm512_set1_epi32(width + 1);
-  for (; c < ow; c += 16) {
-    const int64_t n = std::min<int64_t>(16, ow - c), in = 2 * n;
-    const __mmask16 out = static_cast<__mmask16>((1u << n) - 1);
-    const __mmask16 lo = in >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << in) - 1);
-    const __mmask16 hi = in <= 16 ? 0 : static_cast<__mmask16>((1u << (in - 16)) - 1);
-    const float* a = r0 + 2 * c;
-    const float* b = r1 + 2 * c;
-    const __m512 a0 = _mm512_maskz_loadu_ps(lo, a), a1 = _mm512_maskz_loadu_ps(hi, a + 16);
-    const __m512 b0 = _mm512_maskz_loadu_ps(lo, b), b1 = _mm512_maskz_loadu_ps(hi, b + 16);
-    const __m512 corners[3] = {_mm512_permutex2var_ps(a0, odd, a1), _mm512_permutex2var_ps(b0, even, b1),
-                               _mm512_permutex2var_ps(b0, odd, b1)};
-    const __m512i steps[3] = {right, below, diagonal};
-    const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(top + 2 * static_cast<int32_t>(c)), even);
-    __m512 best = _mm512_permutex2var_ps(a0, even, a1);
-    __m512i arg = base;
-    for (int k = 0; k < 3; ++k) {
-      const __mmask16 m = _mm512_cmp_ps_mask(corners[k], best, _CMP_GT_OQ);
-      best = _mm512_mask_mov_ps(best, m, corners[k]);
-      arg = _mm512_mask_add_epi32(arg, m, base, steps[k]);
-    }
-    _mm512_mask_storeu_ps(yo + c, out, best);
-    _mm512_mask_storeu_epi32(ao + c, out, arg);
-  }
-#endif
-  for (; c < ow; ++c) {
-    const float a = r0[2 * c], b = r0[2 * c + 1], d = r1[2 * c], e = r1[2 * c + 1];
-    const int32_t at = top + 2 * static_cast<int32_t>(c);
-    float best = a;
-    int32_t arg = at;
-    arg = b > best ? at + 1 : arg;
-    best = b > best ? b : best;
-    arg = d > best ? at + width : arg;
-    best = d > best ? d : best;
-    arg = e > best ? at + width + 1 : arg;
-    best = e > best ? e : best;
-    yo[c] = best;
-    ao[c] = arg;
-  }
-}
-
-} // namespace
 
 shape pool2d_output_shape(const shape& x, const pool2d_geometry& g) {
   const char* k = "pool2d";
@@ -85,15 +26,12 @@ void max_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geomet
   const float* xp = x.data();
   float* yp = y.data();
   int32_t* ap = argmax.data();
+  const auto pool_plane = detail::active_simd_kernels().max_pool_2x2_plane;
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* in = xp + pl * h * w;
     if (k == 2 && s == 2) {
-      for (int64_t r = 0; r < oh; ++r) {
-        const float* r0 = in + 2 * r * w;
-        max_pool_2x2_row(r0, r0 + w, ow, static_cast<int32_t>(pl * h * w + 2 * r * w), static_cast<int32_t>(w),
-                         yp + pl * oh * ow + r * ow, ap + pl * oh * ow + r * ow);
-      }
+      pool_plane(in, h, w, static_cast<int32_t>(pl * h * w), yp + pl * oh * ow, ap + pl * oh * ow);
       continue;
     }
     for (int64_t r = 0; r < oh; ++r)

@@ -1,14 +1,35 @@
 #pragma once
 
-// The few vector operations the direct convolution kernels use, on the
-// widest instruction set the build targets: AVX-512 (16 floats), AVX2 + FMA
-// (8) or SSE2 (4, x86-64's baseline, which builds without -march=native get).
+// The few vector operations the direct convolution kernels use, on one
+// instruction set: AVX-512 (16 floats), AVX2 + FMA (8) or SSE2 (4, x86-64's
+// baseline). A file compiled once per kernel set (CMake's
+// troupe_kernels_<set>) gets TROUPE_SIMD_WIDTH from its set; any other file
+// the widest width its compiler flags allow. Each width has its own inline
+// namespace: files of different widths never share a definition.
 
 #include <immintrin.h>
 
-namespace troupe::kernels::simd {
-
+#ifndef TROUPE_SIMD_WIDTH
 #if defined(__AVX512F__)
+#define TROUPE_SIMD_WIDTH 16
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TROUPE_SIMD_WIDTH 8
+#else
+#define TROUPE_SIMD_WIDTH 4
+#endif
+#endif
+
+#define TROUPE_SIMD_PASTE(a, b) a##b
+#define TROUPE_SIMD_NAME(width) TROUPE_SIMD_PASTE(w, width)
+#define TROUPE_SIMD_NAMESPACE TROUPE_SIMD_NAME(TROUPE_SIMD_WIDTH)
+
+namespace troupe::kernels::simd {
+inline namespace TROUPE_SIMD_NAMESPACE {
+
+#if TROUPE_SIMD_WIDTH == 16
+#ifndef __AVX512F__
+#error "TROUPE_SIMD_WIDTH 16 needs AVX-512F in the compiler flags"
+#endif
 constexpr int width = 16;
 constexpr int registers = 32;
 using vec = __m512;
@@ -26,7 +47,10 @@ inline vec sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) {
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
 }
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif TROUPE_SIMD_WIDTH == 8
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "TROUPE_SIMD_WIDTH 8 needs AVX2 and FMA in the compiler flags"
+#endif
 constexpr int width = 8;
 constexpr int registers = 16;
 using vec = __m256;
@@ -41,7 +65,7 @@ inline vec mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
 inline vec max(vec a, vec b) { return _mm256_max_ps(a, b); }
 inline vec sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) { return _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
-#else
+#elif TROUPE_SIMD_WIDTH == 4
 constexpr int width = 4;
 constexpr int registers = 16;
 using vec = __m128;
@@ -56,6 +80,8 @@ inline vec mul(vec a, vec b) { return _mm_mul_ps(a, b); }
 inline vec max(vec a, vec b) { return _mm_max_ps(a, b); }
 inline vec sub(vec a, vec b) { return _mm_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) { return _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), g); }
+#else
+#error "TROUPE_SIMD_WIDTH must be 4, 8 or 16"
 #endif
 
 /// The sum of v's lanes.
@@ -70,4 +96,5 @@ inline float reduce(vec v) {
 /// Accumulators a register tile may use: the rest hold loaded operands.
 constexpr int accumulators = registers == 32 ? 26 : 12;
 
+} // namespace w4, w8 or w16, by the width
 } // namespace troupe::kernels::simd

@@ -3,12 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm_own.hpp"
+#include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 #include "model/nn.hpp"
 #include "model/optimizer.hpp"
@@ -146,9 +148,23 @@ TEST_CASE("gemm backends by name, and the kernel set is one the CPU runs", "[ker
   REQUIRE(!sets.empty());
   CHECK(sets.back() == "generic");
   CHECK(std::find(sets.begin(), sets.end(), k::cpu_kernels_name()) != sets.end());
-  if (k::cpu().avx2 && k::cpu().fma) CHECK(sets.front() == "avx2+fma");
+  if (k::cpu().avx512) CHECK(sets.front() == "avx512");
+  else if (k::cpu().avx2 && k::cpu().fma) CHECK(sets.front() == "avx2+fma");
   CHECK(k::caches().l1d > 0);
   CHECK(k::caches().l2 >= k::caches().l1d);
+}
+
+TEST_CASE("TROUPE_CPU_KERNELS picks the GEMM and the vector kernels of the set it names", "[kernels][gemm_own]") {
+  const char* cap = std::getenv("TROUPE_CPU_KERNELS");
+  const std::string name = k::cpu_kernels_name();
+  if (cap && *cap) CHECK(name == cap);
+  else CHECK(name == k::cpu_kernel_sets().front());
+  const k::detail::simd_kernel_set* want = name == "avx512"     ? &k::detail::avx512::simd_kernels()
+                                           : name == "avx2+fma" ? &k::detail::avx2::simd_kernels()
+                                                                : &k::detail::generic::simd_kernels();
+  CHECK(&k::detail::active_simd_kernels() == want);
+  const std::string gemm = k::detail::active_gemm_kernels().name;
+  CHECK(gemm == name);
 }
 
 TEST_CASE("the FMA probe runs the widths the CPU has and refuses the others", "[kernels][peak]") {

@@ -266,7 +266,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
   CHECK(find_job_key("wokers") == nullptr);
 }
 
-TEST_CASE("--help states each key's default as the settings hold it", "[job_file]") {
+TEST_CASE("the help states each key's default as the settings hold it", "[job_file]") {
   // The help writes "(default {default})" and the table fills in the value of
   // a default job_spec; a default written by hand in the help must agree.
   const job_spec defaults;

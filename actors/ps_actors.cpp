@@ -313,6 +313,7 @@ struct stage_state {
   std::optional<device_pace> pace;       // of its device, when an emulated slower one
   clock_type::time_point hold_until;     // when the current hold is due to end
   clock_type::time_point hold_from;      // when it began (traced as the action's "device" time)
+  int64_t hold_micro_batch = -1;         // the held action's micro-batch (-1: an update)
 };
 using stage_actor_t = caf::stateful_actor<stage_state>;
 
@@ -342,6 +343,7 @@ void stage_step(stage_actor_t* self) {
     if (st.pace) {
       const double extra = st.pace->hold(r.last, train::seconds_since(t0));
       st.hold_from = clock_type::now();
+      st.hold_micro_batch = r.last_micro_batch;
       st.hold_until = st.hold_from + std::chrono::microseconds(static_cast<int64_t>(extra * 1e6));
       st.busy = true;
       st.held = std::move(r);
@@ -379,7 +381,7 @@ caf::behavior stage_actor(stage_actor_t* self, std::shared_ptr<stage_core> core,
         st.busy = false;
         if (st.pace) st.pace->ended_late(train::seconds_since(st.hold_until));
         // The emulated device was busy with the action while it held it: its trace shows so.
-        if (const auto& t = st.core->config().trace) t->span(st.track, "device", st.hold_from, clock_type::now());
+        if (const auto& t = st.core->config().trace) t->span(st.track, "device", st.hold_from, clock_type::now(), st.hold_micro_batch);
         try {
           stage_send(self, st.held);
           stage_step(self);

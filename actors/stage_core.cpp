@@ -165,6 +165,7 @@ stage_core::result stage_core::run(int max_actions) {
     const model::pipeline_action a = program_.peek();
     program_.advance();
     out.last = a.what;
+    out.last_micro_batch = a.micro_batch;
     switch (a.what) {
       case model::pipeline_action::kind::forward: forward(a.micro_batch, out); break;
       case model::pipeline_action::kind::backward: backward(a.micro_batch, out); break;

@@ -96,6 +96,7 @@ public:
     std::vector<train::step_report> reports;
     int actions = 0;                           ///< actions run
     model::pipeline_action::kind last = model::pipeline_action::kind::forward;  ///< the last action's kind
+    int64_t last_micro_batch = -1;             ///< and its micro-batch (-1: an update)
   };
   /// Runs the schedule's actions while their inputs are here, at most
   /// `max_actions` of them (an actor runs one at a time and sends its output

@@ -89,8 +89,9 @@ net::message loader_core::next() {
     start_epoch();
     if (next_size() == 0) throw error(net::to_string(p_.address) + ": its part of the data is empty");
   }
-  const int64_t labels = text_ ? next_size() * text_->windows.context : next_size();
-  auto b = net::make_builder(next_size() * sample_.numel() * static_cast<int64_t>(sizeof(float)) + labels * 4);
+  const int64_t n = next_size();
+  const int64_t labels = text_ ? n * text_->windows.context : n;
+  auto b = net::make_builder(n * sample_.numel() * static_cast<int64_t>(sizeof(float)) + labels * 4);
   auto batch = net::init_envelope(*b, p_.address, p_.worker).initBatch();
   batch.setEpoch(static_cast<uint32_t>(epoch_));
   batch.setIndex(index_++);

@@ -72,8 +72,13 @@ public:
   asgd(const update_config& c, int64_t n, bool staleness_aware, const kernels::context& ctx)
       : c_(c), aware_(staleness_aware), ctx_(ctx) {
     if (!c.adamw) return;
-    if (c_.segments.empty()) c_.segments = {n};
-    if (c_.segment_decays.size() != c_.segments.size()) c_.segment_decays.assign(c_.segments.size(), false);
+    if (c_.segments.empty()) {
+      c_.segments = {n};
+      c_.segment_decays = {false};
+    }
+    if (c_.segment_decays.size() != c_.segments.size())
+      throw error(name() + " with adamw: " + std::to_string(c_.segment_decays.size()) + " decay flags for " +
+                  std::to_string(c_.segments.size()) + " segments");
     int64_t sum = 0;
     for (int64_t len : c_.segments) sum += len;
     if (sum != n)

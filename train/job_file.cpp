@@ -784,24 +784,16 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-/// A default as --help shows it: 0.02, 60, true, cnn.
+/// A default as --help shows it: 0.02, 60, true, cnn (a job file's text, but
+/// numbers in their shortest form and words unquoted).
 std::string help_value(const job_value& v) {
-  struct printer {
-    std::string operator()(bool b) const { return b ? "true" : "false"; }
-    std::string operator()(int64_t i) const { return std::to_string(i); }
-    std::string operator()(double d) const {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.6g", d);
-      return buf;
-    }
-    std::string operator()(const std::string& s) const { return s; }
-    std::string operator()(const std::vector<double>& xs) const {
-      std::string out;
-      for (double x : xs) out += (out.empty() ? "" : ",") + (*this)(x);
-      return out;
-    }
-  };
-  return std::visit(printer{}, v);
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  if (const auto* d = std::get_if<double>(&v)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", *d);
+    return buf;
+  }
+  return toml_text(v);
 }
 
 /// `keys` with "{default}" in each help replaced by the key's value in a

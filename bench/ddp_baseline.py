@@ -25,7 +25,7 @@ its own batch), --warmup W (steps left out of samples_per_s, default 10),
 global steps), --bucket-cap-mb (DDP's default 25), --compress none|fp16
 (DDP's fp16_compress_hook; its bf16 hook needs CUDA and NCCL), --threads, --data-dir, --seed.
 
-It runs with glibc's mmap threshold raised, as a fair PyTorch baseline needs
+It runs with glibc's mmap threshold raised (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_), as a fair PyTorch baseline needs
 here (bench/tuned_malloc.py: the script runs itself again with it when it is not).
 """
 import argparse

@@ -43,7 +43,7 @@ def main():
     p.add_argument("--max-iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=1)
     a = p.parse_args()
-    rerun_with_tuned_malloc()  # as a fair PyTorch baseline runs (bench/tuned_malloc.py)
+    rerun_with_tuned_malloc()  # MALLOC_MMAP_THRESHOLD_ raised, as a fair PyTorch baseline runs (bench/tuned_malloc.py)
     nodes = a.nodes.split(",")
     n = len(nodes)
     if not 0 <= a.rank < n:

@@ -27,9 +27,10 @@ shard_core::shard_core(const train::shard_plan& p, const std::vector<named_tenso
     throw error(who + ": " + std::to_string(tensors.size()) + " tensors for the range [" +
                 std::to_string(p.range.first) + ", " + std::to_string(p.range.last) + ")");
   std::vector<float> flat;
+  std::vector<shape> shapes;
   for (const auto& t : tensors) {
     names_.push_back(t.name);
-    shapes_.push_back(t.value.shape());
+    shapes.push_back(t.value.shape());
     flat.insert(flat.end(), t.value.data(), t.value.data() + t.value.numel());
   }
   n_ = static_cast<int64_t>(flat.size());
@@ -38,19 +39,16 @@ shard_core::shard_core(const train::shard_plan& p, const std::vector<named_tenso
                 std::to_string(rule.workers) + " workers");
   if (n_ != p.range.numel())
     throw error(who + ": " + std::to_string(n_) + " parameters for a range of " + std::to_string(p.range.numel()));
-  // The first message is built on the thread that makes the shard (a node's
-  // main thread, which runs no kernels): one thread, so no OpenMP team starts there.
-  ctx_ = kernels::context::with_threads(1);
-  current_ = build_params(p_.address, flat.data(), 0, false, false, &w_);
+  holder_ = std::make_unique<param_holder>(p_.address, id(), p_.range, std::move(shapes), flat.data(), ctx);
   ctx_ = ctx;
   rule_ = model::make_update_rule(cfg_, n_, ctx_);
 }
 
 std::vector<named_tensor> shard_core::snapshot() const {
   std::vector<named_tensor> out;
-  const float* src = w_;
+  const float* src = holder_->values();
   for (std::size_t i = 0; i < names_.size(); ++i) {
-    tensor t = tensor::empty(shapes_[i]);
+    tensor t = tensor::empty(holder_->shapes()[i]);
     std::memcpy(t.data(), src, t.numel() * sizeof(float));
     src += t.numel();
     out.push_back({names_[i], std::move(t)});
@@ -66,52 +64,8 @@ std::vector<named_tensor> shard_core::rule_state() const {
 
 void shard_core::restore(uint64_t version, const std::vector<named_tensor>& rule_state) {
   rule_->load_state(rule_state);
-  version_ = version;
+  holder_->set_version(version);
   pushes_ = model::traits(cfg_.rule).synchronous ? version * static_cast<uint64_t>(cfg_.workers) : version;
-}
-
-net::message shard_core::build_params(const net::address& to, const float* w, uint64_t tau, bool rejected,
-                                      bool with_state, float** payload) const {
-  const std::vector<named_tensor> state = with_state ? rule_->state() : std::vector<named_tensor>{};
-  std::size_t bytes = n_ * sizeof(float) + 64 * shapes_.size();
-  for (const auto& t : state) bytes += t.value.numel() * sizeof(float) + 64 + t.name.size();
-  auto b = net::make_builder(bytes);
-  auto p = net::init_envelope(*b, p_.address, to).initParams();
-  p.setShard(id());
-  p.setVersion(version_);
-  p.setAppliedStaleness(tau);
-  p.setRejected(rejected);
-  float* dst = net::init_flat(p.initValues(), p_.range.first, p_.range.begin, shapes_);
-  kernels::copy(ctx_, n_, w, dst);
-  if (with_state) net::encode(state, p.initRuleState(static_cast<unsigned>(state.size())));
-  if (payload) *payload = dst;
-  return net::message::from_builder(std::move(b));
-}
-
-void shard_core::own_parameters() {
-  if (current_.exclusive_builder()) return;
-  current_ = build_params(p_.address, w_, current_tau_, current_rejected_, false, &w_);
-  current_version_ = version_;
-}
-
-net::message shard_core::reply_params(const net::address& to, uint64_t tau, bool rejected) {
-  if (auto* b = current_.exclusive_builder()) {
-    auto env = b->getRoot<wire::Envelope>();
-    net::write_address(env.getDestination(), to);
-    auto p = env.getParams();
-    p.setVersion(version_);
-    p.setAppliedStaleness(tau);
-    p.setRejected(rejected);
-  } else if (current_version_ != version_ || current_tau_ != tau || current_rejected_ != rejected) {
-    // current_ stays held until the copy is made: w_ lies in its payload, and
-    // the workers that hold it too may let it go at any moment.
-    net::message next = build_params(to, w_, tau, rejected, false, &w_);
-    current_ = std::move(next);
-  }
-  current_version_ = version_;
-  current_tau_ = tau;
-  current_rejected_ = rejected;
-  return current_;
 }
 
 int shard_core::worker_of(const net::address& from) const {
@@ -132,44 +86,44 @@ std::vector<shard_core::reply> shard_core::on_pull(const net::envelope_reader& r
   auto p = r.root().getPullParams();
   if (p.getShard() != id()) reject(net::reject_reason::wrong_shape, "pull for shard " + std::to_string(p.getShard()));
   if (from.role == net::role::worker || from.role == net::role::stage)
-    rule_->on_send(w_, n_, static_cast<int>(worker_index(from, "pull")));
+    rule_->on_send(holder_->values(), n_, static_cast<int>(worker_index(from, "pull")));
   // A hybrid's snapshot: a pipeline replica reports a mini-batch before its
   // stages have pushed it, so the pull waits for the pushes of the mini-batches it counts.
   if (p_.stage >= 0 && p.getSteps() > pushes_) {
-    kept_pulls_.keep(p.getSteps(), {from, p.getWithState()});
+    holder_->keep(p.getSteps(), {from, p.getWithState()});
     return {};
   }
   return {answer_pull(from, p.getWithState())};
 }
 
 shard_core::reply shard_core::answer_pull(const net::address& to, bool with_state) {
-  return {to, with_state ? build_params(to, w_, 0, false, true) : reply_params(to, 0, false)};
+  return {to, with_state ? holder_->reply_with_state(to, rule_->state()) : holder_->reply(to)};
 }
 
 std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r, const net::address& from) {
   const uint32_t w = worker_index(from, "push");
   auto p = r.root().getPushGradient();
   if (p.getShard() != id()) reject(net::reject_reason::wrong_shape, "push for shard " + std::to_string(p.getShard()));
-  if (p.getBaseVersion() > version_)
+  const uint64_t version = holder_->version();
+  if (p.getBaseVersion() > version)
     reject(net::reject_reason::malformed, "push: base version " + std::to_string(p.getBaseVersion()) +
-                                              " is ahead of the shard's " + std::to_string(version_));
+                                              " is ahead of the shard's " + std::to_string(version));
   const net::flat_view g = net::view(p.getValues(), "push");
-  net::require_range(g, p_.range.first, p_.range.begin, shapes_, "push to shard " + std::to_string(id()));
-  const uint64_t tau = version_ - p.getBaseVersion();
-  rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version_), total_updates_, cfg_.warmup));
-  own_parameters();
-  const bool updated = rule_->apply(w_, g.data, n_, static_cast<int>(w), static_cast<int64_t>(tau));
+  net::require_range(g, p_.range.first, p_.range.begin, holder_->shapes(), "push to shard " + std::to_string(id()));
+  const uint64_t tau = version - p.getBaseVersion();
+  rule_->set_lr(model::scheduled_lr(cfg_.lr, schedule_, static_cast<int64_t>(version), total_updates_, cfg_.warmup));
+  const bool updated = rule_->apply(holder_->writable(), g.data, n_, static_cast<int>(w), static_cast<int64_t>(tau));
   stats_.record(static_cast<int>(w), static_cast<int64_t>(tau));
   ++pushes_;
-  if (updated) ++version_;
+  if (updated) holder_->bump();
   std::vector<reply> out;
   if (!model::traits(cfg_.rule).synchronous) {
-    out.push_back({from, reply_params(from, tau, false)});
+    out.push_back({from, holder_->reply(from, tau)});
   } else {
     // SSGD: every worker of the round gets the same, once-built message.
     waiting_.emplace_back(from, tau);
     if (updated) {
-      net::message params = reply_params(from, 0, false);
+      net::message params = holder_->reply(from);
       for (auto& [worker, t] : waiting_) out.push_back({worker, params});
       waiting_.clear();
     }
@@ -179,7 +133,7 @@ std::vector<shard_core::reply> shard_core::on_push(const net::envelope_reader& r
 }
 
 void shard_core::answer_due_pulls(std::vector<reply>& out) {
-  kept_pulls_.answer_due(pushes_, [&](const kept_pull& k) { out.push_back(answer_pull(k.from, k.with_state)); });
+  holder_->answer_due(pushes_, [&](const param_holder::pull& k) { out.push_back(answer_pull(k.from, k.with_state)); });
 }
 
 std::vector<shard_core::reply> shard_core::handle(const net::message& m) {
@@ -232,8 +186,8 @@ std::vector<shard_core::reply> shard_core::answer_rejected(const net::address& f
   // trains on them, so they are what it holds now (DC rules: w_bak).
   const int w = worker_of(from);
   if (w < 0) return {};
-  rule_->on_send(w_, n_, w);
-  std::vector<reply> out{{from, reply_params(from, 0, true)}};
+  rule_->on_send(holder_->values(), n_, w);
+  std::vector<reply> out{{from, holder_->reply(from, 0, true)}};
   // A rejected push counts for a snapshot that waits for it: it will not come again.
   if (push) {
     ++pushes_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/param_client.hpp"
+#include "actors/param_holder.hpp"
 #include "kernels/context.hpp"
 #include "model/optimizer.hpp"
 #include "model/update_rule.hpp"
@@ -52,7 +53,7 @@ public:
 
   const net::address& address() const { return p_.address; }
   uint32_t id() const { return p_.address.index; }
-  uint64_t version() const { return version_; }
+  uint64_t version() const { return holder_->version(); }
   const model::staleness_stats& staleness() const { return stats_; }
   const net::reject_counter& rejects() const { return rejects_; }
   const std::string& last_error() const { return last_error_; }
@@ -65,19 +66,6 @@ public:
   void restore(uint64_t version, const std::vector<named_tensor>& rule_state);
 
 private:
-  /// A new Params message for `to` holding the parameters at `w`, with this
-  /// header; `*payload` (when given) points at its payload.
-  net::message build_params(const net::address& to, const float* w, uint64_t tau, bool rejected, bool with_state,
-                            float** payload = nullptr) const;
-  /// Before an update: makes the parameters this shard's alone. While a
-  /// worker still holds current_ (the message they live in), the update goes
-  /// to a copy: a message a peer holds never changes.
-  void own_parameters();
-  /// current_ with this reply's header: set in place when nobody else holds
-  /// it, shared as it is when its header already fits, else a new message.
-  /// A shared message keeps the destination of its first recipient: routing
-  /// uses the address of the reply, not the envelope's (docs/protocol.md).
-  net::message reply_params(const net::address& to, uint64_t tau, bool rejected);
   std::vector<reply> on_pull(const net::envelope_reader& r, const net::address& from);
   reply answer_pull(const net::address& to, bool with_state);
   /// The kept pulls that the pushes so far answer.
@@ -92,32 +80,21 @@ private:
   std::shared_ptr<train::tracer> trace_;
   std::string track_;
   std::vector<std::string> names_;
-  std::vector<shape> shapes_;
   int64_t n_ = 0;
-  // The parameters live in the payload of current_, the Params message that
-  // answers the next request, and are updated there in place once the
-  // workers have let it go (copy on write): a reply builds nothing and copies nothing.
-  net::message current_;
-  uint64_t current_version_ = 0, current_tau_ = 0;  // current_'s header
-  bool current_rejected_ = false;
-  float* w_ = nullptr;  // current_'s payload
+  // The parameters, in the Params message that answers the next request
+  // (copy on write), and the pulls that wait for pushes.
+  std::unique_ptr<param_holder> holder_;
   model::update_config cfg_;
   std::unique_ptr<model::update_rule> rule_;
   model::lr_schedule schedule_;
   int64_t total_updates_;
   kernels::context ctx_;
   net::reader_limits limits_;
-  uint64_t version_ = 0;
   model::staleness_stats stats_;
   net::reject_counter rejects_;
   std::string last_error_;
   std::vector<std::pair<net::address, uint64_t>> waiting_;  // SSGD: (worker, staleness) until the round completes
   uint64_t pushes_ = 0;  // pushes applied (SSGD: taken into a round), those before a resumed run's start included
-  struct kept_pull {
-    net::address from;
-    bool with_state;
-  };
-  kept_pulls<kept_pull> kept_pulls_;  // a hybrid's: answered once the pushes they count are in
   bool stop_ = false;
   /// A message that could not be opened: counted, and answered when its header names a worker.
   std::vector<reply> rejected(const net::message& m, const net::message_error& e);

@@ -17,6 +17,21 @@ namespace {
 
 [[noreturn]] void reject(net::reject_reason r, const std::string& what) { throw net::message_error(r, what); }
 
+/// `initial`, checked to hold the `n` parameters of the stage's range.
+const float* checked(const std::vector<float>& initial, int64_t n, const std::string& who) {
+  if (static_cast<int64_t>(initial.size()) != n)
+    throw error(who + ": " + std::to_string(initial.size()) + " parameters for a range of " + std::to_string(n));
+  return initial.data();
+}
+
+/// The strategy the config asks for: a hybrid's shard, a hybrid's allreduce, or the stage's own optimizer.
+std::unique_ptr<stage_weights> weights_of(const stage_config& c) {
+  const int64_t n = c.plan.params.numel();
+  if (c.plan.shard >= 0) return shard_stage_weights(c.plan.address, c.shard, c.plan.params, c.index, c.layout);
+  if (!c.peers.empty()) return allreduce_stage_weights(c.sgd, n, c.peers, c.member);
+  return own_stage_weights(c.sgd, n, net::to_string(c.plan.address));
+}
+
 /// Rows [begin, end) of a batch of `n` samples for micro-batch `j` of `m`.
 std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * j / m, n * (j + 1) / m}; }
 
@@ -25,32 +40,16 @@ std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * 
 stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial)
     : c_(std::move(c)), replicas_(std::move(replicas)), ctx_(kernels::context::with_threads(c_.plan.threads)),
       program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches),
-      track_(net::to_string(c_.plan.address)), opt_(c_.sgd, c_.plan.params.numel()),
-      shapes_(c_.layout.shapes(c_.plan.params.first, c_.plan.params.last)) {
-  if (static_cast<int64_t>(initial.size()) != c_.plan.params.numel())
-    throw error(track_ + ": " + std::to_string(initial.size()) + " parameters for a range of " +
-                std::to_string(c_.plan.params.numel()));
-  current_ = std::make_shared<std::vector<float>>(std::move(initial));
-  grads_.assign(current_->size(), 0.0f);
-  if (c_.stash > 0) stash_.emplace_back(0, current_);
-  if (!c_.peers.empty()) {
-    std::vector<int32_t> ids(c_.peers.size());
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    group_ = std::make_unique<collective_core>(ids, c_.member, 0);
-  }
-  if (c_.plan.shard >= 0) {
-    client_ = std::make_unique<param_client>(
-        c_.plan.address, std::vector<train::shard_plan>{{c_.shard, c_.plan.params, {}, c_.index}}, c_.layout);
-    client_->ignore_stale_answers();
-  }
+      track_(net::to_string(c_.plan.address)),
+      holder_(c_.plan.address, c_.plan.address.index, c_.plan.params,
+              c_.layout.shapes(c_.plan.params.first, c_.plan.params.last),
+              checked(initial, c_.plan.params.numel(), track_), ctx_),
+      weights_(weights_of(c_)) {
+  grads_.assign(static_cast<std::size_t>(holder_.size()), 0.0f);
+  if (c_.stash > 0) stash_.push_back(holder_.hold());
 }
 
-std::vector<outgoing> stage_core::start() {
-  if (!client_ || started_) return {};
-  started_ = true;
-  awaiting_params_ = true;
-  return client_->pull_all();
-}
+std::vector<outgoing> stage_core::start() { return weights_->start(); }
 
 net::opened_message stage_core::open(const net::message& m) const {
   auto r = std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
@@ -84,10 +83,8 @@ void stage_core::take(const net::opened_message& m) {
       break;
     }
     case wire::Envelope::PARAMS:
-      take_params(r);
-      break;
     case wire::Envelope::COLLECTIVE:
-      take_collective(r);
+      updated_ = weights_->take(r, holder_, weights_out_) || updated_;
       break;
     default:
       reject(net::reject_reason::unknown_kind, track_ + ": unexpected message kind");
@@ -100,40 +97,30 @@ std::vector<outgoing> stage_core::take_pull(const net::opened_message& m) {
   const uint64_t steps = r.root().getPullParams().getSteps();
   std::vector<outgoing> out;
   if (static_cast<uint64_t>(applied_mini_batches() * c_.snapshot_replicas) >= steps) out.push_back(answer_pull(r));
-  else pulls_.keep(steps, m);
+  else holder_.keep(steps, {net::read_address(r.root().getSource()), r.root().getPullParams().getWithState()});
   return out;
 }
 
 int64_t stage_core::applied_mini_batches() const {
-  const auto v = static_cast<int64_t>(version_id_);
+  const auto v = static_cast<int64_t>(holder_.version());
   return c_.steps_before + (c_.schedule == model::pipeline_schedule::gpipe ? v : v / c_.micro_batches);
 }
 
 void stage_core::answer_due_pulls(std::vector<outgoing>& out) {
   const auto applied = static_cast<uint64_t>(applied_mini_batches() * c_.snapshot_replicas);
-  pulls_.answer_due(applied, [&](const net::opened_message& m) { out.push_back(answer_pull(*m)); });
+  holder_.answer_due(applied, [&](const param_holder::pull& p) {
+    out.push_back({p.from, p.with_state ? holder_.reply_with_state(p.from, weights_->state()) : holder_.reply(p.from)});
+  });
 }
 
-outgoing stage_core::answer_pull(const net::envelope_reader& r) const {
+outgoing stage_core::answer_pull(const net::envelope_reader& r) {
   const net::address to = net::read_address(r.root().getSource());
-  held_params h;
-  h.shard = c_.plan.address.index;
-  h.version = version_id_;
-  h.first = c_.plan.params.first;
-  h.offset = c_.plan.params.begin;
-  h.shapes = &shapes_;
-  h.values = current_->data();
-  // A checkpoint's: the stage's own optimizer state (a hybrid's is its shard's).
-  if (r.root().getPullParams().getWithState() && !client_ && opt_.has_state()) h.velocity = &opt_.velocity();
-  return {to, make_params(c_.plan.address, to, h)};
+  // A checkpoint's: the stage's own optimizer state (a hybrid on shards keeps it at its shard).
+  if (r.root().getPullParams().getWithState()) return {to, holder_.reply_with_state(to, weights_->state())};
+  return {to, holder_.reply(to)};
 }
 
-void stage_core::restore(const std::vector<named_tensor>& state) {
-  for (const named_tensor& t : state) {
-    if (t.name != "velocity") continue;
-    opt_.restore(t.value.data(), t.value.numel(), track_);
-  }
-}
+void stage_core::restore(const std::vector<named_tensor>& state) { weights_->restore(state); }
 
 int64_t stage_core::needed_batch() const {
   if (!first() || done() || program_.peek().what != model::pipeline_action::kind::forward) return -1;
@@ -145,7 +132,7 @@ bool stage_core::ready(const model::pipeline_action& a) const {
   using k = model::pipeline_action::kind;
   switch (a.what) {
     case k::forward:
-      if (awaiting_params_) return false;
+      if (weights_->waiting()) return false;
       return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
     case k::backward: return last() ? flight_.count(a.micro_batch) > 0 : gradients_.count(a.micro_batch) > 0;
     case k::update: return true;
@@ -155,10 +142,11 @@ bool stage_core::ready(const model::pipeline_action& a) const {
 
 stage_core::result stage_core::run(int max_actions) {
   result out;
-  if (!group_out_.empty()) {  // an allreduce's pieces, and the pulls its end made due
-    for (outgoing& o : group_out_) out.messages.push_back(std::move(o));
-    group_out_.clear();
-    answer_due_pulls(out.messages);
+  for (outgoing& o : weights_out_) out.messages.push_back(std::move(o));  // the strategy's answers to take()
+  weights_out_.clear();
+  if (updated_) {  // take() completed an update
+    updated_ = false;
+    updated(out.messages);
   }
   while (out.actions < max_actions && !done() && ready(program_.peek())) {
     ++out.actions;
@@ -169,10 +157,7 @@ stage_core::result stage_core::run(int max_actions) {
     switch (a.what) {
       case model::pipeline_action::kind::forward: forward(a.micro_batch, out); break;
       case model::pipeline_action::kind::backward: backward(a.micro_batch, out); break;
-      case model::pipeline_action::kind::update:
-        update(a.micro_batch, out);
-        answer_due_pulls(out.messages);
-        break;
+      case model::pipeline_action::kind::update: update(a.micro_batch, out); break;
     }
   }
   return out;
@@ -183,7 +168,7 @@ void stage_core::bind(replica& r, const weights& w, bound_tensors& b) const {
   const model::shard_range& range = c_.plan.params;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const model::layout_entry& e = c_.layout[range.first + i];
-    b.bind_read_only(params[i]->value, e.dims, w->data() + (e.offset - range.begin));
+    b.bind_read_only(params[i]->value, e.dims, w.values + (e.offset - range.begin));
   }
 }
 
@@ -196,7 +181,7 @@ net::message stage_core::make_tensor_message(wire::Envelope::Which kind, const n
     auto a = env.initActivation();
     a.setMicroBatch(static_cast<uint64_t>(mb));
     a.setStage(static_cast<uint32_t>(c_.index));
-    a.setVersion(version_id_);
+    a.setVersion(holder_.version());
     dst = a.initTensor();
     if (labels) {
       auto l = a.initLabels(static_cast<unsigned>(labels->size()));
@@ -230,7 +215,7 @@ void stage_core::forward(int64_t mb, result& out) {
     dims[0] = hi - lo;
     const int64_t per = img.numel() / n;
     x = tensor::wrap_read_only(shape(dims), img.data + lo * per);
-    const int64_t per_row = model::labels_per_row(f.in.labels.size(), n);  // a language model's: T per window
+    const int64_t per_row = labels_per_row(img.dims, f.in.labels.size());  // a language model's: T per window (checked on arrival)
     labels.assign(f.in.labels.begin() + lo * per_row, f.in.labels.begin() + hi * per_row);
     // The last micro-batch of a mini-batch has taken its rows: the flights keep the message.
     if (mb % c_.micro_batches == c_.micro_batches - 1) {
@@ -244,8 +229,7 @@ void stage_core::forward(int64_t mb, result& out) {
     labels = f.in.labels;
   }
   f.r = replicas_->acquire();
-  f.w = current_;
-  f.version = version_id_;
+  f.w = holder_.hold();
   {
     bound_tensors bound;
     bind(*f.r, f.w, bound);
@@ -290,6 +274,7 @@ void stage_core::backward(int64_t mb, result& out) {
   const float* g = f.r->flat.grads.data();
   const int64_t n = static_cast<int64_t>(grads_.size());
   const float samples = static_cast<float>(dy.dim(0));
+  if (summed_ == 0) std::fill(grads_.begin(), grads_.end(), 0.0f);
   for (int64_t i = 0; i < n; ++i) grads_[i] += samples * g[i];
   summed_ += dy.dim(0);
   last_backward_ = mb;
@@ -304,10 +289,7 @@ void stage_core::backward(int64_t mb, result& out) {
       rep.loss = samples ? loss / static_cast<double>(samples) : 0.0;
       rep.samples = static_cast<uint64_t>(samples);
       // A hybrid: the staleness of this stage's pushes answered since the last report.
-      if (tally_.count) {
-        tally_.fill(rep);
-        tally_ = {};
-      }
+      if (const staleness_tally t = weights_->take_tally(); t.count) t.fill(rep);
       out.reports.push_back(rep);
       losses_.erase(batch);
       done_in_batch_.erase(batch);
@@ -315,95 +297,38 @@ void stage_core::backward(int64_t mb, result& out) {
   }
 }
 
-void stage_core::push(result& out) {
-  // A stage before the last reports its pushes' staleness itself; the last one's goes with its step reports.
-  if (!last() && tally_.count) {
-    train::step_report rep;
-    rep.staleness_only = true;
-    tally_.fill(rep);
-    tally_ = {};
-    out.reports.push_back(rep);
-  }
-  // One PushGradient, rewritten in place once the transport has let go of the last one (as a worker's).
-  std::memcpy(client_->open_push(0), grads_.data(), grads_.size() * sizeof(float));
-  client_->push_one(0, static_cast<uint64_t>(last_backward_ / c_.micro_batches + 1), out.messages);
-  awaiting_params_ = true;
-}
-
-void stage_core::take_params(const net::envelope_reader& r) {
-  if (!client_) reject(net::reject_reason::unknown_kind, track_ + ": Params for a stage without a shard");
-  const param_client::accepted a = client_->accept(r, &tally_);
-  // A late second answer, or a duplicate: the weights it has are as new.
-  if (!a.first || !awaiting_params_) return;
-  // A version a micro-batch in flight still holds never changes: the shard's weights go to a new vector.
-  current_ = std::make_shared<std::vector<float>>(a.values, a.values + c_.plan.params.numel());
-  awaiting_params_ = false;
-  ++version_id_;
-}
-
 void stage_core::update(int64_t, result& out) {
   train::trace_span span(c_.trace.get(), track_, "update");
-  if (client_ && summed_ > 0) {
-    const float inv = 1.0f / static_cast<float>(summed_);
-    for (float& x : grads_) x *= inv;
-    push(out);
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
-    summed_ = 0;
-    return;
+  // A stage before the last reports its pushes' staleness itself; the last one's goes with its step reports.
+  if (const staleness_tally t = last() ? staleness_tally{} : weights_->take_tally(); t.count) {
+    train::step_report rep;
+    rep.staleness_only = true;
+    t.fill(rep);
+    out.reports.push_back(rep);
   }
   if (summed_ == 0 || grads_.empty()) {
     summed_ = 0;
-    ++version_id_;  // a stage without parameters has applied the mini-batch too
+    holder_.bump();  // a stage without parameters has applied the mini-batch too
+    updated(out.messages);
     return;
   }
+  // The mean gradient; the next backward starts a new sum (the next forwards wait for a pending update).
   const float inv = 1.0f / static_cast<float>(summed_);
   for (float& x : grads_) x *= inv;
+  summed_ = 0;
   const int64_t step = c_.steps_before + last_backward_ / c_.micro_batches;
-  if (group_) {  // an allreduce's hybrid: the mean over the replicas first; the next forwards wait for it
-    summed_ = 0;
-    reducing_ = awaiting_params_ = true;
-    reducing_step_ = step;
-    send_collective(group_->start_allreduce(group_->next_op(), grads_.data(), static_cast<int64_t>(grads_.size())),
-                    c_.plan.address, c_.peers, out.messages);
-    if (group_->done()) finish_reduction();
-    return;
-  }
-  apply_own_step(step);
+  if (weights_->update(ctx_, step, grads_.data(), holder_, out.messages)) updated(out.messages);
 }
 
-void stage_core::apply_own_step(int64_t step) {
-  // A version a micro-batch in flight (or the stash) still holds never changes.
-  weights w = current_.use_count() == 1 ? current_ : std::make_shared<std::vector<float>>(*current_);
-  opt_.step(ctx_, w->data(), grads_.data(), step);
-  current_ = std::move(w);
-  ++version_id_;
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
-  summed_ = 0;
+void stage_core::updated(std::vector<outgoing>& out) {
   if (c_.stash > 0) {
     // At most `stash` versions: a micro-batch whose version was dropped goes on with the oldest kept.
-    stash_.emplace_back(version_id_, current_);
+    stash_.push_back(holder_.hold());
     while (static_cast<int>(stash_.size()) > c_.stash) stash_.pop_front();
     for (auto& [mb, f] : flight_)
-      if (f.version < stash_.front().first) {
-        f.version = stash_.front().first;
-        f.w = stash_.front().second;
-      }
+      if (f.w.version < stash_.front().version) f.w = stash_.front();
   }
-}
-
-void stage_core::take_collective(const net::envelope_reader& r) {
-  if (!group_) reject(net::reject_reason::unknown_kind, track_ + ": a Collective for a stage in no allreduce");
-  const collective_stats before = group_->stats();
-  send_collective(group_->accept(from_wire(r)), c_.plan.address, c_.peers, group_out_);
-  if (lost_data(before, group_->stats())) reject(net::reject_reason::malformed, track_ + ": " + group_->last_error());
-  if (reducing_ && group_->done()) finish_reduction();
-}
-
-void stage_core::finish_reduction() {
-  const float inv = 1.0f / static_cast<float>(c_.peers.size());
-  for (float& x : grads_) x *= inv;
-  reducing_ = awaiting_params_ = false;
-  apply_own_step(reducing_step_);
+  answer_due_pulls(out);
 }
 
 double device_pace::hold(model::pipeline_action::kind what, double compute) {

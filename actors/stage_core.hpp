@@ -6,9 +6,11 @@
 // action of its schedule whose input is there, and returns the messages to
 // send on. Each micro-batch in flight has its own replica of the stage (its
 // activations); 1F1B keeps, per micro-batch, the weight version its forward
-// used, so that its backward uses the same (weight stashing). A hybrid's
-// stage (D replicas of the pipeline) pushes its gradients to the shard of its
-// parameters instead of updating them, and goes on with the shard's answer.
+// used, so that its backward uses the same (weight stashing). Its parameters
+// are a param_holder (versions a micro-batch holds never change); its
+// updates come from a stage_weights strategy: its own optimizer, or a
+// hybrid's (D replicas of the pipeline) shard, or allreduce with the other
+// replicas' stage k.
 
 #include <cstdint>
 #include <deque>
@@ -17,7 +19,8 @@
 #include <memory>
 #include <vector>
 
-#include "actors/collective_core.hpp"
+#include "actors/param_holder.hpp"
+#include "actors/stage_weights.hpp"
 #include "actors/worker_core.hpp"
 #include "kernels/context.hpp"
 #include "model/flat_sgd.hpp"
@@ -113,14 +116,14 @@ public:
   int max_in_flight() const { return max_in_flight_; }
   /// The schedule's bound on in_flight() (1F1B: K - k; GPipe: M).
   int bound() const { return program_.bound(); }
-  uint64_t version() const { return version_id_; }
+  uint64_t version() const { return holder_.version(); }
   /// Mini-batches whose every micro-batch the first stage has forwarded (each frees a loader credit).
   int64_t batches_taken() const { return batches_taken_; }
   const net::address& address() const { return c_.plan.address; }
   const stage_config& config() const { return c_; }
 
 private:
-  using weights = std::shared_ptr<std::vector<float>>;  // never written while another holder exists
+  using weights = param_holder::held;  // a version: never written while it is held
   /// A Batch, Activation or Gradient read once when it came: its tensor in
   /// place (the message is kept with it) and its labels.
   struct input {
@@ -131,7 +134,6 @@ private:
   struct flight {
     replica* r = nullptr;
     weights w;
-    uint64_t version = 0;
     input in;                      // its payload is the replica's input: kept until the backward
     tensor dlogits;                // the last stage: d(loss)/d(logits)
   };
@@ -142,18 +144,12 @@ private:
   void forward(int64_t mb, result& out);
   void backward(int64_t mb, result& out);
   void update(int64_t mb, result& out);
-  /// The own-parameters step of mini-batch `step` on the summed gradients (already averaged).
-  void apply_own_step(int64_t step);
-  /// An allreduce's hybrid: a Collective piece of the gradient's reduction.
-  void take_collective(const net::envelope_reader& r);
-  void finish_reduction();
-  /// A hybrid's update: the mean gradient to the shard.
-  void push(result& out);
-  void take_params(const net::envelope_reader& r);
+  /// An update applied to holder_: the stash and the pulls it makes due.
+  void updated(std::vector<outgoing>& out);
   /// Points the replica's parameters at weight version `w` (read-only).
   void bind(replica& r, const weights& w, bound_tensors& b) const;
   /// This stage's parameters now, for the PullParams `m`.
-  outgoing answer_pull(const net::envelope_reader& r) const;
+  outgoing answer_pull(const net::envelope_reader& r);
   /// The kept pulls that the updates applied so far answer.
   void answer_due_pulls(std::vector<outgoing>& out);
   net::message make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb, const tensor& t,
@@ -164,15 +160,12 @@ private:
   kernels::context ctx_;
   model::pipeline_program program_;
   std::string track_;
-  weights current_;
-  uint64_t version_id_ = 0;
-  std::deque<std::pair<uint64_t, weights>> stash_;  // 1F1B: versions kept, oldest first
-  model::flat_sgd opt_;                              // its optimizer (momentum: a checkpoint's state)
+  param_holder holder_;                              // its parameters, and the pulls kept
+  std::unique_ptr<stage_weights> weights_;           // where its updates come from
+  std::deque<weights> stash_;                        // 1F1B: versions kept, oldest first
   std::vector<float> grads_;                         // gradients summed (GPipe) or the last (1F1B)
-  std::unique_ptr<collective_core> group_;           // an allreduce's hybrid: stage k of every replica
-  std::vector<outgoing> group_out_;                  // its messages, sent by the next run()
-  bool reducing_ = false;                            // a mini-batch's gradient is being reduced
-  int64_t reducing_step_ = 0;
+  std::vector<outgoing> weights_out_;                // the strategy's answers to take(), sent by the next run()
+  bool updated_ = false;                             // take() completed an update: run() answers the pulls due
   int64_t summed_ = 0;                               // samples whose gradients grads_ sums
   int64_t last_backward_ = 0;
   std::map<int64_t, input> batches_;                 // first stage: mini-batch -> Batch
@@ -182,12 +175,6 @@ private:
   std::map<int64_t, int> done_in_batch_;                      // last stage: micro-batches backwarded per mini-batch
   int max_in_flight_ = 0;
   int64_t batches_taken_ = 0;
-  kept_pulls<net::opened_message> pulls_;                    // PullParams kept until their mini-batches are applied
-  std::unique_ptr<param_client> client_;                     // a hybrid's: its conversation with its shard
-  bool awaiting_params_ = false;                             // a shard's answer or the reduction not here yet
-  bool started_ = false;                                     // a hybrid: start() ran
-  staleness_tally tally_;                                    // of its pushes, since the last report
-  std::vector<shape> shapes_;                                // of its parameters (c_.plan.params), in order
 };
 
 /// The pace of an emulated slower device (--device-speeds): how long a stage

@@ -22,11 +22,4 @@ double cross_entropy(const kernels::context& ctx, const tensor& logits, const st
   return kernels::softmax_cross_entropy(ctx, logits, labels, dlogits);
 }
 
-int64_t labels_per_row(std::size_t labels, int64_t rows) {
-  if (rows < 1 || labels == 0 || labels % static_cast<std::size_t>(rows) != 0)
-    throw error("loss: " + std::to_string(labels) + " labels for " + std::to_string(rows) +
-                " samples (one or a whole number per sample expected)");
-  return static_cast<int64_t>(labels) / rows;
-}
-
 } // namespace troupe::model

@@ -21,9 +21,4 @@ namespace troupe::model {
 double cross_entropy(const kernels::context& ctx, const tensor& logits, const std::vector<int32_t>& labels,
                      tensor* dlogits);
 
-/// Labels per sample of a batch of `rows` samples that holds `labels`
-/// labels: 1 for images, T for windows of T tokens. Throws troupe::error
-/// when `labels` is not a positive multiple of `rows`.
-int64_t labels_per_row(std::size_t labels, int64_t rows);
-
 } // namespace troupe::model

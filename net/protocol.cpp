@@ -28,21 +28,12 @@ void check_flat(wire::FlatTensors::Reader r, const std::string& what, const read
   if (l.check_finite) check_finite(v.data, v.numel, what, l);
 }
 
-/// True when `labels` fit a tensor of `dims`: one per row (an image's
-/// class), or one per position of a sequence's rows [n, T, ...] (a language
-/// model's next tokens, n * T).
-bool labels_fit(const shape& dims, std::size_t labels) {
-  if (dims.rank() == 0) return false;
-  const auto n = static_cast<std::size_t>(dims[0]);
-  return labels == n || (dims.rank() >= 2 && labels == n * static_cast<std::size_t>(dims[1]));
-}
-
 /// Images (or windows of tokens) and one label per image (per token).
 void validate_batch(wire::Envelope::Reader root, const reader_limits& l) {
   auto b = root.getBatch();
   check_tensor(b.getImages(), "batch images", l);
   auto v = view(b.getImages(), "batch images");
-  if (!labels_fit(v.dims, b.getLabels().size()))
+  if (labels_per_row(v.dims, b.getLabels().size()) == 0)
     throw message_error(reject_reason::wrong_shape,
                         "batch: " + std::to_string(b.getLabels().size()) + " labels for images " + v.dims.to_string());
 }
@@ -62,7 +53,7 @@ void validate_activation(wire::Envelope::Reader root, const reader_limits& l) {
   check_tensor(a.getTensor(), "activation", l);
   auto v = view(a.getTensor(), "activation");
   const std::size_t labels = a.getLabels().size();
-  if (labels != 0 && !labels_fit(v.dims, labels))
+  if (labels != 0 && labels_per_row(v.dims, labels) == 0)
     throw message_error(reject_reason::wrong_shape,
                         "activation: " + std::to_string(labels) + " labels for " + v.dims.to_string());
 }

@@ -198,4 +198,12 @@ std::vector<float> tensor::to_vector() const {
   return std::vector<float>(data(), data() + numel());
 }
 
+int64_t labels_per_row(const shape& dims, std::size_t labels) {
+  if (dims.rank() == 0 || dims[0] < 1) return 0;
+  const auto n = static_cast<std::size_t>(dims[0]);
+  if (labels == n) return 1;
+  if (dims.rank() >= 2 && labels == n * static_cast<std::size_t>(dims[1])) return dims[1];
+  return 0;
+}
+
 } // namespace troupe

@@ -157,6 +157,12 @@ private:
   troupe::shape shape_;
 };
 
+/// Labels per row of a batch of `dims` [n, ...] that carries `labels` labels:
+/// 1 (one per row: an image's class) or T (one per position of a sequence's
+/// rows [n, T, ...]: a language model's next tokens); 0 when they fit neither.
+/// The one rule for the messages' checks and for the roles that cut batches.
+int64_t labels_per_row(const shape& dims, std::size_t labels);
+
 /// A tensor with a name: parameters, optimizer state and checkpoint entries.
 struct named_tensor {
   std::string name;

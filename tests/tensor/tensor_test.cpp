@@ -142,3 +142,15 @@ TEST_CASE("a read-only wrapped tensor reads memory it must not change, clone() i
   CHECK_THROWS_AS(tensor::wrap_read_only({2}, nullptr), shape_error);
   CHECK_THROWS_AS(tensor::wrap_read_only({-1}, mem.data()), shape_error);
 }
+
+TEST_CASE("labels per row: one per row, or one per position of a sequence, else none", "[tensor]") {
+  CHECK(labels_per_row(shape{4, 784}, 4) == 1);
+  CHECK(labels_per_row(shape{4, 1, 28, 28}, 4) == 1);
+  CHECK(labels_per_row(shape{4, 16}, 64) == 16);     // windows of 16 tokens
+  CHECK(labels_per_row(shape{4, 16, 8}, 64) == 16);  // activations [n, T, features]
+  CHECK(labels_per_row(shape{4, 16}, 8) == 0);       // a multiple of n, but neither 1 nor T per row
+  CHECK(labels_per_row(shape{4}, 8) == 0);
+  CHECK(labels_per_row(shape{4, 16}, 0) == 0);
+  CHECK(labels_per_row(shape{}, 0) == 0);
+  CHECK(labels_per_row(shape{0, 3}, 0) == 0);
+}

@@ -130,9 +130,11 @@ int64_t stage_core::needed_batch() const {
 
 bool stage_core::ready(const model::pipeline_action& a) const {
   using k = model::pipeline_action::kind;
+  // An update (or the first weights) under way: no action before it is applied
+  // (1F1B's next backward would sum into the gradient being reduced).
+  if (weights_->waiting()) return false;
   switch (a.what) {
     case k::forward:
-      if (weights_->waiting()) return false;
       return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
     case k::backward: return last() ? flight_.count(a.micro_batch) > 0 : gradients_.count(a.micro_batch) > 0;
     case k::update: return true;

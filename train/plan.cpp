@@ -362,9 +362,9 @@ void check_hybrid(const settings& s, const std::vector<float>& slowdowns) {
   if (!traits(a.kind).shards && !traits(a.kind).collective)
     throw error(with + "a hybrid's stages push to parameter shards or allreduce with their peers; use another "
                        "algorithm, or sequential (each stage updates its own parameters)");
-  if (s.pipeline.schedule != model::pipeline_schedule::gpipe)
-    throw error(with + "a hybrid runs --schedule gpipe (one push per stage and mini-batch), not " +
-                std::string(model::to_string(s.pipeline.schedule)));
+  if (traits(a.kind).shards && s.pipeline.schedule != model::pipeline_schedule::gpipe)
+    throw error(with + "a hybrid on shards runs --schedule gpipe (one push per stage and mini-batch), not " +
+                std::string(model::to_string(s.pipeline.schedule)) + " (--algorithm allreduce runs both)");
   if (a.shards != 1) throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
   if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
   if (!slowdowns.empty())

@@ -818,6 +818,36 @@ TEST_CASE("a hybrid with allreduce: one replica is the sequential loop, two trai
   CHECK(c.epoch == 2u);
 }
 
+TEST_CASE("a hybrid with allreduce on 1F1B: one replica is the 1F1B pipeline, two train with the same parameters",
+          "[actors][fit][pipeline][allreduce]") {
+  larger_data d;  // 32 steps per epoch
+  std::ostringstream log;
+  std::vector<double> expected, got;
+  // The pipeline alone (sequential algorithm, each stage its own update per micro-batch).
+  job alone = mlp_job(d.dir.path()).threads(2).epochs(2).max_steps(48).pipeline(2, 4, pipeline_schedule::one_f_one_b);
+  alone.on_step([&](const step_event& e) { expected.push_back(e.loss); });
+  fit(alone, log);
+  job one = alone;
+  one.algorithm(allreduce());
+  one.on_step([&](const step_event& e) { got.push_back(e.loss); });
+  fit(one, log);
+  REQUIRE(expected.size() == 48);
+  REQUIRE(got.size() == 48);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
+  }
+  // Two replicas: stage k of each averages every micro-batch's gradient with the other's before its update.
+  std::ostringstream hlog;
+  job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(2).checkpoint(d.dir.file("two.ckpt"));
+  two.pipeline(2, 4, pipeline_schedule::one_f_one_b);
+  history h = fit(two, hlog);
+  REQUIRE(h.size() == 2);
+  CHECK(h.back().test_accuracy > 0.8);
+  CHECK(h.back().train_loss < h.front().train_loss);
+  CHECK(net::load_checkpoint(d.dir.file("two.ckpt")).epoch == 2u);
+}
+
 TEST_CASE("a hybrid: replicas of a GPipe pipeline train with DDC-ASGD and SSGD on their stages' shards",
           "[actors][fit][pipeline]") {
   larger_data d;
@@ -889,7 +919,7 @@ TEST_CASE("pipeline options are checked", "[train][fit][pipeline]") {
   std::ostringstream log;
   // A hybrid: GPipe, shards and pushes that follow the stages, devices slowed instead of workers.
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2, 4, pipeline_schedule::one_f_one_b), log),
-                       troupe::error, message(Contains("a hybrid runs --schedule gpipe")));
+                       troupe::error, message(Contains("a hybrid on shards runs --schedule gpipe")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), hogwild().workers(2)).pipeline(2), log), troupe::error,
                        message(Contains("a hybrid's stages push to parameter shards")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).shards(2)).pipeline(2), log), troupe::error,

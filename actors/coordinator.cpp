@@ -226,7 +226,8 @@ void on_evaluation(coordinator_t* self, const net::envelope_reader& r) {
   st.last_progress = progress_now(self);
   m.test_accuracy = e.test_accuracy;
   m.validation_accuracy = e.validation_accuracy;
-  if (e.test_loss >= 0) train::set_losses(m, {e.test_accuracy, e.validation_accuracy, e.test_loss, e.validation_loss});
+  if (e.test_loss >= 0)
+    train::set_losses(m, {e.test_accuracy, e.validation_accuracy, e.test_loss, e.validation_loss, e.sample});
   m.wall_s = train::seconds_since(st.start);
   m.peak_rss_mb = train::peak_rss_mb();
   if (st.s.rejections) m.link_rejections = st.s.rejections->totals();

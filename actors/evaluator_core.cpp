@@ -51,11 +51,12 @@ evaluation_result evaluator_core::finish() {
     train::estimate_batch_norm(net_, ctx_, c_.data->sets.train, c_.data->norm, c_.batch_size, batch_norm_batches,
                                req_.epoch);
   if (req_.evaluate) {
-    const train::accuracies a = train::score_sets(net_, ctx_, *c_.data, c_.batch_size);
+    const train::accuracies a = train::score_sets(net_, ctx_, *c_.data, c_.batch_size, c_.sample_tokens);
     e.test_accuracy = a.test;
     e.validation_accuracy = a.validation;
     e.test_loss = a.test_loss;
     e.validation_loss = a.validation_loss;
+    e.sample = a.sample;
   }
   if (req_.checkpoint && !c_.checkpoint.empty()) {
     write_checkpoint();

@@ -26,6 +26,7 @@ public:
     std::shared_ptr<hogwild_store> hogwild;   ///< Hogwild! only
     std::shared_ptr<const train::loaded_data> data;
     int64_t batch_size = 64;
+    int64_t sample_tokens = 0;  ///< a language model's sample after each evaluation (settings::sample_tokens)
     std::string checkpoint;                   ///< empty: never written
     std::string algorithm;                    ///< recorded in the checkpoint
   };

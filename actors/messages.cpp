@@ -133,6 +133,7 @@ net::message make_evaluation(const net::address& from, const net::address& to, c
   m.setValidationAccuracy(e.validation_accuracy);
   m.setTestLoss(e.test_loss);
   m.setValidationLoss(e.validation_loss);
+  if (!e.sample.empty()) m.setSample(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(e.sample.data()), e.sample.size()));
   m.setCheckpointed(e.checkpointed);
   m.setPeriodic(e.periodic);
   return net::message::from_builder(std::move(b));
@@ -144,6 +145,8 @@ evaluation_result read_evaluation(const net::envelope_reader& r) {
   e.validation_accuracy = m.getValidationAccuracy();
   e.test_loss = m.getTestLoss();
   e.validation_loss = m.getValidationLoss();
+  const auto sample = m.getSample();
+  e.sample.assign(reinterpret_cast<const char*>(sample.begin()), sample.size());
   return e;
 }
 

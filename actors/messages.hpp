@@ -75,6 +75,7 @@ struct evaluation_result {
   bool periodic = false;      ///< answers a periodic snapshot
   double validation_accuracy = -1;  ///< -1 without a validation set
   double test_loss = -1, validation_loss = -1;  ///< a language model's, per token; -1 otherwise
+  std::string sample;                           ///< a language model's text (--sample-tokens); empty: none
 };
 net::message make_evaluation(const net::address& from, const net::address& to, const evaluation_result& e);
 evaluation_result read_evaluation(const net::envelope_reader& r);

@@ -224,6 +224,7 @@ void spawn_evaluator_role(caf::actor_system& sys, node_context& c) {
   ec.hogwild = c.hogwild;
   ec.data = c.start->data;
   ec.batch_size = c.config().batch_size;
+  ec.sample_tokens = c.config().sample_tokens;
   ec.checkpoint = c.config().checkpoint;
   ec.algorithm = to_string(c.config().algo.kind);
   auto core = std::make_shared<evaluator_core>(std::move(ec), std::move(c.start->net));

@@ -252,6 +252,10 @@ struct settings {
   /// for every seed) as a validation set, scored after every epoch beside the
   /// test set, for choosing hyperparameters without looking at the test set. 0: none.
   double validation_fraction = 0;
+  /// A language model: after every epoch's evaluation, sample this many
+  /// tokens after a newline (generate()'s empty prompt) (temperature 0.8, top-k 20, seed 1: the same
+  /// draws every epoch), the record's `sample` and the log's. 0: none.
+  int64_t sample_tokens = 0;
   progress_mode progress = progress_mode::automatic;
   algorithm_settings algo;
   pipeline_settings pipeline;
@@ -327,6 +331,8 @@ public:
   job& metrics_out(std::string path) { s_.metrics_out = std::move(path); return *this; }
   job& max_steps(int64_t n) { s_.max_steps = n; return *this; }
   job& validation_fraction(double f) { s_.validation_fraction = f; return *this; }
+  /// A language model: n sampled tokens after every epoch, in its record (settings::sample_tokens).
+  job& sample_tokens(int64_t n) { s_.sample_tokens = n; return *this; }
   job& evaluate(bool on) { s_.evaluate = on; return *this; }
   job& progress(progress_mode p) { s_.progress = p; return *this; }
   /// Cut the model into `stages` pipeline stages, each an actor; `micro_batches` per mini-batch.

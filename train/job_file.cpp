@@ -435,6 +435,10 @@ std::vector<job_key> make_keys() {
                [](auto& s) -> auto& { return s.train.metrics_out; }),
       integer_key("max-steps", "N", "stop after N optimizer steps (default {default} = no limit)",
                   [](auto& s) -> auto& { return s.train.max_steps; }, 0),
+      integer_key("sample-tokens", "N",
+                  "gpt: after every epoch, N tokens sampled after a newline, printed and in the record "
+                  "(default {default} = none)",
+                  [](auto& s) -> auto& { return s.train.sample_tokens; }, 0, 100000),
       number_key("validation-fraction", "F",
                  "hold out the last F of the training set as a validation set, scored after every epoch "
                  "(default {default} = none)",

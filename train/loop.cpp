@@ -14,6 +14,7 @@
 #include "model/optimizer.hpp"
 #include "net/checkpoint.hpp"
 #include "train/epoch_accumulator.hpp"
+#include "train/generate.hpp"
 #include "train/optimizers.hpp"
 #include "train/plan.hpp"
 #include "train/progress.hpp"
@@ -136,9 +137,18 @@ test_score score_text(model::model& net, const kernels::context& ctx, const text
   return out;
 }
 
-accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size) {
+accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size,
+                      int64_t sample_tokens) {
   accuracies a;
   if (d.text) {
+    if (sample_tokens > 0) {
+      generate_options o;
+      o.tokens = sample_tokens;
+      o.temperature = 0.8f;
+      o.top_k = 20;
+      o.threads = ctx.threads;
+      a.sample = generate(net, d.vocabulary(), o);
+    }
     const test_score t = score_text(net, ctx, *d.text, d.text->parts.test, batch_size);
     a.test = t.accuracy;
     a.test_loss = t.loss;
@@ -317,7 +327,7 @@ public:
     const int64_t epoch_samples = acc_.epoch_samples();
     epoch_metrics m = acc_.close_epoch(opt_.learning_rate(), std::chrono::steady_clock::now());
     if (s_.evaluate) {
-      const accuracies a = score_sets(net_, ctx_, d_, s_.batch_size);
+      const accuracies a = score_sets(net_, ctx_, d_, s_.batch_size, s_.sample_tokens);
       m.test_accuracy = a.test;
       m.validation_accuracy = a.validation;
       if (d_.text) set_losses(m, a);
@@ -366,6 +376,7 @@ void set_losses(epoch_metrics& m, const accuracies& a) {
   m.validation_loss = a.validation_loss;
   m.perplexity = std::exp(a.test_loss);
   m.bits_per_char = a.test_loss / std::log(2.0);
+  m.sample = a.sample;
 }
 
 history run_sequential(const job& j, std::ostream& log) {

@@ -76,9 +76,14 @@ test_score score_text(model::model& net, const kernels::context& ctx, const text
 struct accuracies {
   double test = -1, validation = -1;
   double test_loss = -1, validation_loss = -1;
+  std::string sample;  ///< a language model's text (sample_tokens > 0)
 };
-accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size);
-/// A language model's losses in `m`: test and validation loss, perplexity, bits per character.
+/// `net` scored on d's test and validation sets; a language model also
+/// samples `sample_tokens` tokens after a newline (or its first token: generate's empty prompt) (settings::sample_tokens).
+accuracies score_sets(model::model& net, const kernels::context& ctx, const loaded_data& d, int64_t batch_size,
+                      int64_t sample_tokens = 0);
+/// A language model's losses in `m`: test and validation loss, perplexity,
+/// bits per character; and its sample.
 void set_losses(epoch_metrics& m, const accuracies& a);
 
 /// Estimates the running statistics of `net`'s batch norm layers (buffers)

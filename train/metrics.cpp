@@ -38,6 +38,7 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
     j["perplexity"] = or_null(m.perplexity);
     j["bits_per_char"] = or_null(m.bits_per_char);
     if (m.validation_loss >= 0) j["validation_loss"] = number(m.validation_loss);
+    if (!m.sample.empty()) j["sample"] = m.sample;
   }
   j["samples_per_s"] = number(m.samples_per_s);
   j["train_s"] = number(m.train_s);
@@ -55,7 +56,8 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["rejected"] = m.rejected;
   j["lost_workers"] = m.lost_workers;
   if (!m.link_rejections.empty()) j["link_rejections"] = m.link_rejections;
-  return j.dump();
+  // A sample's bytes need not be UTF-8 (a byte vocabulary): replaced, not thrown.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string to_json(const std::vector<worker_summary>& w, const run_info& r) {
@@ -88,6 +90,7 @@ std::string describe(const epoch_metrics& m, const run_info& r) {
   if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";
   if (m.lost_workers > 0) line << ", " << m.lost_workers << " worker(s) lost";
   line << ", " << std::setprecision(1) << m.wall_s << " s";
+  if (!m.sample.empty()) line << "\nsample: " << m.sample;
   return line.str();
 }
 

@@ -35,6 +35,7 @@ struct epoch_metrics {
   int64_t max_staleness = 0;
   int64_t rejected = 0;        ///< pushes the shards rejected this epoch
   int lost_workers = 0;        ///< workers whose node was lost, at the epoch's end (a cluster run)
+  std::string sample;          ///< a language model's text after the epoch (--sample-tokens); empty: none
   /// A cluster run: what the coordinator's node refused on its links since the
   /// start, by reason ("bad_mac", "bad_tag", "unknown_address", ...)
   std::map<std::string, uint64_t> link_rejections;

@@ -99,6 +99,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"checkpoint-every-seconds", "2.5", "checkpoint_every_s"},
       {"metrics-out", "run.jsonl", "metrics_out"},
       {"max-steps", "100", "max_steps"},
+      {"sample-tokens", "40", "sample_tokens"},
       {"validation-fraction", "0.25", "validation_fraction"},
       {"evaluate", "false", "evaluate"},
       {"progress", "none", "progress"},

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -149,4 +151,28 @@ TEST_CASE("a gpt on actors checkpoints its vocabulary and resumes, another corpu
   job other = job(j).data(data::text(small_text() + "XYZ", 16, 256)).epochs(3);
   std::ostringstream log;
   CHECK_THROWS_MATCHES(fit(other, log), error, message(Contains("that is not this corpus's")));
+}
+
+TEST_CASE("a language model's record carries a sample after every epoch, in the loop and on actors", "[lm][actors]") {
+  const std::string text = small_text();
+  for (const bool on_actors : {false, true}) {
+    INFO((on_actors ? "one ASGD worker" : "sequential"));
+    testing::temp_dir dir;
+    job j = tiny_lm_job().epochs(2).sample_tokens(40).metrics_out(dir.file("m.jsonl"));
+    if (on_actors) j.algorithm(asgd());
+    std::ostringstream log;
+    const history h = fit(j, log);
+    REQUIRE(h.size() == 2);
+    for (const epoch_metrics& m : h) {
+      REQUIRE(m.sample.size() == 40);
+      for (char c : m.sample) CHECK(text.find(c) != std::string::npos);  // bytes of the corpus's vocabulary
+    }
+    CHECK_THAT(log.str(), Contains("sample: " + h.back().sample));
+    std::ifstream in(dir.file("m.jsonl"));
+    const std::string records((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_THAT(records, Contains("\"sample\":"));
+  }
+  // Without the option, no sample.
+  std::ostringstream log;
+  CHECK(fit(tiny_lm_job().epochs(1), log).back().sample.empty());
 }

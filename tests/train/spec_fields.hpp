@@ -62,6 +62,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"checkpoint", t.checkpoint},
       {"metrics_out", t.metrics_out},
       {"checkpoint_every_steps", std::to_string(t.checkpoint_every_steps)},
+      {"sample_tokens", std::to_string(t.sample_tokens)},
       {"checkpoint_every_s", std::to_string(t.checkpoint_every_s)},
       {"max_steps", std::to_string(t.max_steps)},
       {"validation_fraction", std::to_string(t.validation_fraction)},
@@ -139,6 +140,7 @@ inline train::job_spec everything_changed() {
   t.checkpoint = "ck.bin";
   t.metrics_out = "run.jsonl";
   t.max_steps = 1000;
+  t.sample_tokens = 64;
   t.checkpoint_every_steps = 50;
   t.pipeline.stages = 2;
   t.pipeline.micro_batches = 8;

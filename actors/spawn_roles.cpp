@@ -182,9 +182,10 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
 std::unique_ptr<weight_source> weights_of(const node_context& c, const train::worker_plan& w,
                                           const std::vector<float>& initial) {
   const settings& s = c.config();
-  if (c.hogwild) return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates, s.warmup_steps);
+  if (c.hogwild)
+    return hogwild_weights(c.hogwild, s.lr, s.schedule, c.plan().total_updates, s.warmup_steps, s.clip_grad_norm);
   if (traits(s.algo.kind).collective) return allreduce_weights(allreduce_of(c, w, initial));
-  shard_source_config sc{w.address, c.plan().shards, c.start->net.layout()};
+  shard_source_config sc{w.address, c.plan().shards, c.start->net.layout(), s.clip_grad_norm};
   if (s.algo.push_every > 1)
     return local_steps(sc, s.algo.push_every, s.algo.worker_lr > 0 ? s.algo.worker_lr : s.lr, s.algo.worker_momentum);
   return shard_weights(sc);

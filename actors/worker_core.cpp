@@ -30,6 +30,11 @@ private:
   replica* r_;
 };
 
+/// Clips the replica's whole gradient (this step's) to global norm `clip`; 0: no clipping.
+void clip_whole(const kernels::context& ctx, replica& r, float clip) {
+  if (clip > 0) kernels::clip_by_global_norm(ctx, {{r.flat.grads.data(), r.flat.grads.numel()}}, clip);
+}
+
 /// Push every step, nothing copied: weights read in place from the shards'
 /// Params (validated when they arrived; read-only), gradients written in place
 /// into the pushes. The Params are let go when the worker pushes, so that the
@@ -37,7 +42,8 @@ private:
 class shard_weights_source final : public weight_source {
 public:
   explicit shard_weights_source(const shard_source_config& c)
-      : x_(c.self, c.shards, c.layout), latest_(c.shards.size()), values_(c.shards.size(), nullptr), bound_(c.shards.size(), false) {}
+      : x_(c.self, c.shards, c.layout), latest_(c.shards.size()), values_(c.shards.size(), nullptr),
+        bound_(c.shards.size(), false), clip_(c.clip_grad_norm) {}
   std::vector<outgoing> start() override { return x_.pull_all(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::opened_message& m) override {
@@ -91,13 +97,19 @@ public:
       bound_[s] = true;
     }
   }
-  void update(const kernels::context&, replica&, uint64_t step, std::vector<outgoing>& out) override {
+  void update(const kernels::context& ctx, replica&, uint64_t step, std::vector<outgoing>& out) override {
+    if (clip_ > 0) {  // the whole gradient's norm: every shard's push, written by this step's backward
+      std::vector<std::pair<float*, int64_t>> parts;
+      for (std::size_t s = 0; s < x_.holders().size(); ++s) parts.emplace_back(x_.open_push(s), x_.holders()[s].range.numel());
+      kernels::clip_by_global_norm(ctx, parts, clip_);
+    }
     x_.push(step, out);
     for (auto& m : latest_) m.reset();  // trained on: the shard may now update it in place
     std::fill(values_.begin(), values_.end(), nullptr);
     std::fill(bound_.begin(), bound_.end(), false);
   }
-  bool pushes_during_backward() const override { return true; }
+  /// Clipping needs the whole gradient's norm before any push.
+  bool pushes_during_backward() const override { return clip_ <= 0; }
   void after_layer(std::size_t layer, uint64_t step, std::vector<outgoing>& out) override {
     for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       // Backward runs from the last layer to the first: once it has passed the
@@ -116,6 +128,7 @@ private:
   std::vector<bool> bound_;                             // per shard: its weights bound for this step
   std::vector<std::size_t> first_layer_;                // per shard: the layer of its first tensor
   std::vector<std::vector<std::size_t>> layer_shards_;  // per layer: the shards holding its tensors
+  float clip_;                                          // > 0: the gradient's global norm is clipped to it
 };
 
 /// k local steps with the worker's own optimizer on its own copy of the
@@ -125,7 +138,7 @@ class local_steps_source final : public weight_source {
 public:
   local_steps_source(const shard_source_config& c, int k, float lr, float momentum)
       : x_(c.self, c.shards, c.layout), k_(k), lr_(lr), w_(static_cast<std::size_t>(c.layout.numel())), start_(w_.size()),
-        opt_(optim::sgd(lr).momentum(momentum).make()) {}
+        opt_(optim::sgd(lr).momentum(momentum).make()), clip_(c.clip_grad_norm) {}
   std::vector<outgoing> start() override { return x_.pull_all(); }
   std::vector<outgoing> retry() override { return x_.missing_pulls(); }
   void on_params(const net::opened_message& m) override {
@@ -141,6 +154,7 @@ public:
     std::memcpy(r.flat.values.data(), w_.data(), w_.size() * sizeof(float));
   }
   void update(const kernels::context& ctx, replica& r, uint64_t step, std::vector<outgoing>& out) override {
+    clip_whole(ctx, r, clip_);
     opt_->step(ctx, r.net.parameters());
     std::memcpy(w_.data(), r.flat.values.data(), w_.size() * sizeof(float));
     if (++local_ < k_) return;
@@ -159,20 +173,22 @@ private:
   float lr_;
   std::vector<float> w_, start_;  // the worker's parameters; and at the last pull
   std::unique_ptr<model::optimizer> opt_;
+  float clip_;  // > 0: each local step's gradient clipped to this global norm
   int local_ = 0;
 };
 
 class hogwild_source final : public weight_source {
 public:
   hogwild_source(std::shared_ptr<hogwild_store> store, float lr, model::lr_schedule schedule, int64_t total,
-                 int64_t warmup)
-      : store_(std::move(store)), lr_(lr), schedule_(schedule), total_(total), warmup_(warmup) {}
+                 int64_t warmup, float clip)
+      : store_(std::move(store)), lr_(lr), schedule_(schedule), total_(total), warmup_(warmup), clip_(clip) {}
   bool ready() const override { return true; }
   void bind(replica& r, bound_tensors&) override {
     seen_ = store_->updates.load(std::memory_order_relaxed);
     store_->read(r.flat.values.data());
   }
-  void update(const kernels::context&, replica& r, uint64_t, std::vector<outgoing>&) override {
+  void update(const kernels::context& ctx, replica& r, uint64_t, std::vector<outgoing>&) override {
+    clip_whole(ctx, r, clip_);
     store_->subtract(model::scheduled_lr(lr_, schedule_, static_cast<int64_t>(seen_), total_, warmup_), r.flat.grads.data());
     const uint64_t before = store_->updates.fetch_add(1, std::memory_order_relaxed);
     tally_.add(before - seen_, false);
@@ -184,6 +200,7 @@ private:
   float lr_;
   model::lr_schedule schedule_;
   int64_t total_, warmup_;
+  float clip_;
   uint64_t seen_ = 0;
 };
 
@@ -288,8 +305,8 @@ std::unique_ptr<weight_source> local_steps(const shard_source_config& c, int k, 
 
 std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> store, float lr,
                                                model::lr_schedule schedule, int64_t total_updates,
-                                               int64_t warmup) {
-  return std::make_unique<hogwild_source>(std::move(store), lr, schedule, total_updates, warmup);
+                                               int64_t warmup, float clip_grad_norm) {
+  return std::make_unique<hogwild_source>(std::move(store), lr, schedule, total_updates, warmup, clip_grad_norm);
 }
 
 // --- worker ---

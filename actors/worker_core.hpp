@@ -146,6 +146,10 @@ struct shard_source_config {
   net::address self;
   std::vector<train::shard_plan> shards;
   model::param_layout layout;
+  /// > 0: each step's gradient is clipped to this global norm (the whole
+  /// model's, over every shard's part) before it is pushed or applied; the
+  /// pushes then wait for the whole backward (no overlap).
+  float clip_grad_norm = 0;
 };
 /// Push every step: the replica reads its weights in place from the shards'
 /// Params and backward writes its gradients in place into the pushes.
@@ -155,9 +159,10 @@ std::unique_ptr<weight_source> shard_weights(const shard_source_config& c);
 std::unique_ptr<weight_source> local_steps(const shard_source_config& c, int k, float lr, float momentum);
 /// Hogwild!: reads and updates `store` directly, lr from the server's
 /// schedule over `total_updates` (after `warmup` updates of warm-up).
+/// clip_grad_norm > 0: each update's gradient clipped to that global norm first.
 std::unique_ptr<weight_source> hogwild_weights(std::shared_ptr<hogwild_store> store, float lr,
                                                model::lr_schedule schedule, int64_t total_updates,
-                                               int64_t warmup = 0);
+                                               int64_t warmup = 0, float clip_grad_norm = 0);
 
 /// A worker: steps on Batch messages with a borrowed replica and its weight source.
 class worker_core {

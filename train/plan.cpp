@@ -344,10 +344,11 @@ void check_inputs(const settings& s, const topology& t, int64_t train_samples, c
   if (!slowdowns.empty() && static_cast<int>(slowdowns.size()) != workers)
     throw error("--worker-speeds: " + std::to_string(slowdowns.size()) + " speeds for " + std::to_string(workers) +
                 " workers (give one per worker)");
-  if (s.clip_grad_norm > 0 && (!traits(s.algo.kind).collective || s.pipeline.stages > 1))
-    throw error("--clip-grad-norm: the sequential loop and --algorithm allreduce (without --pipeline-stages) clip "
-                "for now, not --algorithm " + std::string(to_string(s.algo.kind)) +
-                (s.pipeline.stages > 1 ? " with pipeline stages" : ""));
+  // A worker holds its whole gradient; a pipeline stage holds only its part of it.
+  if (s.clip_grad_norm > 0 && s.pipeline.stages > 1)
+    throw error("--clip-grad-norm: the norm is the whole model's, and a pipeline stage holds only its part of the "
+                "gradient: leave it out with --pipeline-stages (the sequential loop and every data-parallel "
+                "algorithm clip)");
   if (train_samples < workers)
     throw error("--workers " + std::to_string(workers) + " exceeds the " + std::to_string(train_samples) +
                 " training samples");

@@ -439,7 +439,7 @@ TEST_CASE("one allreduce worker reproduces the sequential loop, momentum and all
   }
 }
 
-TEST_CASE("gradient clipping: the sequential loop and one allreduce worker clip alike, and it changes the steps",
+TEST_CASE("gradient clipping: the sequential loop, one allreduce worker and one ASGD worker clip alike, and it changes the steps",
           "[actors][fit][allreduce][clip]") {
   larger_data d;
   std::ostringstream log;
@@ -465,8 +465,24 @@ TEST_CASE("gradient clipping: the sequential loop and one allreduce worker clip 
     changed = std::max(changed, std::abs(clipped[i] - plain[i]));
   }
   CHECK(changed > 1e-3);  // a norm of 0.05 does clip this MLP's gradients
-  job bad = mlp_job(d.dir.path(), asgd().workers(2)).clip_grad_norm(1.0f);
-  CHECK_THROWS_WITH(fit(bad, log), Contains("--clip-grad-norm"));
+  // One ASGD worker (over 1 or 3 shards) and one Hogwild! worker clip their
+  // whole gradient before pushing or applying it: the sequential loop's plain
+  // SGD (their step has no momentum).
+  job plain_seq = job(seq).momentum(0.0f);
+  const std::vector<double> sgd_clipped = losses(plain_seq);
+  for (int shards : {0, 1, 3}) {
+    INFO((shards ? std::to_string(shards) + " shard(s)" : std::string("Hogwild!")));
+    const std::vector<double> got =
+        losses(job(plain_seq).algorithm(shards ? asgd().shards(shards) : hogwild()));
+    REQUIRE(got.size() == 50);
+    for (std::size_t i = 0; i < 50; ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(got[i] - sgd_clipped[i]) <= 1e-4 * std::abs(sgd_clipped[i]));
+    }
+  }
+  // A pipeline stage holds only its part of the gradient.
+  job bad = mlp_job(d.dir.path()).pipeline(2).clip_grad_norm(1.0f);
+  CHECK_THROWS_WITH(fit(bad, log), Contains("--clip-grad-norm: the norm is the whole model's"));
 }
 
 TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the epoch", "[actors][fit][allreduce]") {

@@ -92,7 +92,12 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.micro_batches = s.pipeline.micro_batches;
   sc.total_micro_batches = steps * s.pipeline.micro_batches;
   sc.sgd = sgd_of(s, p.total_updates);
-  sc.sgd.clip_grad_norm = 0;  // a norm per stage is not the model's: make_plan refuses it with pipelines
+  sc.sgd.clip_grad_norm = 0;  // a norm per stage is not the model's: the stages sum theirs (clip_grad_norm)
+  if (s.clip_grad_norm > 0) {  // a pipeline without replicas (make_plan refuses a hybrid's clipping)
+    sc.clip_grad_norm = s.clip_grad_norm;
+    const std::size_t first = i - static_cast<std::size_t>(k);
+    for (int j = 0; j < stages; ++j) sc.pipeline.push_back(p.stages[first + static_cast<std::size_t>(j)].address);
+  }
   sc.steps_before = c.start->state.first_steps;
   sc.stash = s.pipeline.stash;
   sc.trace = c.trace;

@@ -3,6 +3,8 @@
 #include "actors/allreduce.hpp"
 #include "net/protocol.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "actors/messages.hpp"
@@ -47,6 +49,14 @@ stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, s
       weights_(weights_of(c_)) {
   grads_.assign(static_cast<std::size_t>(holder_.size()), 0.0f);
   if (c_.stash > 0) stash_.push_back(holder_.hold());
+  if (c_.clip_grad_norm > 0) {
+    if (static_cast<int>(c_.pipeline.size()) != c_.stages)
+      throw error(track_ + ": clipping needs the " + std::to_string(c_.stages) + " stages of its pipeline, got " +
+                  std::to_string(c_.pipeline.size()));
+    std::vector<int32_t> ids(c_.pipeline.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    norm_group_ = std::make_unique<collective_core>(ids, c_.index, 0);
+  }
 }
 
 std::vector<outgoing> stage_core::start() { return weights_->start(); }
@@ -82,8 +92,14 @@ void stage_core::take(const net::opened_message& m) {
       gradients_[static_cast<int64_t>(g.getMicroBatch())] = {m, net::view(g.getTensor(), "gradient"), {}};
       break;
     }
-    case wire::Envelope::PARAMS:
     case wire::Envelope::COLLECTIVE:
+      if (norm_group_ && std::find(c_.pipeline.begin(), c_.pipeline.end(), net::read_address(r.root().getSource())) !=
+                             c_.pipeline.end()) {
+        take_norm(r);
+        break;
+      }
+      [[fallthrough]];
+    case wire::Envelope::PARAMS:
       updated_ = weights_->take(r, holder_, weights_out_) || updated_;
       break;
     default:
@@ -130,9 +146,9 @@ int64_t stage_core::needed_batch() const {
 
 bool stage_core::ready(const model::pipeline_action& a) const {
   using k = model::pipeline_action::kind;
-  // An update (or the first weights) under way: no action before it is applied
-  // (1F1B's next backward would sum into the gradient being reduced).
-  if (weights_->waiting()) return false;
+  // An update (or the first weights, or the norm's sum) under way: no action
+  // before it is applied (1F1B's next backward would sum into the gradient being reduced).
+  if (norming_ || weights_->waiting()) return false;
   switch (a.what) {
     case k::forward:
       return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
@@ -308,18 +324,55 @@ void stage_core::update(int64_t, result& out) {
     t.fill(rep);
     out.reports.push_back(rep);
   }
-  if (summed_ == 0 || grads_.empty()) {
-    summed_ = 0;
-    holder_.bump();  // a stage without parameters has applied the mini-batch too
-    updated(out.messages);
-    return;
-  }
   // The mean gradient; the next backward starts a new sum (the next forwards wait for a pending update).
-  const float inv = 1.0f / static_cast<float>(summed_);
-  for (float& x : grads_) x *= inv;
+  // A stage without parameters (or samples) has applied the mini-batch too, with nothing to step.
+  empty_update_ = summed_ == 0 || grads_.empty();
+  if (!empty_update_) {
+    const float inv = 1.0f / static_cast<float>(summed_);
+    for (float& x : grads_) x *= inv;
+  }
   summed_ = 0;
   const int64_t step = c_.steps_before + last_backward_ / c_.micro_batches;
-  if (weights_->update(ctx_, step, grads_.data(), holder_, out.messages)) updated(out.messages);
+  if (!norm_group_) {
+    apply(step, out.messages);
+    return;
+  }
+  // The whole model's norm: this stage's square (0 without parameters), summed with the other stages'.
+  const double norm =
+      empty_update_ ? 0.0 : kernels::clip_by_global_norm(ctx_, {{grads_.data(), holder_.size()}}, 0);
+  norm_sq_ = static_cast<float>(norm * norm);
+  norming_ = true;
+  norm_step_ = step;
+  send_collective(norm_group_->start_allreduce(norm_group_->next_op(), &norm_sq_, 1), c_.plan.address, c_.pipeline,
+                  out.messages);
+  if (norm_group_->done()) clip_and_apply(out.messages);
+}
+
+void stage_core::apply(int64_t step, std::vector<outgoing>& out) {
+  if (empty_update_) {
+    holder_.bump();
+    updated(out);
+  } else if (weights_->update(ctx_, step, grads_.data(), holder_, out)) {
+    updated(out);
+  }
+}
+
+void stage_core::take_norm(const net::envelope_reader& r) {
+  const collective_stats before = norm_group_->stats();
+  send_collective(norm_group_->accept(from_wire(r)), c_.plan.address, c_.pipeline, weights_out_);
+  if (lost_data(before, norm_group_->stats()))
+    reject(net::reject_reason::malformed, track_ + ": the norm's sum: " + norm_group_->last_error());
+  if (norming_ && norm_group_->done()) clip_and_apply(weights_out_);
+}
+
+void stage_core::clip_and_apply(std::vector<outgoing>& out) {
+  norming_ = false;
+  const double norm = std::sqrt(static_cast<double>(norm_sq_));
+  if (norm > c_.clip_grad_norm) {
+    const auto scale = static_cast<float>(c_.clip_grad_norm / norm);
+    for (float& g : grads_) g *= scale;
+  }
+  apply(norm_step_, out);
 }
 
 void stage_core::updated(std::vector<outgoing>& out) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/collective_core.hpp"
 #include "actors/param_holder.hpp"
 #include "actors/stage_weights.hpp"
 #include "actors/worker_core.hpp"
@@ -56,6 +57,11 @@ struct stage_config {
   int32_t member = 0;
   /// A snapshot's PullParams counts the mini-batches of this many replicas.
   int snapshot_replicas = 1;
+  /// > 0: each update's gradient is clipped to this global norm, the whole
+  /// model's: the squares of the K stages' norms are summed by an allreduce
+  /// among `pipeline` (stages 0..K-1 of this replica, in order) first.
+  float clip_grad_norm = 0;
+  std::vector<net::address> pipeline;
   std::shared_ptr<train::tracer> trace;
 };
 
@@ -146,6 +152,12 @@ private:
   void update(int64_t mb, result& out);
   /// An update applied to holder_: the stash and the pulls it makes due.
   void updated(std::vector<outgoing>& out);
+  /// The mean gradient of mini-batch `step` to the strategy.
+  void apply(int64_t step, std::vector<outgoing>& out);
+  /// Clipping: a Collective piece of the norm's sum among the pipeline's stages.
+  void take_norm(const net::envelope_reader& r);
+  /// The whole model's norm is known: the gradient clipped, then applied.
+  void clip_and_apply(std::vector<outgoing>& out);
   /// Points the replica's parameters at weight version `w` (read-only).
   void bind(replica& r, const weights& w, bound_tensors& b) const;
   /// This stage's parameters now, for the PullParams `m`.
@@ -166,6 +178,11 @@ private:
   std::vector<float> grads_;                         // gradients summed (GPipe) or the last (1F1B)
   std::vector<outgoing> weights_out_;                // the strategy's answers to take(), sent by the next run()
   bool updated_ = false;                             // take() completed an update: run() answers the pulls due
+  std::unique_ptr<collective_core> norm_group_;      // clipping: the pipeline's stages, summing their norms
+  float norm_sq_ = 0;                                // this stage's squared gradient norm, then the sum
+  bool norming_ = false;                             // the sum is under way: no action runs
+  int64_t norm_step_ = 0;                            // the mini-batch it is for
+  bool empty_update_ = false;                        // the update's stage has no parameters (or samples)
   int64_t summed_ = 0;                               // samples whose gradients grads_ sums
   int64_t last_backward_ = 0;
   std::map<int64_t, input> batches_;                 // first stage: mini-batch -> Batch

@@ -480,9 +480,21 @@ TEST_CASE("gradient clipping: the sequential loop, one allreduce worker and one 
       CHECK(std::abs(got[i] - sgd_clipped[i]) <= 1e-4 * std::abs(sgd_clipped[i]));
     }
   }
-  // A pipeline stage holds only its part of the gradient.
-  job bad = mlp_job(d.dir.path()).pipeline(2).clip_grad_norm(1.0f);
-  CHECK_THROWS_WITH(fit(bad, log), Contains("--clip-grad-norm: the norm is the whole model's"));
+  // A pipeline's stages sum the squares of their norms first: GPipe is the sequential loop, clipped.
+  const std::vector<double> expected = losses(seq);
+  for (int stages : {2, 3}) {
+    INFO(stages << " stages");
+    const std::vector<double> got = losses(job(seq).pipeline(stages, 4, pipeline_schedule::gpipe));
+    REQUIRE(got.size() == 50);
+    for (std::size_t i = 0; i < 50; ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(got[i] - expected[i]) <= 1e-4 * std::abs(expected[i]));
+    }
+  }
+  // 1F1B clips each micro-batch's update by the whole model's norm: it trains.
+  CHECK(losses(job(seq).pipeline(2, 4, pipeline_schedule::one_f_one_b)).back() < plain.front());
+  job bad = mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2).clip_grad_norm(1.0f);
+  CHECK_THROWS_WITH(fit(bad, log), Contains("--clip-grad-norm: a hybrid's stages do not clip yet"));
 }
 
 TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the epoch", "[actors][fit][allreduce]") {

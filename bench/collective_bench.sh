@@ -42,26 +42,16 @@ opts=(--sizes "$sizes" --algorithms "$algs" --target-s "${TARGET_S:-2}" --min-it
 [ "$pieces" = none ] || opts+=(--pieces "$pieces" --piece-size "$piece_size")
 
 # ---- network namespaces: cb<tag>n<i> for process i, the bridge in cb<tag>br ----
+# shellcheck source=scripts/netns.sh
+source scripts/netns.sh
 up_n=0
 netns_down() {
-  for i in $(seq 0 $(( up_n - 1 ))); do ip netns del "cb${tag}n$i" 2>/dev/null || true; done
-  [ "$up_n" -gt 0 ] && ip netns del "cb${tag}br" 2>/dev/null || true
+  [ "$up_n" -gt 0 ] && netns_remove "cb${tag}" "$up_n"
   up_n=0
 }
 netns_up() {  # N RATE
-  local n=$1 rate=$2
-  up_n=$n
-  ip netns add "cb${tag}br" && ip -n "cb${tag}br" link add br0 type bridge && ip -n "cb${tag}br" link set br0 up || return 1
-  for i in $(seq 0 $(( n - 1 ))); do
-    local ns=cb${tag}n$i
-    ip netns add "$ns" &&
-      ip link add "cb${tag}v$i" type veth peer name "cb${tag}b$i" &&
-      ip link set "cb${tag}v$i" netns "$ns" && ip link set "cb${tag}b$i" netns "cb${tag}br" &&
-      ip -n "cb${tag}br" link set "cb${tag}b$i" master br0 && ip -n "cb${tag}br" link set "cb${tag}b$i" up &&
-      ip -n "$ns" addr add "$subnet.$(( i + 1 ))/24" dev "cb${tag}v$i" && ip -n "$ns" link set "cb${tag}v$i" up &&
-      ip -n "$ns" link set lo up &&
-      ip netns exec "$ns" tc qdisc replace dev "cb${tag}v$i" root tbf rate "$rate" burst 256kb latency 50ms || return 1
-  done
+  up_n=$1
+  netns_create "cb${tag}" "$1" "$subnet" "$2"
 }
 pids=()
 cleanup() {
@@ -73,13 +63,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Free ports on loopback: a random start, skipping ports something listens on.
-in_use() { ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"; }
-free_ports() {
-  local want=$1 p=$(( 20000 + RANDOM % 20000 )) got=()
-  while [ ${#got[@]} -lt "$want" ]; do in_use "$p" || got+=("$p"); p=$(( p + 1 )); done
-  echo "${got[@]}"
-}
 
 # Gloo's allreduce on the links run_one set up: N processes of bench/gloo_bench.py, glibc's
 # mmap threshold raised as a fair PyTorch baseline needs (bench/tuned_malloc.py).

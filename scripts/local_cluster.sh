@@ -43,28 +43,10 @@ subnet=10.77.$(( tag % 250 ))
 host_of() { if [ "$netns" = 1 ]; then echo "$subnet.$(( $1 + 1 ))"; else echo 127.0.0.1; fi; }
 # Runs in a background subshell: exec, so that its pid is the node's.
 run_on() { if [ "$netns" = 1 ]; then exec ip netns exec "trp${tag}n$1" "${@:2}"; else exec "${@:2}"; fi; }
-netns_down() {
-  [ "$netns" = 1 ] || return 0
-  for i in $(seq 0 $(( n - 1 ))); do ip netns del "trp${tag}n$i" 2>/dev/null || true; done
-  ip netns del "trp${tag}br" 2>/dev/null || true
-}
-netns_up() {
-  [ "$netns" = 1 ] || return 0
-  ip netns add "trp${tag}br" && ip -n "trp${tag}br" link add br0 type bridge && ip -n "trp${tag}br" link set br0 up || return 1
-  for i in $(seq 0 $(( n - 1 ))); do
-    local ns=trp${tag}n$i
-    ip netns add "$ns" &&
-      ip link add "trp${tag}v$i" type veth peer name "trp${tag}b$i" &&
-      ip link set "trp${tag}v$i" netns "$ns" && ip link set "trp${tag}b$i" netns "trp${tag}br" &&
-      ip -n "trp${tag}br" link set "trp${tag}b$i" master br0 && ip -n "trp${tag}br" link set "trp${tag}b$i" up &&
-      ip -n "$ns" addr add "$(host_of "$i")/24" dev "trp${tag}v$i" && ip -n "$ns" link set "trp${tag}v$i" up &&
-      ip -n "$ns" link set lo up || return 1
-    if [ -n "${TROUPE_NETNS_RATE:-}" ]; then
-      ip netns exec "$ns" tc qdisc replace dev "trp${tag}v$i" root tbf rate "$TROUPE_NETNS_RATE" burst 256kb latency 50ms ||
-        return 1
-    fi
-  done
-}
+# shellcheck source=scripts/netns.sh
+source "$(dirname "$0")/netns.sh"
+netns_down() { [ "$netns" = 1 ] || return 0; netns_remove "trp${tag}" "$n"; }
+netns_up() { [ "$netns" = 1 ] || return 0; netns_create "trp${tag}" "$n" "$subnet" "${TROUPE_NETNS_RATE:-}"; }
 # Whatever happens from here on, the nodes are stopped and the namespaces removed.
 pids=()
 node0=
@@ -85,13 +67,7 @@ if [ "$netns" = 1 ]; then
 fi
 
 # Free ports: a random start, skipping ports something listens on.
-in_use() { ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"; }
-ports=()
-p=$(( 20000 + RANDOM % 20000 ))
-while [ ${#ports[@]} -lt "$n" ]; do
-  in_use "$p" || ports+=("$p")
-  p=$(( p + 1 ))
-done
+read -r -a ports <<< "$(free_ports "$n")"
 
 if [ -f "$dir/cluster.toml" ] && [ "$(grep -c 'name = "node' "$dir/cluster.toml")" = "$n" ]; then
   reuse=1

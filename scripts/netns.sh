@@ -1,0 +1,39 @@
+# Network namespaces and ports for processes on one machine; sourced by
+# scripts/local_cluster.sh and bench/collective_bench.sh (not run alone).
+
+# netns_create PREFIX N SUBNET [RATE]: namespaces PREFIXn0 .. PREFIXn(N-1),
+# each joined by a veth pair (PREFIXv<i> inside, PREFIXb<i> on the bridge) to
+# a bridge in namespace PREFIXbr, with address SUBNET.(i+1)/24; with RATE
+# (tc's units, e.g. 1gbit) a tbf limit on each process's link. Returns 1 at
+# the first step that fails (root and iproute2 are needed).
+netns_create() {
+  local p=$1 n=$2 subnet=$3 rate=${4:-} i ns
+  ip netns add "${p}br" && ip -n "${p}br" link add br0 type bridge && ip -n "${p}br" link set br0 up || return 1
+  for i in $(seq 0 $(( n - 1 ))); do
+    ns=${p}n$i
+    ip netns add "$ns" &&
+      ip link add "${p}v$i" type veth peer name "${p}b$i" &&
+      ip link set "${p}v$i" netns "$ns" && ip link set "${p}b$i" netns "${p}br" &&
+      ip -n "${p}br" link set "${p}b$i" master br0 && ip -n "${p}br" link set "${p}b$i" up &&
+      ip -n "$ns" addr add "$subnet.$(( i + 1 ))/24" dev "${p}v$i" && ip -n "$ns" link set "${p}v$i" up &&
+      ip -n "$ns" link set lo up || return 1
+    if [ -n "$rate" ]; then
+      ip netns exec "$ns" tc qdisc replace dev "${p}v$i" root tbf rate "$rate" burst 256kb latency 50ms || return 1
+    fi
+  done
+}
+
+# netns_remove PREFIX N: what netns_create made (the veth pairs go with their namespaces); never fails.
+netns_remove() {
+  local p=$1 n=$2 i
+  for i in $(seq 0 $(( n - 1 ))); do ip netns del "${p}n$i" 2>/dev/null || true; done
+  ip netns del "${p}br" 2>/dev/null || true
+}
+
+# free_ports N: N TCP ports nothing listens on, from a random start.
+port_in_use() { ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"; }
+free_ports() {
+  local want=$1 p=$(( 20000 + RANDOM % 20000 )) got=()
+  while [ ${#got[@]} -lt "$want" ]; do port_in_use "$p" || got+=("$p"); p=$(( p + 1 )); done
+  echo "${got[@]}"
+}

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,17 @@ private:
 template <typename M>
 message_matcher<M> message(M m) {
   return message_matcher<M>(std::move(m));
+}
+
+/// Two runs' losses, step by step: the same count, each within `tolerance`
+/// of the expected one, relative to it (`relative`) or absolute.
+inline void check_same_losses(const std::vector<double>& got, const std::vector<double>& expected, double tolerance,
+                              bool relative = true) {
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(got[i] - expected[i]) <= tolerance * (relative ? std::abs(expected[i]) : 1.0));
+  }
 }
 
 /// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.

@@ -472,24 +472,16 @@ TEST_CASE("gradient clipping: the sequential loop, one allreduce worker and one 
   const std::vector<double> sgd_clipped = losses(plain_seq);
   for (int shards : {0, 1, 3}) {
     INFO((shards ? std::to_string(shards) + " shard(s)" : std::string("Hogwild!")));
-    const std::vector<double> got =
-        losses(job(plain_seq).algorithm(shards ? asgd().shards(shards) : hogwild()));
-    REQUIRE(got.size() == 50);
-    for (std::size_t i = 0; i < 50; ++i) {
-      INFO("step " << i + 1);
-      CHECK(std::abs(got[i] - sgd_clipped[i]) <= 1e-4 * std::abs(sgd_clipped[i]));
-    }
+    REQUIRE(sgd_clipped.size() == 50);
+    testing::check_same_losses(losses(job(plain_seq).algorithm(shards ? asgd().shards(shards) : hogwild())),
+                               sgd_clipped, 1e-4);
   }
   // A pipeline's stages sum the squares of their norms first: GPipe is the sequential loop, clipped.
   const std::vector<double> expected = losses(seq);
   for (int stages : {2, 3}) {
     INFO(stages << " stages");
-    const std::vector<double> got = losses(job(seq).pipeline(stages, 4, pipeline_schedule::gpipe));
-    REQUIRE(got.size() == 50);
-    for (std::size_t i = 0; i < 50; ++i) {
-      INFO("step " << i + 1);
-      CHECK(std::abs(got[i] - expected[i]) <= 1e-4 * std::abs(expected[i]));
-    }
+    REQUIRE(expected.size() == 50);
+    testing::check_same_losses(losses(job(seq).pipeline(stages, 4, pipeline_schedule::gpipe)), expected, 1e-4);
   }
   // 1F1B clips each micro-batch's update by the whole model's norm: it trains.
   CHECK(losses(job(seq).pipeline(2, 4, pipeline_schedule::one_f_one_b)).back() < plain.front());
@@ -830,10 +822,7 @@ TEST_CASE("a hybrid with allreduce: one replica is the sequential loop, two trai
   one.on_step([&](const step_event& e) { got.push_back(e.loss); });
   fit(one, log);
   REQUIRE(got.size() == 100);
-  for (std::size_t i = 0; i < 100; ++i) {
-    INFO("step " << i + 1);
-    CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
-  }
+  testing::check_same_losses(got, expected, 1e-4, false);
   // Two replicas: stage k of each sums its gradient with the other's before every update.
   std::ostringstream hlog;
   job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(2).checkpoint(d.dir.file("two.ckpt"));
@@ -860,11 +849,7 @@ TEST_CASE("a hybrid with allreduce on 1F1B: one replica is the 1F1B pipeline, tw
   one.on_step([&](const step_event& e) { got.push_back(e.loss); });
   fit(one, log);
   REQUIRE(expected.size() == 48);
-  REQUIRE(got.size() == 48);
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(std::abs(got[i] - expected[i]) <= 1e-4);
-  }
+  testing::check_same_losses(got, expected, 1e-4, false);
   // Two replicas: stage k of each averages every micro-batch's gradient with the other's before its update.
   std::ostringstream hlog;
   job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(2).checkpoint(d.dir.file("two.ckpt"));

@@ -20,6 +20,7 @@
 
 using namespace troupe;
 using Catch::Matchers::Contains;
+using testing::check_same_losses;
 using testing::message;
 using testing::small_text;
 
@@ -48,14 +49,6 @@ std::vector<double> losses_of(job j, history* h = nullptr) {
   history out = fit(j, log);
   if (h) *h = out;
   return losses;
-}
-
-void check_same_losses(const std::vector<double>& got, const std::vector<double>& expected, double tolerance) {
-  REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(std::abs(got[i] - expected[i]) <= tolerance * std::abs(expected[i]));
-  }
 }
 
 } // namespace

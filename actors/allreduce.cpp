@@ -126,14 +126,13 @@ std::vector<bucket> cut_buckets(const model::param_layout& layout, int64_t least
 class allreduce_source final : public weight_source {
 public:
   explicit allreduce_source(const allreduce_config& c)
-      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), opt_(c.sgd, static_cast<int64_t>(c.initial.size())),
+      : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), opt_(c.opt, static_cast<int64_t>(c.initial.size())),
         g_local_(c.elastic ? g_.size() : 0),
         buckets_(cut_buckets(c.layout, c.bucket_elements)), applied_(c.steps_before) {
     if (static_cast<int64_t>(w_.size()) != c.layout.numel())
       throw error("allreduce: " + std::to_string(w_.size()) + " initial values for a layout of " +
                   std::to_string(c.layout.numel()));
-    if (!c.velocity.empty())
-      opt_.restore(c.velocity.data(), static_cast<int64_t>(c.velocity.size()), "allreduce");
+    if (!c.state.empty()) opt_.restore(c.state.data(), static_cast<int64_t>(c.state.size()), "allreduce");
     for (std::size_t i = 0; i < c.members.size(); ++i) group_.push_back(static_cast<int32_t>(i));
     core_ = std::make_unique<collective_core>(group_, c.member, 0, c.options);
   }
@@ -177,10 +176,22 @@ public:
       throw net::message_error(net::reject_reason::unknown_kind, name() + ": a PullParams for a worker that holds none");
     // A snapshot's pull counts the workers' reports: a member may have
     // reported the step this one is still reducing; answered once it is applied.
+    // One that comes after this worker has gone past its steps: the parameters
+    // kept at the end of the epoch when the snapshot is that epoch's (else the
+    // current ones, ahead). Steps 0: the current ones.
     const uint64_t steps = m->root().getPullParams().getSteps();
-    if (reports() >= steps) return {answer(*m)};
+    if (steps > 0 && reports() > steps && boundary_.reports == steps)
+      return {answer(*m, boundary_.version, boundary_.w, boundary_.state)};
+    if (reports() >= steps) return {answer(*m, applied_, w_, opt_.state())};
     pulls_.keep(steps, m);
     return {};
+  }
+  void epoch_starts(uint32_t) override {
+    if (!c_.holder) return;
+    boundary_.reports = reports();
+    boundary_.version = applied_;
+    boundary_.w = w_;
+    boundary_.state = opt_.state();
   }
   std::vector<outgoing> on_regroup(const net::opened_message& m) override {
     const regroup g = read_regroup(*m);
@@ -253,7 +264,7 @@ private:
   void apply_step(std::vector<outgoing>& out) {
     if (c_.elastic) {  // a new group may roll this step back
       w_before_ = w_;
-      v_before_ = opt_.velocity();
+      s_before_ = opt_.state();
       std::swap(g_last_local_, g_local_);
       g_local_.resize(g_.size());
     }
@@ -264,7 +275,7 @@ private:
     in_step_ = false;
     report_due_ = true;
     tally_.add(0, false);
-    pulls_.answer_due(reports(), [&](const net::opened_message& m) { out.push_back(answer(*m)); });
+    pulls_.answer_due(reports(), [&](const net::opened_message& m) { out.push_back(answer(*m, applied_, w_, opt_.state())); });
   }
   /// The worker reports the coordinator has counted once every member has
   /// reported the steps applied here (a snapshot's PullParams.steps counts them).
@@ -272,15 +283,17 @@ private:
   void go(const regroup& g, std::vector<outgoing>& out);
   void redo_from_local();
   void end_broadcast();
-  outgoing answer(const net::envelope_reader& r) const;
+  /// The Params that answer pull `r`: `w` at `version`, with the optimizer's `state` when it asks.
+  outgoing answer(const net::envelope_reader& r, uint64_t version, const std::vector<float>& w,
+                  const std::vector<float>& state) const;
 
   allreduce_config c_;
   kept_pulls<net::opened_message> pulls_;  // the holder's: snapshots' pulls until their steps are applied here
   std::vector<float> w_, g_;      // the replica's values, its gradient (reduced in place)
-  model::flat_sgd opt_;           // its optimizer (momentum: the state a joiner and a checkpoint get)
+  model::flat_optimizer opt_;     // its optimizer (its state: a joiner's and a checkpoint's)
   std::vector<shape> shapes_ = c_.layout.shapes(0, static_cast<uint32_t>(c_.layout.size()));
   std::vector<float> g_local_;    // the step's own gradient, kept as each bucket's reduction starts
-  std::vector<float> w_before_, v_before_, g_last_local_;  // before the last step applied, and its own gradient
+  std::vector<float> w_before_, s_before_, g_last_local_;  // before the last step applied, and its own gradient
   std::vector<int32_t> group_;    // the members (worker indices) of the group, in rank order
   uint64_t epoch_ = 0;
   std::unique_ptr<collective_core> core_;
@@ -293,9 +306,13 @@ private:
   bool held_ = false;                     // a new group forms: nothing is reduced or applied
   bool syncing_ = false;                  // a joiner waiting for the group's parameters
   bool broadcasting_ = false;             // the new group's broadcast to its joiners is under way
-  std::vector<float> shared_;             // the broadcast's buffer: parameters, then momentum
+  std::vector<float> shared_;             // the broadcast's buffer: parameters, then the optimizer's state
   uint64_t applied_ = 0;                  // global steps applied (with those before a resume)
   uint64_t sync_step_ = 0;                // a joiner's steps once the broadcast is over
+  struct {                                // the holder's replica at the end of the last epoch
+    uint64_t reports = UINT64_MAX, version = 0;
+    std::vector<float> w, state;
+  } boundary_;
   kernels::context ctx_;
 };
 
@@ -306,7 +323,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   if (!c_.elastic) throw error(name() + ": allreduce: a Regroup for a group that cannot re-form (one process)");
   if (!joiner && applied_ == g.step + 1) {  // this worker applied a step the others did not: undone, redone
     w_ = w_before_;
-    opt_.velocity() = v_before_;
+    opt_.state() = s_before_;
     applied_ = g.step;
     g_local_ = g_last_local_;
     kept_ = buckets_.size();
@@ -328,10 +345,10 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
     redo_from_local();
   }
   if (!g.joiners.empty()) {
-    shared_.assign(2 * w_.size(), 0.0f);
+    shared_.assign(w_.size() + opt_.state().size(), 0.0f);
     if (me == g.root) {
       std::copy(w_.begin(), w_.end(), shared_.begin());
-      std::copy(opt_.velocity().begin(), opt_.velocity().end(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()));
+      std::copy(opt_.state().begin(), opt_.state().end(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()));
     }
     broadcasting_ = active_ = true;
     send(core_->start_broadcast(0, static_cast<int32_t>(g.root), shared_.data(), static_cast<int64_t>(shared_.size())),
@@ -353,24 +370,28 @@ void allreduce_source::redo_from_local() {
   started_ = 0;
 }
 
-/// The joiners take the root's parameters and momentum; everyone goes on with the steps.
+/// The joiners take the root's parameters and optimizer state; everyone goes on with the steps.
 void allreduce_source::end_broadcast() {
   broadcasting_ = false;
   if (!syncing_) return;
   std::copy(shared_.begin(), shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), w_.begin());
-  std::copy(shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), shared_.end(), opt_.velocity().begin());
+  std::copy(shared_.begin() + static_cast<std::ptrdiff_t>(w_.size()), shared_.end(), opt_.state().begin());
   applied_ = sync_step_;
   syncing_ = false;
 }
 
-outgoing allreduce_source::answer(const net::envelope_reader& r) const {
+outgoing allreduce_source::answer(const net::envelope_reader& r, uint64_t version, const std::vector<float>& w,
+                                  const std::vector<float>& opt_state) const {
   const net::address to = net::read_address(r.root().getSource());
   held_params h;
   h.shard = r.root().getPullParams().getShard();
-  h.version = applied_;
+  h.version = version;
   h.shapes = &shapes_;
-  h.values = w_.data();
-  if (r.root().getPullParams().getWithState() && opt_.has_state()) h.velocity = &opt_.velocity();
+  h.values = w.data();
+  std::vector<named_tensor> state;
+  if (r.root().getPullParams().getWithState() && opt_.has_state())
+    state.push_back({opt_.state_name(), tensor::from(shape{static_cast<int64_t>(opt_state.size())}, opt_state)});
+  h.state = &state;
   return {to, make_params(self(), to, h)};
 }
 

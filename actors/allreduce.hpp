@@ -5,7 +5,7 @@
 // collective core, in buckets that go out as backward fills them) and applies
 // the same optimizer step to the mean, so that every replica holds the same
 // bits after every step. The first worker also answers the evaluator's pulls
-// with its replica (a snapshot, a checkpoint with its momentum).
+// with its replica (a snapshot, a checkpoint with its optimizer's state).
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 
 #include "actors/collective_core.hpp"
 #include "actors/worker_core.hpp"
-#include "model/flat_sgd.hpp"
+#include "model/flat_optimizer.hpp"
 #include "model/layout.hpp"
 #include "model/schedule.hpp"
 
@@ -24,16 +24,16 @@ struct allreduce_config {
   int32_t member = 0;                 ///< this worker's id
   model::param_layout layout;
   std::vector<float> initial;         ///< the starting parameters (the same on every member)
-  std::vector<float> velocity;        ///< a resumed run's momentum (empty: zeros)
+  std::vector<float> state;           ///< a resumed run's optimizer state (model::flat_optimizer; empty: zeros)
   uint64_t steps_before = 0;          ///< global steps applied before (a resumed run)
   uint64_t reports_before = 0;        ///< the coordinator's count of step reports before (a resumed run)
   /// Each replica's optimizer on the mean gradient (total_steps: global steps).
-  model::flat_sgd_options sgd;
+  model::flat_optimizer_options opt;
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)
   collective_options options;
   bool holder = false;                ///< answers PullParams (the plan's worker holder)
   /// The group may re-form (a cluster: a worker's node may be lost): each step
-  /// keeps what a rollback needs (the parameters and momentum before it, the
+  /// keeps what a rollback needs (the parameters and optimizer state before it, the
   /// worker's own gradient). False in one process, where nothing is lost.
   bool elastic = true;
 };

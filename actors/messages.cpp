@@ -99,10 +99,8 @@ net::message make_params(const net::address& from, const net::address& to, const
   p.setVersion(h.version);
   float* dst = net::init_flat(p.initValues(), h.first, h.offset, *h.shapes);
   if (n > 0) std::memcpy(dst, h.values, static_cast<std::size_t>(n) * sizeof(float));
-  if (h.velocity && !h.velocity->empty()) {
-    const shape s{static_cast<int64_t>(h.velocity->size())};
-    net::encode(std::vector<named_tensor>{{"velocity", tensor::from(s, *h.velocity)}}, p.initRuleState(1));
-  }
+  if (h.state && !h.state->empty())
+    net::encode(*h.state, p.initRuleState(static_cast<unsigned>(h.state->size())));
   return net::message::from_builder(std::move(b));
 }
 
@@ -141,7 +139,11 @@ net::message make_evaluation(const net::address& from, const net::address& to, c
 
 evaluation_result read_evaluation(const net::envelope_reader& r) {
   auto m = r.root().getEvaluation();
-  evaluation_result e{m.getEpoch(), m.getTestAccuracy(), m.getCheckpointed(), m.getPeriodic()};
+  evaluation_result e;
+  e.epoch = m.getEpoch();
+  e.test_accuracy = m.getTestAccuracy();
+  e.checkpointed = m.getCheckpointed();
+  e.periodic = m.getPeriodic();
   e.validation_accuracy = m.getValidationAccuracy();
   e.test_loss = m.getTestLoss();
   e.validation_loss = m.getValidationLoss();

@@ -35,8 +35,8 @@ float* open_push(net::message& push, const net::address& from, const net::addres
                  const model::shard_range& range, const std::vector<shape>& shapes);
 /// What a holder of parameters (a stage, an allreduce's worker) answers a
 /// pull with: its range of the layout (`first` tensor, element `offset`,
-/// `shapes`, the values) at `version`, and its momentum as "velocity" when
-/// `velocity` is given (a checkpoint's pull; empty or null: none).
+/// `shapes`, the values) at `version`, and its optimizer's `state` when
+/// given (a checkpoint's pull; empty or null: none).
 struct held_params {
   uint32_t shard = 0;
   uint64_t version = 0;
@@ -44,7 +44,7 @@ struct held_params {
   int64_t offset = 0;
   const std::vector<shape>* shapes = nullptr;
   const float* values = nullptr;
-  const std::vector<float>* velocity = nullptr;
+  const std::vector<named_tensor>* state = nullptr;
 };
 net::message make_params(const net::address& from, const net::address& to, const held_params& h);
 

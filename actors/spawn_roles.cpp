@@ -23,6 +23,17 @@ void add_local(node_context& c, const net::address& address, caf::actor a) {
   c.locals.push_back(std::move(a));
 }
 
+/// AdamW's groups of tensors [first, last) of `net`: their sizes, and whether
+/// weight decay applies to each (train::decays: the matrices only).
+void adamw_groups(model::model& net, uint32_t first, uint32_t last, std::vector<int64_t>& segments,
+                  std::vector<bool>& decays) {
+  const std::vector<model::parameter*> params = net.parameters();
+  for (uint32_t t = first; t < last; ++t) {
+    segments.push_back(params[t]->value.numel());
+    decays.push_back(train::decays(params[t]->name, params[t]->value.shape()));
+  }
+}
+
 void spawn_shards(caf::actor_system& sys, node_context& c) {
   const train::plan& p = c.plan();
   const auto params = c.start->net.parameters();
@@ -33,10 +44,7 @@ void spawn_shards(caf::actor_system& sys, node_context& c) {
     std::vector<named_tensor> mine;
     for (uint32_t t = sp.range.first; t < sp.range.last; ++t) mine.push_back({params[t]->name, params[t]->value.clone()});
     model::update_config rule = rule_config(c.config());
-    for (const named_tensor& t : mine) {  // AdamW's groups: weight decay on the matrices only
-      rule.segments.push_back(t.value.numel());
-      rule.segment_decays.push_back(train::decays(t.name, t.value.shape()));
-    }
+    adamw_groups(c.start->net, sp.range.first, sp.range.last, rule.segments, rule.segment_decays);
     auto core = std::make_shared<shard_core>(sp, mine, rule, c.config().schedule, p.total_updates, ctx);
     if (c.start->state.resuming) resume_shard(*core, c.start->state.shards[i], *c.log);
     core->trace(c.trace);
@@ -44,10 +52,14 @@ void spawn_shards(caf::actor_system& sys, node_context& c) {
   }
 }
 
-/// The optimizer of a stage's or an allreduce replica's flat parameters, as
-/// the job's settings say, over `total_steps` updates.
-model::flat_sgd_options sgd_of(const settings& s, int64_t total_steps) {
-  model::flat_sgd_options o;
+/// The optimizer of a stage's or an allreduce replica's flat parameters
+/// (tensors [first, last) of the model), as the job's settings say, over
+/// `total_steps` updates.
+model::flat_optimizer_options optimizer_of(const node_context& c, uint32_t first, uint32_t last, int64_t total_steps) {
+  const settings& s = c.config();
+  model::flat_optimizer_options o;
+  o.adamw = s.optimizer == optimizer_kind::adamw;
+  if (o.adamw) adamw_groups(c.start->net, first, last, o.segments, o.segment_decays);
   o.lr = s.lr;
   o.momentum = s.momentum;
   o.weight_decay = s.weight_decay;
@@ -91,8 +103,8 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.schedule = s.pipeline.schedule;
   sc.micro_batches = s.pipeline.micro_batches;
   sc.total_micro_batches = steps * s.pipeline.micro_batches;
-  sc.sgd = sgd_of(s, p.total_updates);
-  sc.sgd.clip_grad_norm = 0;  // a norm per stage is not the model's: the stages sum theirs (clip_grad_norm)
+  sc.opt = optimizer_of(c, sp.params.first, sp.params.last, p.total_updates);
+  sc.opt.clip_grad_norm = 0;  // a norm per stage is not the model's: the stages sum theirs (clip_grad_norm)
   if (s.clip_grad_norm > 0) {  // a pipeline without replicas (make_plan refuses a hybrid's clipping)
     sc.clip_grad_norm = s.clip_grad_norm;
     const std::size_t first = i - static_cast<std::size_t>(k);
@@ -109,9 +121,9 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   return sc;
 }
 
-/// Continues a stage that updates its own parameters from its initial state (its momentum).
+/// Continues a stage that updates its own parameters from its initial state (its optimizer's).
 void resume_stage(stage_core& stage, const train::holder_start& h, std::ostream& log) {
-  const std::string fresh = net::to_string(stage.address()) + ": momentum starts at 0: ";
+  const std::string fresh = net::to_string(stage.address()) + ": the optimizer state starts at 0: ";
   if (!h.fresh.empty()) log << fresh << h.fresh << "\n";
   if (!h.resumes()) return;
   try {
@@ -157,7 +169,7 @@ void spawn_loaders(caf::actor_system& sys, node_context& c) {
   }
 }
 
-/// An allreduce's worker: its place in the group, the starting replica (a resumed run's momentum).
+/// An allreduce's worker: its place in the group, the starting replica (a resumed run's optimizer state).
 allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w, const std::vector<float>& initial) {
   const settings& s = c.config();
   const train::plan& p = c.plan();
@@ -169,16 +181,16 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   a.layout = c.start->net.layout();
   a.initial = initial;
   a.elastic = p.nodes.size() > 1;
+  a.opt = optimizer_of(c, 0, static_cast<uint32_t>(a.layout.size()), p.total_updates);
   for (const named_tensor& t : c.start->state.replicas.state)
-    if (t.name == "velocity") a.velocity.assign(t.value.data(), t.value.data() + t.value.numel());
+    if (t.name == model::flat_optimizer::state_name_of(a.opt.adamw)) a.state.assign(t.value.data(), t.value.data() + t.value.numel());
   a.steps_before = c.start->state.replicas.version;
   a.reports_before = static_cast<uint64_t>(c.start->state.first_steps);
-  a.sgd = sgd_of(s, p.total_updates);
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
   a.options.bf16(s.algo.allreduce_dtype == reduce_dtype::bf16);
   a.holder = !p.worker_holders.empty() && p.worker_holders.front().address == w.address;
   const std::string& fresh = c.start->state.replicas.fresh;
-  if (a.holder && !fresh.empty()) *c.log << "allreduce: the replicas' momentum starts at 0: " << fresh << "\n";
+  if (a.holder && !fresh.empty()) *c.log << "allreduce: the replicas' optimizer state starts at 0: " << fresh << "\n";
   return a;
 }
 

@@ -30,8 +30,8 @@ const float* checked(const std::vector<float>& initial, int64_t n, const std::st
 std::unique_ptr<stage_weights> weights_of(const stage_config& c) {
   const int64_t n = c.plan.params.numel();
   if (c.plan.shard >= 0) return shard_stage_weights(c.plan.address, c.shard, c.plan.params, c.index, c.layout);
-  if (!c.peers.empty()) return allreduce_stage_weights(c.sgd, n, c.peers, c.member);
-  return own_stage_weights(c.sgd, n, net::to_string(c.plan.address));
+  if (!c.peers.empty()) return allreduce_stage_weights(c.opt, n, c.peers, c.member);
+  return own_stage_weights(c.opt, n, net::to_string(c.plan.address));
 }
 
 /// Rows [begin, end) of a batch of `n` samples for micro-batch `j` of `m`.

@@ -24,7 +24,7 @@
 #include "actors/stage_weights.hpp"
 #include "actors/worker_core.hpp"
 #include "kernels/context.hpp"
-#include "model/flat_sgd.hpp"
+#include "model/flat_optimizer.hpp"
 #include "model/schedule.hpp"
 #include "net/message.hpp"
 #include "train/epoch_accumulator.hpp"
@@ -47,7 +47,7 @@ struct stage_config {
   int micro_batches = 4;
   int64_t total_micro_batches = 0;   ///< of the run
   /// The optimizer of the stage's own parameters (total_steps: mini-batches of the run).
-  model::flat_sgd_options sgd;
+  model::flat_optimizer_options opt;
   int64_t steps_before = 0;          ///< mini-batches done before this start (a resumed run)
   int stash = 0;                     ///< 1F1B: weight versions kept (0: every one in flight)
   /// An allreduce's hybrid: stage k of every pipeline replica, by replica (this
@@ -91,7 +91,7 @@ public:
   /// the first stage included.
   std::vector<outgoing> take_pull(const net::opened_message& r);
   std::vector<outgoing> take_pull(const net::message& m) { return take_pull(open(m)); }
-  /// Continues from a checkpoint's optimizer state: "velocity" (its momentum),
+  /// Continues from a checkpoint's optimizer state (model::flat_optimizer's),
   /// which answer_pull sends with a pull that asks for the state. Throws
   /// troupe::error when its size is not the stage's.
   void restore(const std::vector<named_tensor>& state);

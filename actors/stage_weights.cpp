@@ -11,11 +11,11 @@ namespace {
 
 [[noreturn]] void reject(const std::string& what) { throw net::message_error(net::reject_reason::unknown_kind, what); }
 
-/// Momentum SGD on the stage's own parameters.
+/// The stage's own optimizer (momentum SGD or AdamW) on its parameters.
 class own_step final : public stage_weights {
 public:
-  own_step(const model::flat_sgd_options& sgd, int64_t n, std::string who)
-      : stage_weights(std::move(who)), opt_(sgd, n) {}
+  own_step(const model::flat_optimizer_options& o, int64_t n, std::string who)
+      : stage_weights(std::move(who)), opt_(o, n) {}
   bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w, std::vector<outgoing>&) override {
     opt_.step(ctx, w.writable(), g, step);
     w.bump();
@@ -23,15 +23,15 @@ public:
   }
   std::vector<named_tensor> state() const override {
     if (!opt_.has_state()) return {};
-    return {{"velocity", tensor::from(shape{static_cast<int64_t>(opt_.velocity().size())}, opt_.velocity())}};
+    return {{opt_.state_name(), tensor::from(shape{static_cast<int64_t>(opt_.state().size())}, opt_.state())}};
   }
   void restore(const std::vector<named_tensor>& state) override {
     for (const named_tensor& t : state)
-      if (t.name == "velocity") opt_.restore(t.value.data(), t.value.numel(), who_);
+      if (t.name == opt_.state_name()) opt_.restore(t.value.data(), t.value.numel(), who_);
   }
 
 private:
-  model::flat_sgd opt_;
+  model::flat_optimizer opt_;
 };
 
 /// A hybrid on shards: pushes to the shard, takes its answer as the new weights.
@@ -74,9 +74,9 @@ private:
 /// A hybrid by allreduce: the mean over the replicas' stage k, then the own step.
 class allreduce_step final : public stage_weights {
 public:
-  allreduce_step(const model::flat_sgd_options& sgd, int64_t n, const std::vector<net::address>& peers,
+  allreduce_step(const model::flat_optimizer_options& o, int64_t n, const std::vector<net::address>& peers,
                  int32_t member)
-      : stage_weights(net::to_string(peers.at(static_cast<std::size_t>(member)))), own_(sgd, n, who_), peers_(peers),
+      : stage_weights(net::to_string(peers.at(static_cast<std::size_t>(member)))), own_(o, n, who_), peers_(peers),
         member_(member),
         n_(n) {
     std::vector<int32_t> ids(peers.size());
@@ -137,8 +137,8 @@ staleness_tally stage_weights::take_tally() {
   return t;
 }
 
-std::unique_ptr<stage_weights> own_stage_weights(const model::flat_sgd_options& sgd, int64_t n, std::string who) {
-  return std::make_unique<own_step>(sgd, n, std::move(who));
+std::unique_ptr<stage_weights> own_stage_weights(const model::flat_optimizer_options& o, int64_t n, std::string who) {
+  return std::make_unique<own_step>(o, n, std::move(who));
 }
 
 std::unique_ptr<stage_weights> shard_stage_weights(const net::address& self, const net::address& shard,
@@ -147,9 +147,9 @@ std::unique_ptr<stage_weights> shard_stage_weights(const net::address& self, con
   return std::make_unique<shard_step>(self, shard, range, stage, layout);
 }
 
-std::unique_ptr<stage_weights> allreduce_stage_weights(const model::flat_sgd_options& sgd, int64_t n,
+std::unique_ptr<stage_weights> allreduce_stage_weights(const model::flat_optimizer_options& o, int64_t n,
                                                        const std::vector<net::address>& peers, int32_t member) {
-  return std::make_unique<allreduce_step>(sgd, n, peers, member);
+  return std::make_unique<allreduce_step>(o, n, peers, member);
 }
 
 } // namespace troupe::actors

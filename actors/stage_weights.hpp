@@ -15,7 +15,7 @@
 #include "actors/param_client.hpp"
 #include "actors/param_holder.hpp"
 #include "kernels/context.hpp"
-#include "model/flat_sgd.hpp"
+#include "model/flat_optimizer.hpp"
 #include "net/message.hpp"
 #include "train/plan.hpp"
 
@@ -42,7 +42,7 @@ public:
   virtual bool waiting() const { return false; }
   /// The optimizer state a checkpoint keeps of this stage (empty: none here).
   virtual std::vector<named_tensor> state() const { return {}; }
-  /// Continues from a checkpoint's state ("velocity"). Throws troupe::error when it does not fit.
+  /// Continues from a checkpoint's state (model::flat_optimizer::state_name()). Throws troupe::error when it does not fit.
   virtual void restore(const std::vector<named_tensor>& state) {}
   /// The staleness of the updates answered since the last call; starts a new tally.
   staleness_tally take_tally();
@@ -52,8 +52,8 @@ protected:
   staleness_tally tally_;
 };
 
-/// Momentum SGD (model::flat_sgd) on the stage's own `n` parameters; `who` names it in errors.
-std::unique_ptr<stage_weights> own_stage_weights(const model::flat_sgd_options& sgd, int64_t n, std::string who);
+/// The stage's own optimizer (model::flat_optimizer: momentum SGD or AdamW) on its `n` parameters; `who` names it in errors.
+std::unique_ptr<stage_weights> own_stage_weights(const model::flat_optimizer_options& o, int64_t n, std::string who);
 /// A hybrid on shards: each update's gradient is pushed to `shard`, which
 /// holds the stage's range `range` of `layout`; its Params answer are the new
 /// weights. The forwards wait for the first pull's answer, then for each push's.
@@ -63,7 +63,7 @@ std::unique_ptr<stage_weights> shard_stage_weights(const net::address& self, con
 /// A hybrid by allreduce: stage k of every pipeline replica (`peers`, by
 /// replica; this stage is `member`) averages each update's gradient, then
 /// steps by its own optimizer, the same on every replica.
-std::unique_ptr<stage_weights> allreduce_stage_weights(const model::flat_sgd_options& sgd, int64_t n,
+std::unique_ptr<stage_weights> allreduce_stage_weights(const model::flat_optimizer_options& o, int64_t n,
                                                        const std::vector<net::address>& peers, int32_t member);
 
 } // namespace troupe::actors

@@ -361,6 +361,10 @@ worker_core::step_out worker_core::step(const net::opened_message& m) {
   labels_.resize(labels.size());
   for (unsigned i = 0; i < labels.size(); ++i) labels_[i] = labels[i];
 
+  if (static_cast<int64_t>(b.getEpoch()) != epoch_) {
+    epoch_ = b.getEpoch();
+    source_->epoch_starts(b.getEpoch());
+  }
   run_ = std::make_unique<running>(*pool_);
   run_->batch = m;
   run_->x = tensor::wrap_read_only(img.dims, img.data);

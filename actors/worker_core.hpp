@@ -114,6 +114,10 @@ public:
   virtual bool ready() const = 0;
   /// Called once with a replica's model, before the first step.
   virtual void attach(const model::model& net) {}
+  /// A step of epoch `epoch` (its Batch's) begins, and the step before was
+  /// of another epoch, or none: the parameters are those at the end of the
+  /// epoch before (a holder keeps them for that epoch's snapshot).
+  virtual void epoch_starts(uint32_t epoch) {}
   /// Whether the weights of layer `layer` are here (receiving per layer: the
   /// step's forward pass runs each layer as soon as they are).
   virtual bool has_layer(std::size_t layer) const { return ready(); }
@@ -253,6 +257,7 @@ private:
   kernels::context ctx_;
   shape input_;
   uint64_t steps_ = 0;
+  int64_t epoch_ = -1;  // the last step's Batch's epoch (-1: none yet)
   tensor dlogits_;
   std::vector<int32_t> labels_;
   double loss_sum_ = 0;

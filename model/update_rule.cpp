@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
+#include "model/flat_optimizer.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::model {
@@ -76,13 +77,7 @@ public:
       c_.segments = {n};
       c_.segment_decays = {false};
     }
-    if (c_.segment_decays.size() != c_.segments.size())
-      throw error(name() + " with adamw: " + std::to_string(c_.segment_decays.size()) + " decay flags for " +
-                  std::to_string(c_.segments.size()) + " segments");
-    int64_t sum = 0;
-    for (int64_t len : c_.segments) sum += len;
-    if (sum != n)
-      throw error(name() + " with adamw: segments of " + std::to_string(sum) + " values for a shard of " + std::to_string(n));
+    check_segments(c_.segments, c_.segment_decays, n, name());
     m_ = tensor::zeros({n});
     v_ = tensor::zeros({n});
   }
@@ -96,14 +91,7 @@ public:
     }
     if (n != m_.numel()) throw error(name() + ": a gradient of " + std::to_string(n) + " values for a shard of " + std::to_string(m_.numel()));
     ++step_;
-    int64_t at = 0;
-    for (std::size_t i = 0; i < c_.segments.size(); ++i) {
-      const int64_t len = c_.segments[i];
-      tensor ws = tensor::wrap({len}, w + at), ms = m_.slice(at, at + len), vs = v_.slice(at, at + len);
-      kernels::adamw_step(ctx_, ws, tensor::wrap_read_only({len}, g + at), ms, vs, lr, 0.9f, 0.999f, 1e-8f,
-                          c_.segment_decays[i] ? c_.weight_decay : 0.0f, step_);
-      at += len;
-    }
+    adamw_segments(ctx_, w, g, m_.data(), v_.data(), c_.segments, c_.segment_decays, lr, c_.weight_decay, step_);
     return true;
   }
   std::string name() const override { return std::string(aware_ ? "sa-asgd" : "asgd") + (c_.adamw ? "+adamw" : ""); }

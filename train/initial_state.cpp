@@ -1,5 +1,6 @@
 #include "train/initial_state.hpp"
 
+#include "model/flat_optimizer.hpp"
 #include "train/job.hpp"
 
 namespace troupe::train {
@@ -20,21 +21,23 @@ holder_start shard_start(const net::checkpoint& c, uint32_t i, const std::string
   return h;
 }
 
-/// Stage `i`'s momentum from `c` (the evaluator names a holder's state "shard<i>/velocity").
-holder_start stage_start(const net::checkpoint& c, std::size_t i, std::size_t stages, bool has_momentum) {
+/// Stage `i`'s optimizer state `name` from `c` (the evaluator names a holder's
+/// state "shard<i>/<name>"); `has_state`: the run's optimizer keeps some.
+holder_start stage_start(const net::checkpoint& c, std::size_t i, std::size_t stages, const std::string& name,
+                         bool has_state) {
   holder_start h;
   if (c.shard_versions.size() != stages) {
     h.fresh = "the checkpoint has " + std::to_string(c.shard_versions.size()) + " parameter holder(s), this run " +
               std::to_string(stages) + " stages";
     return h;
   }
-  const std::string name = "shard" + std::to_string(i) + "/velocity";
+  const std::string saved = "shard" + std::to_string(i) + "/" + name;
   for (const named_tensor& t : c.optimizer)
-    if (t.name == name) {
-      h.state.push_back({"velocity", t.value});
+    if (t.name == saved) {
+      h.state.push_back({name, t.value});
       return h;
     }
-  if (has_momentum) h.fresh = "the checkpoint holds none for it";
+  if (has_state) h.fresh = "the checkpoint holds no " + name + " for it";
   return h;
 }
 
@@ -59,10 +62,13 @@ initial_state resumed_start(const net::checkpoint& c, const plan& p, const setti
   }
   const std::string algorithm = to_string(s.algo.kind);
   for (uint32_t i = 0; i < p.shards.size(); ++i) st.shards[i] = shard_start(c, i, algorithm, p.shards.size());
+  const bool adamw = s.optimizer == optimizer_kind::adamw;  // a flat optimizer's state (model/flat_optimizer.hpp)
+  const std::string name = model::flat_optimizer::state_name_of(adamw);
+  const bool has_state = adamw || s.momentum != 0.0f;
   for (std::size_t i = 0; i < p.stages.size(); ++i)
-    if (p.stages[i].shard < 0) st.stages[i] = stage_start(c, i, p.stages.size(), s.momentum != 0.0f);
+    if (p.stages[i].shard < 0) st.stages[i] = stage_start(c, i, p.stages.size(), name, has_state);
   if (!p.worker_holders.empty()) {
-    st.replicas = stage_start(c, 0, 1, s.momentum != 0.0f);
+    st.replicas = stage_start(c, 0, 1, name, has_state);
     if (st.replicas.fresh.empty()) st.replicas.version = c.shard_versions[0];
   }
   return st;

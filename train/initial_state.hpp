@@ -17,7 +17,7 @@ namespace troupe::train {
 /// parameters) starts.
 struct holder_start {
   uint64_t version = 0;              ///< updates applied before (a shard's version)
-  std::vector<named_tensor> state;   ///< its rule's state (a shard) or {"velocity"} (a stage); empty: fresh
+  std::vector<named_tensor> state;   ///< its rule's state (a shard) or its flat optimizer's (a stage); empty: fresh
   /// Why it starts fresh although the run resumes (for the log); empty when it resumes or the run is fresh.
   std::string fresh;
   bool resumes() const { return fresh.empty() && !state.empty(); }
@@ -35,7 +35,7 @@ struct initial_state {
   int64_t epoch_samples_dropped = 0;
   std::vector<holder_start> shards;  ///< by plan::shards
   std::vector<holder_start> stages;  ///< by plan::stages; a hybrid's stages (their shard holds the state) start fresh
-  /// Allreduce: where every worker's replica starts (its version: the steps applied before; its momentum).
+  /// Allreduce: where every worker's replica starts (its version: the steps applied before; its optimizer state).
   holder_start replicas;
 };
 
@@ -45,9 +45,10 @@ initial_state fresh_start(const plan& p);
 /// A run resumed from `c` on plan `p`: shard i takes its version and rule
 /// state ("shard<i>/..." entries) when `c` was written by the same algorithm
 /// with as many shards; stage i that updates its own parameters takes its
-/// momentum ("shard<i>/velocity") when `c` has one holder per stage; the
-/// loaders skip the samples of the epoch in progress; allreduce's replicas take
-/// the one holder's version and momentum ("shard0/velocity"). A holder that cannot
+/// optimizer's state ("shard<i>/velocity", or "shard<i>/adamw.moments" with
+/// --optimizer adamw) when `c` has one holder per stage; the loaders skip the
+/// samples of the epoch in progress; allreduce's replicas take the one
+/// holder's version and optimizer state ("shard0/..."). A holder that cannot
 /// resume starts fresh, its `fresh` saying why.
 initial_state resumed_start(const net::checkpoint& c, const plan& p, const settings& s);
 

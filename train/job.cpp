@@ -234,13 +234,16 @@ void job::validate() const {
   if (s_.gemm != kernels::gemm_backend::openblas && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
                 " is the sequential loop's for now: on actors the kernels use OpenBLAS (leave --gemm out)");
-  // AdamW on actors: the shards of asgd and sa-asgd apply it (model::validate(update_config) says so for the others).
+  // AdamW on actors: the shards of asgd and sa-asgd apply it (model::validate(update_config) says so for the
+  // others), and so do the flat optimizers of allreduce's replicas and of a pipeline's stages (model/flat_optimizer.hpp).
   const bool adam_shards = model::steps_by_adamw(s_.algo.kind) && s_.pipeline.stages == 1;
-  if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1) && !adam_shards)
+  const bool adam_flat = s_.algo.kind == algorithm_kind::allreduce || s_.algo.kind == algorithm_kind::sequential;
+  if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1) &&
+      !adam_shards && !adam_flat)
     throw error("--optimizer " + std::string(to_string(s_.optimizer)) +
-                " is the sequential loop's and the asgd and sa-asgd shards': with --algorithm " +
+                " is the sequential loop's, the pipeline's, allreduce's and the asgd and sa-asgd shards': with --algorithm " +
                 to_string(s_.algo.kind) + (s_.pipeline.stages > 1 ? " and pipeline stages" : "") +
-                " the algorithm's update rule applies (leave --optimizer out)");
+" the algorithm's update rule applies (leave --optimizer out)");
 }
 
 } // namespace troupe

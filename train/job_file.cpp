@@ -380,14 +380,14 @@ std::vector<job_key> make_optimizer_keys() {
       number_key("momentum", "F", "SGD momentum in [0, 1) (default {default})",
                  [](auto& s) -> auto& { return s.train.momentum; }, fraction()),
       number_key("clip-grad-norm", "F",
-                 "clip each step's gradient to this global L2 norm, the whole model's (default {default}: none; the "
-                 "sequential loop and --algorithm allreduce)",
+                 "clip each step's gradient to this global L2 norm, the whole model's (default {default}: none; every "
+                 "mode but a hybrid's stages)",
                  [](auto& s) -> auto& { return s.train.clip_grad_norm; }, at_least(0)),
       number_key("weight-decay", "F", "weight decay: L2 for sgd, decoupled for adamw (default {default}; gpt 0.01)",
                  [](auto& s) -> auto& { return s.train.weight_decay; }, at_least(0)),
       choice_key("optimizer", "NAME",
-                 "sgd (with --momentum) or adamw, in the sequential loop and at the shards of asgd and sa-asgd "
-                 "(default {default}; gpt adamw)",
+                 "sgd (with --momentum) or adamw: in the sequential loop, pipelines, allreduce and at the shards of "
+                 "asgd and sa-asgd (default {default}; gpt adamw but under the asynchronous rules)",
                  [](auto& s) -> auto& { return s.train.optimizer; }, parse_optimizer, all_optimizers()),
       choice_key("gemm", "NAME",
                  "the sequential loop's matrix products: openblas, eigen or own (troupe's kernels) (default {default})",
@@ -886,18 +886,19 @@ const std::vector<std::string>& language_model_names() {
   return names;
 }
 
-/// A language model's defaults: AdamW in the sequential loop; on actors
-/// (where the update rule applies momentum SGD) a learning rate for that.
+/// A language model's defaults: AdamW wherever the whole model takes the
+/// sequential loop's step (the loop, allreduce, a pipeline, a hybrid by
+/// allreduce); under the asynchronous rules (whose shards apply their own
+/// SGD step) momentum SGD at a learning rate for it.
 job_spec language_model_defaults(const job_spec& given) {
   job_spec s;
   s.model = given.model;
   s.train.batch_size = 32;
   s.train.epochs = 2;
-  if (traits(given.train.algo.kind).on_actors || given.train.pipeline.stages > 1) {
+  const algorithm_kind k = given.train.algo.kind;
+  if (k != algorithm_kind::sequential && k != algorithm_kind::allreduce) {
     s.train.lr = 0.05f;
     s.train.momentum = 0.9f;
-    // Clipping by the whole model's norm: where the gradient is whole (allreduce without stages).
-    if (traits(given.train.algo.kind).collective && given.train.pipeline.stages == 1) s.train.clip_grad_norm = 1.0f;
     return s;
   }
   s.train.optimizer = optimizer_kind::adamw;

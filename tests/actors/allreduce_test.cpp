@@ -47,9 +47,9 @@ struct group {
     for (int i = 0; i < n; ++i) c.members.push_back(worker_addr(static_cast<uint32_t>(i)));
     c.layout = m.layout();
     c.initial = values_of(m);
-    c.sgd.lr = 0.05f;
-    c.sgd.momentum = 0.9f;
-    c.sgd.total_steps = 100;
+    c.opt.lr = 0.05f;
+    c.opt.momentum = 0.9f;
+    c.opt.total_steps = 100;
     c.bucket_elements = bucket_elements;
     c.options.piece(5).bf16(bf16).small_threshold(small_threshold);
     c.holder = true;  // every one answers a pull here, to compare them
@@ -369,9 +369,9 @@ TEST_CASE("allreduce: a worker lost mid-step, the others redo the step without i
       c.member = 2;
       c.layout = m.layout();
       c.initial = values_of(m);
-      c.sgd.lr = 0.05f;
-      c.sgd.momentum = 0.9f;
-      c.sgd.total_steps = 100;
+      c.opt.lr = 0.05f;
+      c.opt.momentum = 0.9f;
+      c.opt.total_steps = 100;
       c.bucket_elements = 20;
       c.options.piece(5).small_threshold(seed > 3 ? 8192 : 0);  // as the group's
       c.holder = true;

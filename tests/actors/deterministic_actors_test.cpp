@@ -691,8 +691,8 @@ std::shared_ptr<actors::stage_core> first_stage(float slowdown, int64_t mini_bat
   c.schedule = model::pipeline_schedule::gpipe;
   c.micro_batches = 2;
   c.total_micro_batches = 2 * mini_batches;
-  c.sgd.lr = 0.1f;
-  c.sgd.momentum = 0;
+  c.opt.lr = 0.1f;
+  c.opt.momentum = 0;
   auto flat = whole.flatten();
   std::vector<float> initial(flat.values.data(), flat.values.data() + c.plan.params.end);
   auto pool = std::make_shared<actors::replica_pool>([] { return mlp5().slice(0, 2); });

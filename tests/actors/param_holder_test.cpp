@@ -1,7 +1,7 @@
 // The holder side of the parameter conversation (param_holder), shared by
 // the shard and the pipeline stage, and the stage's update strategies
 // (stage_weights): copy on write of a version someone holds, replies that
-// share the held message, state, kept pulls; the own step against flat_sgd,
+// share the held message, state, kept pulls; the own step against flat_optimizer,
 // an allreduce of one, a shard's push and answer, kinds a strategy refuses.
 #include <catch2/catch.hpp>
 
@@ -102,15 +102,15 @@ TEST_CASE("param_holder: a reply with state, kept pulls answered once due, a wro
                     Contains("2 parameters for a range of 3"));
 }
 
-TEST_CASE("stage_weights: the own step is flat_sgd's, keeps its momentum as state and restores it",
+TEST_CASE("stage_weights: the own step is flat_optimizer's, keeps its momentum as state and restores it",
           "[actors][stage]") {
-  model::flat_sgd_options o;
+  model::flat_optimizer_options o;
   o.lr = 0.5f;
   o.momentum = 0.9f;
   o.total_steps = 10;
   auto s = own_stage_weights(o, 3, "stage 0");
   param_holder h = small_holder();
-  model::flat_sgd ref(o, 3);
+  model::flat_optimizer ref(o, 3);
   std::vector<float> w{1, 2, 3};
   const kernels::context ctx = kernels::context::with_threads(1);
   std::vector<outgoing> out;
@@ -126,13 +126,13 @@ TEST_CASE("stage_weights: the own step is flat_sgd's, keeps its momentum as stat
   const std::vector<named_tensor> st = s->state();
   REQUIRE(st.size() == 1);
   CHECK(st[0].name == "velocity");
-  CHECK(std::vector<float>(st[0].value.data(), st[0].value.data() + 3) == ref.velocity());
+  CHECK(std::vector<float>(st[0].value.data(), st[0].value.data() + 3) == ref.state());
 
   auto fresh = own_stage_weights(o, 3, "stage 0");
   fresh->restore(st);
   const std::vector<named_tensor> restored = fresh->state();
   REQUIRE(restored.size() == 1);
-  CHECK(std::vector<float>(restored[0].value.data(), restored[0].value.data() + 3) == ref.velocity());
+  CHECK(std::vector<float>(restored[0].value.data(), restored[0].value.data() + 3) == ref.state());
   CHECK_THROWS_WITH(fresh->restore({{"velocity", tensor::from({2}, {1, 2})}}), Contains("stage 0"));
   // Params or a Collective are no own step's.
   net::message p = params_message(0, stage_addr(0), 1, 2, 10, {{shape{2}, {1, 2}}, {shape{1}, {3}}});
@@ -141,7 +141,7 @@ TEST_CASE("stage_weights: the own step is flat_sgd's, keeps its momentum as stat
 
 TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push waits for its answer",
           "[actors][stage]") {
-  model::flat_sgd_options o;
+  model::flat_optimizer_options o;
   o.lr = 1.0f;
   o.total_steps = 10;
   const kernels::context ctx = kernels::context::with_threads(1);

@@ -90,8 +90,8 @@ std::shared_ptr<stage_core> make_stage(const std::function<model::model()>& make
   c.schedule = s;
   c.micro_batches = m;
   c.total_micro_batches = total;
-  c.sgd.lr = lr;
-  c.sgd.momentum = 0;
+  c.opt.lr = lr;
+  c.opt.momentum = 0;
   c.stash = stash;
   auto flat = whole.flatten();
   std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);

@@ -500,7 +500,7 @@ TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the e
   history h2 = fit(more, log);
   REQUIRE(h2.size() == 1);
   CHECK(h2[0].epoch == 2);
-  CHECK_THAT(log.str(), !Contains("momentum starts at 0"));
+  CHECK_THAT(log.str(), !Contains("state starts at 0"));
   CHECK(h2[0].test_accuracy > 0.8);
 }
 
@@ -761,7 +761,7 @@ TEST_CASE("a resumed GPipe pipeline continues as if uninterrupted: each stage's 
   std::ostringstream rlog;
   fit(job(part).epochs(2), rlog);
   CHECK_THAT(rlog.str(), Contains("resumed from"));
-  CHECK_THAT(rlog.str(), !Contains("momentum starts at 0"));
+  CHECK_THAT(rlog.str(), !Contains("state starts at 0"));
   REQUIRE(resumed.size() == 32);
   for (std::size_t i = 0; i < 32; ++i) {
     INFO("step " << 33 + i << ": " << resumed[i] << " against " << straight[32 + i]);

@@ -103,7 +103,7 @@ TEST_CASE("initial state: stages that update their own parameters resume their m
   CHECK(st.stages[2].state[0].value.data()[1] == 7.0f);
   // Stage 1 has parameters without momentum in the checkpoint: fresh, and said so (with momentum on).
   CHECK_FALSE(st.stages[1].resumes());
-  CHECK_THAT(st.stages[1].fresh, Contains("holds none for it"));
+  CHECK_THAT(st.stages[1].fresh, Contains("holds no velocity for it"));
   const train::initial_state plain =
       train::resumed_start(c, plan_with(0, {-1, -1, -1}), with(algorithm_kind::sequential, 0.0f));
   CHECK(plain.stages[1].fresh.empty());  // no momentum: nothing to say

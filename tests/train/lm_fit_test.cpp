@@ -138,7 +138,7 @@ TEST_CASE("a language model's errors are clear", "[lm]") {
   }
   SECTION("adamw for a language model on actors") {
     job j = tiny_lm_job(data::text(small_text(), 16));
-    CHECK_THROWS_MATCHES(fit(j.algorithm(allreduce().workers(2)), log), error,
+    CHECK_THROWS_MATCHES(fit(j.algorithm(dc_asgd_a().workers(2)), log), error,
                          message(Contains("--optimizer adamw is the sequential loop's")));
   }
   SECTION("a model made for a vocabulary on images") {

@@ -105,7 +105,7 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.total_micro_batches = steps * s.pipeline.micro_batches;
   sc.opt = optimizer_of(c, sp.params.first, sp.params.last, p.total_updates);
   sc.opt.clip_grad_norm = 0;  // a norm per stage is not the model's: the stages sum theirs (clip_grad_norm)
-  if (s.clip_grad_norm > 0) {  // a pipeline without replicas (make_plan refuses a hybrid's clipping)
+  if (s.clip_grad_norm > 0) {  // the norm over this replica's stages
     sc.clip_grad_norm = s.clip_grad_norm;
     const std::size_t first = i - static_cast<std::size_t>(k);
     for (int j = 0; j < stages; ++j) sc.pipeline.push_back(p.stages[first + static_cast<std::size_t>(j)].address);

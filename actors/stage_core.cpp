@@ -100,7 +100,11 @@ void stage_core::take(const net::opened_message& m) {
       }
       [[fallthrough]];
     case wire::Envelope::PARAMS:
-      updated_ = weights_->take(r, holder_, weights_out_) || updated_;
+      switch (weights_->take(r, holder_, weights_out_)) {
+        case stage_weights::taken::reduced: reduced(weights_out_); break;
+        case stage_weights::taken::applied: updated_ = true; break;
+        case stage_weights::taken::nothing: break;
+      }
       break;
     default:
       reject(net::reject_reason::unknown_kind, track_ + ": unexpected message kind");
@@ -148,7 +152,7 @@ bool stage_core::ready(const model::pipeline_action& a) const {
   using k = model::pipeline_action::kind;
   // An update (or the first weights, or the norm's sum) under way: no action
   // before it is applied (1F1B's next backward would sum into the gradient being reduced).
-  if (norming_ || weights_->waiting()) return false;
+  if (reducing_ || norming_ || weights_->waiting()) return false;
   switch (a.what) {
     case k::forward:
       return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
@@ -332,9 +336,16 @@ void stage_core::update(int64_t, result& out) {
     for (float& x : grads_) x *= inv;
   }
   summed_ = 0;
-  const int64_t step = c_.steps_before + last_backward_ / c_.micro_batches;
+  step_ = c_.steps_before + last_backward_ / c_.micro_batches;
+  // The strategy's reduction first (a hybrid by allreduce: the mean over the replicas), then the norm.
+  reducing_ = true;
+  if (empty_update_ || weights_->reduce(ctx_, grads_.data(), out.messages)) reduced(out.messages);
+}
+
+void stage_core::reduced(std::vector<outgoing>& out) {
+  reducing_ = false;
   if (!norm_group_) {
-    apply(step, out.messages);
+    apply(step_, out);
     return;
   }
   // The whole model's norm: this stage's square (0 without parameters), summed with the other stages'.
@@ -342,10 +353,9 @@ void stage_core::update(int64_t, result& out) {
       empty_update_ ? 0.0 : kernels::clip_by_global_norm(ctx_, {{grads_.data(), holder_.size()}}, 0);
   norm_sq_ = static_cast<float>(norm * norm);
   norming_ = true;
-  norm_step_ = step;
   send_collective(norm_group_->start_allreduce(norm_group_->next_op(), &norm_sq_, 1), c_.plan.address, c_.pipeline,
-                  out.messages);
-  if (norm_group_->done()) clip_and_apply(out.messages);
+                  out);
+  if (norm_group_->done()) clip_and_apply(out);
 }
 
 void stage_core::apply(int64_t step, std::vector<outgoing>& out) {
@@ -372,7 +382,7 @@ void stage_core::clip_and_apply(std::vector<outgoing>& out) {
     const auto scale = static_cast<float>(c_.clip_grad_norm / norm);
     for (float& g : grads_) g *= scale;
   }
-  apply(norm_step_, out);
+  apply(step_, out);
 }
 
 void stage_core::updated(std::vector<outgoing>& out) {

@@ -59,7 +59,10 @@ struct stage_config {
   int snapshot_replicas = 1;
   /// > 0: each update's gradient is clipped to this global norm, the whole
   /// model's: the squares of the K stages' norms are summed by an allreduce
-  /// among `pipeline` (stages 0..K-1 of this replica, in order) first.
+  /// among `pipeline` (stages 0..K-1 of this replica, in order) first. In a
+  /// hybrid by allreduce, of the gradient averaged over the replicas (the
+  /// same norm on every replica); on shards, of this replica's own, as a
+  /// data-parallel worker clips its own before it pushes.
   float clip_grad_norm = 0;
   std::vector<net::address> pipeline;
   std::shared_ptr<train::tracer> trace;
@@ -152,6 +155,8 @@ private:
   void update(int64_t mb, result& out);
   /// An update applied to holder_: the stash and the pulls it makes due.
   void updated(std::vector<outgoing>& out);
+  /// The strategy's reduction of the update's gradient is done: the norm (clipping), then apply.
+  void reduced(std::vector<outgoing>& out);
   /// The mean gradient of mini-batch `step` to the strategy.
   void apply(int64_t step, std::vector<outgoing>& out);
   /// Clipping: a Collective piece of the norm's sum among the pipeline's stages.
@@ -180,8 +185,9 @@ private:
   bool updated_ = false;                             // take() completed an update: run() answers the pulls due
   std::unique_ptr<collective_core> norm_group_;      // clipping: the pipeline's stages, summing their norms
   float norm_sq_ = 0;                                // this stage's squared gradient norm, then the sum
-  bool norming_ = false;                             // the sum is under way: no action runs
-  int64_t norm_step_ = 0;                            // the mini-batch it is for
+  bool reducing_ = false;                            // the strategy's reduction is under way: no action runs
+  bool norming_ = false;                             // the norm's sum is under way: no action runs
+  int64_t step_ = 0;                                 // the mini-batch of the update under way
   bool empty_update_ = false;                        // the update's stage has no parameters (or samples)
   int64_t summed_ = 0;                               // samples whose gradients grads_ sums
   int64_t last_backward_ = 0;

@@ -54,14 +54,14 @@ public:
     awaiting_ = true;
     return false;
   }
-  bool take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
+  taken take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
     if (r.root().which() != wire::Envelope::PARAMS) return stage_weights::take(r, w, out);
     const param_client::accepted a = client_.accept(r, &tally_);
     // A late second answer, or a duplicate: the weights it has are as new.
-    if (!a.first || !awaiting_) return false;
+    if (!a.first || !awaiting_) return taken::nothing;
     w.assign(a.values);
     awaiting_ = false;
-    return true;
+    return taken::applied;
   }
   bool waiting() const override { return awaiting_; }
 
@@ -83,22 +83,23 @@ public:
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     group_ = std::make_unique<collective_core>(ids, member, 0);
   }
-  bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w,
-              std::vector<outgoing>& out) override {
-    ctx_ = ctx;
-    step_ = step;
+  bool reduce(const kernels::context&, float* g, std::vector<outgoing>& out) override {
     g_ = g;
     reducing_ = true;
     send_collective(group_->start_allreduce(group_->next_op(), g, n_), self(), peers_, out);
-    return group_->done() && finish(w, out);
+    return group_->done() && finish();
   }
-  bool take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
+  bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w,
+              std::vector<outgoing>& out) override {
+    return own_.update(ctx, step, g, w, out);
+  }
+  taken take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
     if (r.root().which() != wire::Envelope::COLLECTIVE) return stage_weights::take(r, w, out);
     const collective_stats before = group_->stats();
     send_collective(group_->accept(from_wire(r)), self(), peers_, out);
     if (lost_data(before, group_->stats()))
       throw net::message_error(net::reject_reason::malformed, who_ + ": " + group_->last_error());
-    return reducing_ && group_->done() && finish(w, out);
+    return reducing_ && group_->done() && finish() ? taken::reduced : taken::nothing;
   }
   bool waiting() const override { return reducing_; }
   std::vector<named_tensor> state() const override { return own_.state(); }
@@ -106,11 +107,12 @@ public:
 
 private:
   const net::address& self() const { return peers_[static_cast<std::size_t>(member_)]; }
-  bool finish(param_holder& w, std::vector<outgoing>& out) {
+  /// The sum over the replicas is in: their mean.
+  bool finish() {
     const float inv = 1.0f / static_cast<float>(peers_.size());
     for (int64_t i = 0; i < n_; ++i) g_[i] *= inv;
     reducing_ = false;
-    return own_.update(ctx_, step_, g_, w, out);
+    return true;
   }
 
   own_step own_;
@@ -118,15 +120,13 @@ private:
   int32_t member_;
   int64_t n_;
   std::unique_ptr<collective_core> group_;
-  kernels::context ctx_;
-  int64_t step_ = 0;
   float* g_ = nullptr;
   bool reducing_ = false;
 };
 
 } // namespace
 
-bool stage_weights::take(const net::envelope_reader& r, param_holder&, std::vector<outgoing>&) {
+stage_weights::taken stage_weights::take(const net::envelope_reader& r, param_holder&, std::vector<outgoing>&) {
   reject(who_ + (r.root().which() == wire::Envelope::PARAMS ? ": Params for a stage without a shard"
                                                             : ": a Collective for a stage in no allreduce"));
 }

@@ -28,17 +28,25 @@ public:
   virtual ~stage_weights() = default;
   /// The first messages (a hybrid's pull of its shard's parameters).
   virtual std::vector<outgoing> start() { return {}; }
+  /// What take() made of a message.
+  enum class taken { nothing, reduced, applied };
+  /// Before the norm and the update: makes the mini-batch's mean gradient `g`
+  /// (w.size() values) the one the update applies. A hybrid by allreduce: the
+  /// mean over the replicas' stage k. True when done now; else a take()
+  /// finishes it (taken::reduced). The others: `g` as it is.
+  virtual bool reduce(const kernels::context& ctx, float* g, std::vector<outgoing>& out) { return true; }
   /// Mini-batch `step`'s (the schedule's, from 0) mean gradient `g`, of
   /// w.size() values: applied to `w` now (returns true), or sent on (`out`)
   /// and applied by the take() of its answer. `g` may be changed, and stays
   /// the caller's to keep unchanged until the update is applied.
   virtual bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w,
                       std::vector<outgoing>& out) = 0;
-  /// A Params or Collective message for the update under way (`out`: the
-  /// messages to send in answer); true when it applied the update to `w`.
-  /// Throws net::message_error for one this strategy takes none of, or that does not fit.
-  virtual bool take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out);
-  /// Forwards wait: an update (or the first weights) has not come.
+  /// A Params or Collective message for the reduction or the update under
+  /// way (`out`: the messages to send in answer): whether it finished the
+  /// reduction, or applied the update to `w`. Throws net::message_error for
+  /// one this strategy takes none of, or that does not fit.
+  virtual taken take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out);
+  /// Forwards wait: a reduction or an update (or the first weights) has not come.
   virtual bool waiting() const { return false; }
   /// The optimizer state a checkpoint keeps of this stage (empty: none here).
   virtual std::vector<named_tensor> state() const { return {}; }
@@ -61,8 +69,8 @@ std::unique_ptr<stage_weights> shard_stage_weights(const net::address& self, con
                                                    const model::shard_range& range, int stage,
                                                    const model::param_layout& layout);
 /// A hybrid by allreduce: stage k of every pipeline replica (`peers`, by
-/// replica; this stage is `member`) averages each update's gradient, then
-/// steps by its own optimizer, the same on every replica.
+/// replica; this stage is `member`) averages each update's gradient (reduce),
+/// then steps by its own optimizer, the same on every replica.
 std::unique_ptr<stage_weights> allreduce_stage_weights(const model::flat_optimizer_options& o, int64_t n,
                                                        const std::vector<net::address>& peers, int32_t member);
 

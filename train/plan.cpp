@@ -344,11 +344,6 @@ void check_inputs(const settings& s, const topology& t, int64_t train_samples, c
   if (!slowdowns.empty() && static_cast<int>(slowdowns.size()) != workers)
     throw error("--worker-speeds: " + std::to_string(slowdowns.size()) + " speeds for " + std::to_string(workers) +
                 " workers (give one per worker)");
-  // A worker holds its whole gradient; a pipeline's stages sum their norms first; a hybrid's do not yet.
-  if (s.clip_grad_norm > 0 && s.pipeline.stages > 1 && traits(s.algo.kind).on_actors)
-    throw error("--clip-grad-norm: a hybrid's stages do not clip yet (the norm is the whole model's mean gradient, "
-                "over the replicas and the stages); a pipeline of --algorithm sequential and every data-parallel "
-                "algorithm do");
   if (train_samples < workers)
     throw error("--workers " + std::to_string(workers) + " exceeds the " + std::to_string(train_samples) +
                 " training samples");

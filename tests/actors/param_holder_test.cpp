@@ -150,6 +150,8 @@ TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push
     auto s = allreduce_stage_weights(o, 3, {stage_addr(0)}, 0);
     param_holder h = small_holder();
     std::vector<float> g{1, 1, 1};
+    CHECK(s->reduce(ctx, g.data(), out));  // the mean over one member: g itself
+    CHECK(g == std::vector<float>{1, 1, 1});
     CHECK(s->update(ctx, 0, g.data(), h, out));
     CHECK(std::vector<float>(h.values(), h.values() + 3) == std::vector<float>{0, 1, 2});
     CHECK_FALSE(s->waiting());
@@ -165,10 +167,13 @@ TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push
   CHECK(s->waiting());
   CHECK(s->start().empty());
   const tensor_list values{{shape{2}, {5, 6}}, {shape{1}, {7}}};
-  CHECK(s->take(net::envelope_reader(params_message(0, stage_addr(1), 0, 2, 12, values)), h, out));
+  CHECK(s->take(net::envelope_reader(params_message(0, stage_addr(1), 0, 2, 12, values)), h, out) ==
+        stage_weights::taken::applied);
   CHECK_FALSE(s->waiting());
   CHECK(std::vector<float>(h.values(), h.values() + 3) == std::vector<float>{5, 6, 7});
   std::vector<float> g{1, 2, 3};
+  CHECK(s->reduce(ctx, g.data(), out));  // nothing to reduce: the shard averages
+  CHECK(out.empty());
   CHECK_FALSE(s->update(ctx, 0, g.data(), h, out));
   REQUIRE(out.size() == 1);
   CHECK(out[0].to == shard_addr(0));
@@ -177,7 +182,8 @@ TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push
   CHECK_THROWS_AS(s->take(net::envelope_reader(params_message(1, stage_addr(1), 1, 2, 12, values)), h, out),
                   net::message_error);
   const tensor_list next{{shape{2}, {4, 4}}, {shape{1}, {4}}};
-  CHECK(s->take(net::envelope_reader(params_message(0, stage_addr(1), 1, 2, 12, next, 2)), h, out));
+  CHECK(s->take(net::envelope_reader(params_message(0, stage_addr(1), 1, 2, 12, next, 2)), h, out) ==
+        stage_weights::taken::applied);
   CHECK(std::vector<float>(h.values(), h.values() + 3) == std::vector<float>{4, 4, 4});
   CHECK(h.version() == 2u);
   const staleness_tally t = s->take_tally();

@@ -485,8 +485,39 @@ TEST_CASE("gradient clipping: the sequential loop, one allreduce worker and one 
   }
   // 1F1B clips each micro-batch's update by the whole model's norm: it trains.
   CHECK(losses(job(seq).pipeline(2, 4, pipeline_schedule::one_f_one_b)).back() < plain.front());
-  job bad = mlp_job(d.dir.path(), asgd().workers(2)).pipeline(2).clip_grad_norm(1.0f);
-  CHECK_THROWS_WITH(fit(bad, log), Contains("--clip-grad-norm: a hybrid's stages do not clip yet"));
+  // Hybrids: one replica by allreduce is the clipped GPipe pipeline (the mean over
+  // one replica, then the stages' norm); one on an ASGD shard per stage is the clipped plain SGD.
+  testing::check_same_losses(losses(job(seq).algorithm(allreduce()).pipeline(2, 4, pipeline_schedule::gpipe)),
+                             expected, 1e-4);
+  testing::check_same_losses(losses(job(plain_seq).algorithm(asgd()).pipeline(2, 4, pipeline_schedule::gpipe)),
+                             sgd_clipped, 1e-4);
+}
+
+TEST_CASE("gradient clipping in hybrids: two replicas by allreduce clip their mean gradient and train, two on "
+          "shards clip their own",
+          "[actors][fit][pipeline][allreduce][clip]") {
+  larger_data d;
+  std::ostringstream log;
+  auto run = [&](job j, std::vector<double>& out) {
+    j.on_step([&](const step_event& e) { out.push_back(e.loss); });
+    return fit(j, log);
+  };
+  job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(1).max_steps(60);
+  two.pipeline(2, 4, pipeline_schedule::gpipe);
+  std::vector<double> plain, clipped, on_shards;
+  run(two, plain);
+  const history h = run(job(two).clip_grad_norm(0.05f), clipped);
+  REQUIRE(clipped.size() == plain.size());
+  double changed = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) changed = std::max(changed, std::abs(clipped[i] - plain[i]));
+  CHECK(changed > 1e-3);  // a norm of 0.05 clips this MLP's mean gradients
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].train_loss < clipped.front());
+  run(job(mlp_job(d.dir.path(), asgd().workers(2))).threads(2).epochs(1).max_steps(60).momentum(0.0f)
+          .pipeline(2, 4, pipeline_schedule::gpipe).clip_grad_norm(0.05f),
+      on_shards);
+  REQUIRE(on_shards.size() > 20);
+  CHECK(on_shards.back() < on_shards.front());
 }
 
 TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the epoch", "[actors][fit][allreduce]") {

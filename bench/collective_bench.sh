@@ -8,7 +8,7 @@
 #   bench/collective_bench.sh [BUILD_DIR]     (default build/)
 # Links (LINKS, default "loopback 1gbit 200mbit"): loopback is 127.0.0.1; a rate
 # puts each process in a network namespace of its own, joined by veth pairs to
-# a bridge in another namespace, with tbf at that rate on each process's link
+# a bridge in another namespace, with tbf at that rate on each process's link, both ways
 # (as scripts/local_cluster.sh does with TROUPE_NETNS=1 TROUPE_NETNS_RATE):
 # root only, skipped otherwise. The namespaces (cb<tag>n<i>, cb<tag>br, with
 # addresses 10.78.<tag % 250>.<i + 1> inside them only) are removed at the end,

@@ -37,6 +37,7 @@ measured measure(const std::string& name) {
   }
   out.in.bucket_bytes = 1 << 20;  // --bucket-mb 1
   out.in.param_bytes = static_cast<int64_t>(m.num_parameters()) * 4;
+  for (const model::parameter* p : m.parameters()) out.in.tensor_bytes.push_back(p->value.numel() * 4);
   return out;
 }
 
@@ -44,7 +45,7 @@ model::link_cost link_of(double bits_per_s, double per_message_s) { return {8.0 
 
 void table(const std::vector<measured>& models, double gbit, double b) {
   std::cout << "\n" << gbit << " Gbit/s, " << b * 1e6 << " us per message; step ms (efficiency)\n\n"
-            << "| model | N | allreduce | SSGD, N shards | ASGD, N shards | ASGD shards to keep up |\n"
+            << "| model | N | allreduce | SSGD, min(N, tensors) shards | ASGD, same shards | ASGD shards to keep up |\n"
             << "|---|---|---|---|---|---|\n";
   for (const measured& m : models)
     for (int n = 8; n <= 1024; n *= 2) {
@@ -64,16 +65,17 @@ void table(const std::vector<measured>& models, double gbit, double b) {
 
 void validate(const std::vector<measured>& models) {
   std::cout << "\npredicted samples/s of N workers on N node processes (global batch 64 N) sharing 2 cores "
-               "(each worker's compute x max(1, N / 2)), N shards\n\n"
+               "(each worker's compute x max(1, N / 2)), N shards (whole tensors), tbf both ways with a 256 KiB burst\n\n"
             << "| model | link | N | allreduce | SSGD | ASGD |\n|---|---|---|---|---|---|\n";
   for (const measured& m : models)
-    for (double mbit : {200.0, 1000.0})
+    for (int mbit : {200, 1000})
       for (int n = 2; n <= 4; ++n) {
         model::scaling_inputs in = m.in;
         const double share = std::max(1.0, n / 2.0);
         in.compute_s *= share;
         in.backward_s *= share;
         in.link = link_of(mbit * 1e6, 50e-6);
+        in.burst_bytes = 256 * 1024;  // scripts/netns.sh's tbf: burst 256kb
         auto rate = [n](const model::scaling_estimate& e) { return static_cast<int>(64 * n / e.step_s); };
         std::cout << "| " << m.name << " | " << mbit << " Mbit/s | " << n << " | "
                   << rate(model::allreduce_estimate(in, n)) << " | " << rate(model::ssgd_estimate(in, n, n)) << " | "
@@ -87,7 +89,10 @@ int main(int argc, char** argv) {
   std::vector<measured> models;
   for (const char* name : {"mlp", "cnn", "resnet"}) {
     models.push_back(measure(name));
-    std::cout << name << ": " << models.back().in.param_bytes / 4 << " parameters, compute "
+    std::cout << name << ": " << models.back().in.param_bytes / 4 << " parameters in "
+              << models.back().in.tensor_bytes.size() << " tensors (the largest "
+              << *std::max_element(models.back().in.tensor_bytes.begin(), models.back().in.tensor_bytes.end()) / 4
+              << "), compute "
               << models.back().in.compute_s * 1e3 << " ms per batch of 64 on one thread\n";
   }
   if (argc > 1 && std::strcmp(argv[1], "--validate") == 0) {

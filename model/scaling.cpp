@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "model/layout.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe::model {
@@ -66,30 +67,69 @@ scaling_estimate allreduce_estimate(const scaling_inputs& in, int n) {
   return finish(in, step - in.compute_s - in.update_s, step);
 }
 
+std::vector<double> shard_bytes(const scaling_inputs& in, int shards) {
+  if (shards < 1) throw error("shard_bytes: " + std::to_string(shards) + " shards (at least 1)");
+  if (in.tensor_bytes.empty())
+    return std::vector<double>(static_cast<std::size_t>(shards), static_cast<double>(in.param_bytes) / shards);
+  const int parts = std::min<int>(shards, static_cast<int>(in.tensor_bytes.size()));
+  const std::vector<std::size_t> bounds = contiguous_partition(in.tensor_bytes, parts, "shards");
+  std::vector<double> out;
+  for (int i = 0; i < parts; ++i) {
+    double sum = 0;
+    for (std::size_t t = bounds[i]; t < bounds[i + 1]; ++t) sum += static_cast<double>(in.tensor_bytes[t]);
+    out.push_back(sum);
+  }
+  return out;
+}
+
 scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards) {
   check(in, n, "ssgd_estimate");
-  if (shards < 1) throw error("ssgd_estimate: " + std::to_string(shards) + " shards (at least 1)");
-  const double share = static_cast<double>(in.param_bytes) / shards;
-  // A worker sends its whole gradient but the share of a shard on its own node; a shard's node takes in
-  // the other n - 1 workers' shares of it. Both ways at once: the busier one bounds the phase.
-  const double out = n > shards ? static_cast<double>(in.param_bytes) : share * (shards - 1);
-  const double push = in.link.a * std::max(out, share * (n - 1)) + in.link.b;
-  const double reply = in.link.a * share * (n - 1) + in.link.b;  // n - 1 replies of its share from each shard
-  const double comm = n > 1 || shards > 1 ? push + reply : 0;
-  return finish(in, comm, in.compute_s + comm + in.update_s / shards);
+  const std::vector<double> s = shard_bytes(in, shards);
+  const auto S = static_cast<int>(s.size());
+  const double all = static_cast<double>(in.param_bytes), largest = *std::max_element(s.begin(), s.end());
+  // The busiest node's bytes in each phase, the larger way: with the shards on the workers' nodes, node j
+  // pushes all but its own shard's share and takes in n - 1 pushes of it, then the reverse.
+  double push = 0, reply = 0;
+  if (n >= S) {
+    for (int j = 0; j < n; ++j) {
+      const double own = j < S ? s[static_cast<std::size_t>(j)] : 0.0;
+      push = std::max({push, all - own, (n - 1) * own});
+      reply = std::max({reply, (n - 1) * own, all - own});
+    }
+  } else {  // a worker's node sends and takes in everything; a shard's node n pushes and n replies
+    push = reply = std::max(all, n * largest);
+  }
+  // Each phase follows the link's idle spell in that direction: a token bucket lets its burst through at once.
+  auto phase = [&](double bytes) { return in.link.a * std::max(0.0, bytes - in.burst_bytes) + in.link.b; };
+  const double comm = n > 1 || S > 1 ? phase(push) + phase(reply) : 0;
+  const double update = all > 0 ? in.update_s * largest / all : 0;  // the shards apply in parallel
+  return finish(in, comm, in.compute_s + comm + update);
 }
 
 scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards) {
   check(in, n, "asgd_estimate");
-  if (shards < 1) throw error("asgd_estimate: " + std::to_string(shards) + " shards (at least 1)");
-  const double share = static_cast<double>(in.param_bytes) / shards;
-  // One worker: its push out and the reply in, a message per shard, and its shards' work on it; with
-  // the shards on the workers' nodes, the share of its own node's shard stays off the link.
-  const double remote = n >= shards ? share * (shards - 1) : static_cast<double>(in.param_bytes);
-  const double trip = 2 * (in.link.a * remote + in.link.b * shards);
-  const double cycle = in.compute_s + trip + in.update_s;
-  // A shard's link: every worker's push in and reply out, each way n shares per round of updates.
-  const double link_bound = in.link.a * share * n + in.link.b * n;
+  const std::vector<double> s = shard_bytes(in, shards);
+  const auto S = static_cast<int>(s.size());
+  const double all = static_cast<double>(in.param_bytes);
+  const auto [smallest, largest] = std::minmax_element(s.begin(), s.end());
+  // A worker's cycle: its push out and the replies in, a message per shard, and the largest shard's work;
+  // with the shards on the workers' nodes, its own node's share stays off the link (the least for the
+  // worker whose node's shard is the smallest; none for one whose node has no shard).
+  const double remote = n > S ? all : all - *smallest;
+  const double trip = 2 * (in.link.a * remote + in.link.b * S);
+  const double cycle = in.compute_s + trip + (all > 0 ? in.update_s * *largest / all : 0);
+  // A round of n updates on the busiest node's link, each way: its worker's push to the other shards and
+  // its shard's n - 1 replies (n pushes and n replies for a shard's node without a worker).
+  double round = 0;
+  if (n >= S) {
+    for (int j = 0; j < n; ++j) {
+      const double own = j < S ? s[static_cast<std::size_t>(j)] : 0.0;
+      round = std::max(round, (all - own) + (n - 1) * own);
+    }
+  } else {
+    round = std::max(all, n * *largest);
+  }
+  const double link_bound = in.link.a * round + in.link.b * n;
   const double step = std::max(cycle, link_bound);
   return finish(in, step - in.compute_s, step);
 }

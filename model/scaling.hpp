@@ -8,6 +8,7 @@
 // what it leaves out and how it compares with measured runs.
 
 #include <cstdint>
+#include <vector>
 
 #include "model/placement.hpp"
 
@@ -22,6 +23,14 @@ struct scaling_inputs {
   link_cost link;                  ///< each node's link: a * bytes + b per message, both ways at once
   int64_t piece_bytes = 262144;    ///< an allreduce sends a chunk in messages of at most this
   int64_t small_bytes = 8192;      ///< an allreduce of fewer bytes runs by recursive doubling
+  /// An emulated link's token bucket (tc's tbf burst): after an idle spell
+  /// this many bytes pass at once. SSGD's phases each start so; 0 for a NIC.
+  double burst_bytes = 0;
+  /// The gradient's tensors in layout order (bytes each): shards hold whole
+  /// tensors, cut as troupe's plan cuts them (model::plan_shards: the largest
+  /// as small as it can be; no more shards than tensors). Empty: param_bytes
+  /// in even shares, as many as asked.
+  std::vector<int64_t> tensor_bytes;
 };
 
 struct scaling_estimate {
@@ -40,14 +49,22 @@ double doubling_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t pi
 /// update; with buckets, all but the last bucket's reduction overlap backward
 /// (buckets of equal size: the cut by tensors is not modelled).
 scaling_estimate allreduce_estimate(const scaling_inputs& in, int n);
-/// SSGD through `shards` shards on as many of the n nodes: every worker's
-/// pushes reach the shards (a shard's node receives n - 1 of bytes / shards),
-/// the shards apply the round, then send it back (n - 1 replies each).
+/// The bytes of each shard when `in`'s gradient is cut into `shards` (fewer
+/// when it has fewer tensors; see scaling_inputs::tensor_bytes).
+std::vector<double> shard_bytes(const scaling_inputs& in, int shards);
+/// SSGD through `shards` shards (shard_bytes) on as many of the n nodes (on
+/// nodes of their own when there are more shards than workers): every
+/// worker's pushes reach the shards, the shards apply the round, then send it
+/// back. Each phase lasts as long as the busiest node's link, either way (a
+/// shard's node takes in n - 1 pushes of its shard, then sends n - 1 replies;
+/// the largest shard bounds both).
 scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards);
-/// ASGD on `shards` shards (on as many of the workers' nodes when n >=
-/// shards): a worker's cycle is its compute, its push and the reply; the
-/// shards' links carry every worker's push and reply, so the step is at least
-/// the busiest link's share of n pushes.
+/// ASGD on `shards` shards (as for SSGD): a worker's cycle is its compute, its
+/// push and the replies (less its own node's shard's share); a round of n
+/// updates puts on each shard node's link, each way, its own worker's pushes
+/// to the other shards and its shard's n - 1 replies, so the step is at least
+/// the busiest node's round. It leaves out that workers go at unequal paces
+/// (docs/experiments.md: it is not within 15 % of measured runs).
 scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards);
 /// The fewest shards (up to `max_shards`) with which ASGD's step is within 5 %
 /// of its step with `max_shards`: how many a PS job needs to keep up.

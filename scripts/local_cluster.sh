@@ -17,7 +17,7 @@
 #                      e.g. "shards workers": node 0 the parameter shards, node 1 the workers
 #   TROUPE_NETNS=1      (root) each node in a network namespace of its own, all joined by veth pairs to a
 #                      bridge, so that the traffic crosses a real network stack; TROUPE_NETNS_RATE (e.g. 1gbit)
-#                      limits each node's link with tbf. The namespaces are removed at the end, also when
+#                      limits each node's link with tbf, both ways. The namespaces are removed at the end, also when
 #                      the script is interrupted (INT, TERM). TROUPE_NETNS_TAG (a number < 10000, default
 #                      from the pid) names them: trp<tag>n<i> and trp<tag>br.
 # Node i's output goes to DIR/node<i>.log; node 0's is also printed.

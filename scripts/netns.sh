@@ -4,8 +4,11 @@
 # netns_create PREFIX N SUBNET [RATE]: namespaces PREFIXn0 .. PREFIXn(N-1),
 # each joined by a veth pair (PREFIXv<i> inside, PREFIXb<i> on the bridge) to
 # a bridge in namespace PREFIXbr, with address SUBNET.(i+1)/24; with RATE
-# (tc's units, e.g. 1gbit) a tbf limit on each process's link. Returns 1 at
-# the first step that fails (root and iproute2 are needed).
+# (tc's units, e.g. 1gbit) a tbf limit on each process's link, both ways as a
+# full-duplex NIC's: on its veth's egress (what it sends) and on the bridge
+# port's egress towards it (what it receives: N - 1 senders to one node share
+# its rate, as on a switch). Returns 1 at the first step that fails (root and
+# iproute2 are needed).
 netns_create() {
   local p=$1 n=$2 subnet=$3 rate=${4:-} i ns
   ip netns add "${p}br" && ip -n "${p}br" link add br0 type bridge && ip -n "${p}br" link set br0 up || return 1
@@ -18,7 +21,8 @@ netns_create() {
       ip -n "$ns" addr add "$subnet.$(( i + 1 ))/24" dev "${p}v$i" && ip -n "$ns" link set "${p}v$i" up &&
       ip -n "$ns" link set lo up || return 1
     if [ -n "$rate" ]; then
-      ip netns exec "$ns" tc qdisc replace dev "${p}v$i" root tbf rate "$rate" burst 256kb latency 50ms || return 1
+      ip netns exec "$ns" tc qdisc replace dev "${p}v$i" root tbf rate "$rate" burst 256kb latency 50ms &&
+        ip netns exec "${p}br" tc qdisc replace dev "${p}b$i" root tbf rate "$rate" burst 256kb latency 50ms || return 1
     fi
   done
 }

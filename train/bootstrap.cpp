@@ -177,7 +177,9 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
     in.compute_s += c.fwd_s + c.bwd_s;
     in.backward_s += c.bwd_s;
   }
-  in.param_bytes = static_cast<int64_t>(net.num_parameters()) * (s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4);
+  const int64_t word = s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4;
+  in.param_bytes = static_cast<int64_t>(net.num_parameters()) * word;
+  for (const model::parameter* q : net.parameters()) in.tensor_bytes.push_back(q->value.numel() * word);
   in.bucket_bytes = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0);
   const auto& lc = s.pipeline.link_cost;
   in.link = lc.size() == 2 ? model::link_cost{lc[0], lc[1]} : model::same_process_link();

@@ -1,6 +1,9 @@
 // The scaling model's step times against hand-computed values and its limits.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include "model/scaling.hpp"
 #include "tensor/error.hpp"
 
@@ -52,9 +55,10 @@ TEST_CASE("scaling: shards carry N pushes, and enough of them keep up", "[model]
   // One shard per node moves as much as the ring: 2 (N - 1) / N of the model each way.
   CHECK(ssgd_estimate(in, 4, 4).comm_s == Approx(2 * 3 * 0.0025));
   CHECK(ssgd_estimate(in, 4, 4).comm_s == Approx(ring_allreduce_s(in.param_bytes, 4, in.link, in.piece_bytes)));
-  // ASGD: many workers on one shard are bound by its link; more shards relieve it.
+  // ASGD: many workers on one shard are bound by its link (the other nodes' pushes in, replies out:
+  // about 63 of the model each way per 64 updates); more shards relieve it.
   const scaling_estimate one = asgd_estimate(in, 64, 1), many = asgd_estimate(in, 64, 64);
-  CHECK(one.step_s == Approx(64 * 0.01));
+  CHECK(one.step_s == Approx(63 * 0.01));
   CHECK(many.step_s == Approx(0.01 + 2 * 0.01 * 63 / 64));  // then a worker's own round trip bounds it
   CHECK(many.efficiency > one.efficiency);
   const int needed = shards_to_keep_up(in, 64, 64);
@@ -64,6 +68,33 @@ TEST_CASE("scaling: shards carry N pushes, and enough of them keep up", "[model]
   CHECK(asgd_estimate(in, 64, needed - 1).step_s > 1.05 * many.step_s);
   CHECK_THROWS_AS(ssgd_estimate(in, 0, 1), error);
   CHECK_THROWS_AS(asgd_estimate(in, 4, 0), error);
+}
+
+TEST_CASE("scaling: shards hold whole tensors, and the largest bounds the shards' links", "[model][scaling]") {
+  // The MLP's tensors: 784x256 and its bias, 256x128 and its bias, 128x10 and its bias (floats).
+  scaling_inputs in = inputs(0.001, 0, 1e-8, 0);  // 10 ms per MB
+  in.tensor_bytes = {4 * 200704, 4 * 256, 4 * 32768, 4 * 128, 4 * 1280, 4 * 10};
+  for (int64_t t : in.tensor_bytes) in.param_bytes += t;
+  const std::vector<double> three = shard_bytes(in, 3);
+  REQUIRE(three.size() == 3);
+  CHECK(three[0] == 4 * 200704);  // the first matrix alone: no cut makes the largest smaller
+  CHECK(three[0] + three[1] + three[2] == Approx(static_cast<double>(in.param_bytes)));
+  CHECK(shard_bytes(in, 64).size() == 6);  // no more shards than tensors
+  // SSGD on 3 nodes: the first matrix's node takes in 2 pushes of it and sends 2 replies.
+  CHECK(ssgd_estimate(in, 3, 3).comm_s == Approx(2 * 2 * 4 * 200704 * 1e-8));
+  // Even shares would move a third of that: the cut by tensors is what the model must see.
+  scaling_inputs even = in;
+  even.tensor_bytes.clear();
+  CHECK(ssgd_estimate(even, 3, 3).comm_s < 0.5 * ssgd_estimate(in, 3, 3).comm_s);
+  // ASGD: a round of 3 updates puts on the first matrix's node its worker's pushes out and 2 replies of
+  // the matrix; the step is that or a worker's own cycle (push and replies but its own node's share),
+  // whichever is longer: with 4 workers the round is.
+  const double round3 = (in.param_bytes - three[0]) + 2 * three[0];
+  const double cycle = 0.001 + 2 * (in.param_bytes - *std::min_element(three.begin(), three.end())) * 1e-8;
+  CHECK(asgd_estimate(in, 3, 3).step_s == Approx(std::max(round3 * 1e-8, cycle)));
+  const double round4 = (in.param_bytes - three[0]) + 3 * three[0];
+  CHECK(asgd_estimate(in, 4, 3).step_s == Approx(round4 * 1e-8));
+  CHECK_THROWS_AS(shard_bytes(in, 0), error);
 }
 
 TEST_CASE("scaling: buckets overlap the reduction with backward, all but the last", "[model][scaling]") {

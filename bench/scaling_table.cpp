@@ -24,7 +24,26 @@ namespace {
 struct measured {
   std::string name;
   model::scaling_inputs in;
+  double useful_flop = 0;  ///< per sample, a training step's: see useful_flop_per_sample
 };
+
+/// A training step's useful floating-point operations per sample: 2 per
+/// multiply-add of the layers that have parameters (model::profile's costs:
+/// weights x the positions that reuse them), forward once and backward twice
+/// (the input's and the weights' gradients), but the first such layer's input
+/// gradient, which training does not compute. Direct convolution's count, what
+/// Winograd's fewer multiplies are worth.
+double useful_flop_per_sample(const model::model& m) {
+  const model::model::layer_profile p = m.profile();
+  double flop = 0;
+  bool first = true;
+  for (std::size_t i = 0; i < p.costs.size(); ++i) {
+    if (p.tensors[i] == 0) continue;
+    flop += 2.0 * static_cast<double>(p.costs[i]) * (first ? 2 : 3);
+    first = false;
+  }
+  return flop;
+}
 
 measured measure(const std::string& name) {
   model::model m = zoo::by_name(name);
@@ -38,6 +57,7 @@ measured measure(const std::string& name) {
   out.in.bucket_bytes = 1 << 20;  // --bucket-mb 1
   out.in.param_bytes = static_cast<int64_t>(m.num_parameters()) * 4;
   for (const model::parameter* p : m.parameters()) out.in.tensor_bytes.push_back(p->value.numel() * 4);
+  out.useful_flop = useful_flop_per_sample(m);
   return out;
 }
 
@@ -93,7 +113,8 @@ int main(int argc, char** argv) {
               << models.back().in.tensor_bytes.size() << " tensors (the largest "
               << *std::max_element(models.back().in.tensor_bytes.begin(), models.back().in.tensor_bytes.end()) / 4
               << "), compute "
-              << models.back().in.compute_s * 1e3 << " ms per batch of 64 on one thread\n";
+              << models.back().in.compute_s * 1e3 << " ms per batch of 64 on one thread, "
+              << models.back().useful_flop / 1e6 << " useful MFLOP per sample in a training step\n";
   }
   if (argc > 1 && std::strcmp(argv[1], "--validate") == 0) {
     validate(models);

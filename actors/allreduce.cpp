@@ -63,10 +63,15 @@ collective_message from_wire(const net::envelope_reader& r) {
   return m;
 }
 
-bool lost_data(const collective_stats& before, const collective_stats& after) {
+void accept_piece(collective_core& group, const collective_message& in, const net::address& self,
+                  const std::vector<net::address>& members, std::vector<outgoing>& out, const std::string& who) {
+  const collective_stats before = group.stats();
+  send_collective(group.accept(in), self, members, out);
+  const collective_stats& after = group.stats();
   const uint64_t harmless = (after.get(collective_reject::duplicate) - before.get(collective_reject::duplicate)) +
                             (after.get(collective_reject::stale_op) - before.get(collective_reject::stale_op));
-  return after.total_rejected() - before.total_rejected() > harmless;
+  if (after.total_rejected() - before.total_rejected() > harmless)
+    throw net::message_error(net::reject_reason::malformed, who + group.last_error());
 }
 
 net::message make_regroup(const net::address& from, const net::address& to, const regroup& g) {
@@ -220,10 +225,7 @@ private:
   }
   /// A piece of the group's operation under way (or of the next one).
   void take(const collective_message& in, std::vector<outgoing>& out) {
-    const collective_stats before = core_->stats();
-    send(core_->accept(in), out);
-    if (lost_data(before, core_->stats()))
-      throw net::message_error(net::reject_reason::malformed, name() + ": allreduce: " + core_->last_error());
+    accept_piece(*core_, in, self(), c_.members, out, name() + ": allreduce: ");
     if (core_->done() && active_) operation_over(out);
   }
   void operation_over(std::vector<outgoing>& out) {

@@ -55,10 +55,14 @@ net::message make_regroup(const net::address& from, const net::address& to, cons
 /// Throws net::message_error for another kind.
 regroup read_regroup(const net::envelope_reader& r);
 
-/// True when a core's rejections between `before` and `after` include more
-/// than duplicates and pieces of operations already over (a frame delivered
-/// twice): a piece that cannot be part of the operation, which then cannot end.
-bool lost_data(const collective_stats& before, const collective_stats& after);
+/// Gives the piece `in` to `group` and appends its answers (from `self` to
+/// `members`, by member id) to `out`. Throws net::message_error (malformed),
+/// its text `who` and the group's last error, when the group rejected the
+/// piece for more than a duplicate or a piece of an operation already over (a
+/// frame delivered twice): a piece that cannot be part of the operation,
+/// which then cannot end.
+void accept_piece(collective_core& group, const collective_message& in, const net::address& self,
+                  const std::vector<net::address>& members, std::vector<outgoing>& out, const std::string& who);
 
 /// The wire form of a collective message from `from` (a member's address) to `to`.
 net::message to_wire(const collective_message& m, const net::address& from, const net::address& to);

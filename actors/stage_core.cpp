@@ -368,10 +368,7 @@ void stage_core::apply(int64_t step, std::vector<outgoing>& out) {
 }
 
 void stage_core::take_norm(const net::envelope_reader& r) {
-  const collective_stats before = norm_group_->stats();
-  send_collective(norm_group_->accept(from_wire(r)), c_.plan.address, c_.pipeline, weights_out_);
-  if (lost_data(before, norm_group_->stats()))
-    reject(net::reject_reason::malformed, track_ + ": the norm's sum: " + norm_group_->last_error());
+  accept_piece(*norm_group_, from_wire(r), c_.plan.address, c_.pipeline, weights_out_, track_ + ": the norm's sum: ");
   if (norming_ && norm_group_->done()) clip_and_apply(weights_out_);
 }
 

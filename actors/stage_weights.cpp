@@ -95,10 +95,7 @@ public:
   }
   taken take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
     if (r.root().which() != wire::Envelope::COLLECTIVE) return stage_weights::take(r, w, out);
-    const collective_stats before = group_->stats();
-    send_collective(group_->accept(from_wire(r)), self(), peers_, out);
-    if (lost_data(before, group_->stats()))
-      throw net::message_error(net::reject_reason::malformed, who_ + ": " + group_->last_error());
+    accept_piece(*group_, from_wire(r), self(), peers_, out, who_ + ": ");
     return reducing_ && group_->done() && finish() ? taken::reduced : taken::nothing;
   }
   bool waiting() const override { return reducing_; }

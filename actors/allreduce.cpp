@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <utility>
 
 #include "kernels/kernels.hpp"
@@ -181,23 +182,18 @@ public:
       throw net::message_error(net::reject_reason::unknown_kind, name() + ": a PullParams for a worker that holds none");
     // A snapshot's pull counts the workers' reports: a member may have
     // reported the step this one is still reducing; answered once it is applied.
-    // One that comes after this worker has gone past its steps: the parameters
-    // kept at the end of the epoch when the snapshot is that epoch's (else the
-    // current ones, ahead). Steps 0: the current ones.
+    // One that comes after this worker has gone past its steps: the replica
+    // kept at that point (an epoch's end, --max-steps, checkpoint-every-steps)
+    // when there is one, else the current one, ahead. Steps 0: the current one.
     const uint64_t steps = m->root().getPullParams().getSteps();
-    if (steps > 0 && reports() > steps && boundary_.reports == steps)
-      return {answer(*m, boundary_.version, boundary_.w, boundary_.state)};
+    if (steps > 0 && reports() > steps)
+      for (const kept_replica& k : snapshots_)
+        if (k.reports == steps) return {answer(*m, k.version, k.w, k.state)};
     if (reports() >= steps) return {answer(*m, applied_, w_, opt_.state())};
     pulls_.keep(steps, m);
     return {};
   }
-  void epoch_starts(uint32_t) override {
-    if (!c_.holder) return;
-    boundary_.reports = reports();
-    boundary_.version = applied_;
-    boundary_.w = w_;
-    boundary_.state = opt_.state();
-  }
+  void epoch_starts(uint32_t) override { keep_replica(); }
   std::vector<outgoing> on_regroup(const net::opened_message& m) override {
     const regroup g = read_regroup(*m);
     std::vector<outgoing> out;
@@ -274,10 +270,20 @@ private:
     for (float& x : g_) x *= inv;
     opt_.step(ctx_, w_.data(), g_.data(), static_cast<int64_t>(applied_));
     ++applied_;
+    const uint64_t r = reports();
+    if ((c_.last_report > 0 && r == c_.last_report) || (c_.snapshot_every > 0 && r % c_.snapshot_every == 0))
+      keep_replica();
     in_step_ = false;
     report_due_ = true;
     tally_.add(0, false);
     pulls_.answer_due(reports(), [&](const net::opened_message& m) { out.push_back(answer(*m, applied_, w_, opt_.state())); });
+  }
+  /// The holder keeps its replica as it is now for a snapshot that may be
+  /// pulled once it has gone on (the last two such points).
+  void keep_replica() {
+    if (!c_.holder || (!snapshots_.empty() && snapshots_.back().reports == reports())) return;
+    if (snapshots_.size() == 2) snapshots_.pop_front();
+    snapshots_.push_back({reports(), applied_, w_, opt_.state()});
   }
   /// The worker reports the coordinator has counted once every member has
   /// reported the steps applied here (a snapshot's PullParams.steps counts them).
@@ -311,10 +317,11 @@ private:
   std::vector<float> shared_;             // the broadcast's buffer: parameters, then the optimizer's state
   uint64_t applied_ = 0;                  // global steps applied (with those before a resume)
   uint64_t sync_step_ = 0;                // a joiner's steps once the broadcast is over
-  struct {                                // the holder's replica at the end of the last epoch
-    uint64_t reports = UINT64_MAX, version = 0;
+  struct kept_replica {                   // the holder's replica at a snapshot's point
+    uint64_t reports = 0, version = 0;
     std::vector<float> w, state;
-  } boundary_;
+  };
+  std::deque<kept_replica> snapshots_;    // the last two, newest last
   kernels::context ctx_;
 };
 
@@ -335,6 +342,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
                 ", this worker has applied " + std::to_string(applied_));
   }
   epoch_ = g.epoch;
+  snapshots_.clear();  // kept before a step that may be redone in the new group
   group_.assign(g.members.begin(), g.members.end());
   core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, c_.options);
   held_ = active_ = false;

@@ -32,6 +32,11 @@ struct allreduce_config {
   int64_t bucket_elements = 0;        ///< a bucket's least size (0: one bucket)
   collective_options options;
   bool holder = false;                ///< answers PullParams (the plan's worker holder)
+  /// Where snapshots will be taken, in the coordinator's count of reports:
+  /// the holder keeps its replica there (and at each epoch's end), in case the
+  /// pull comes once it has gone on. 0: none.
+  uint64_t last_report = 0;           ///< --max-steps
+  uint64_t snapshot_every = 0;        ///< checkpoint-every-steps
   /// The group may re-form (a cluster: a worker's node may be lost): each step
   /// keeps what a rollback needs (the parameters and optimizer state before it, the
   /// worker's own gradient). False in one process, where nothing is lost.

@@ -189,6 +189,8 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   a.bucket_elements = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0 / sizeof(float));
   a.options.bf16(s.algo.allreduce_dtype == reduce_dtype::bf16);
   a.holder = !p.worker_holders.empty() && p.worker_holders.front().address == w.address;
+  a.last_report = static_cast<uint64_t>(std::max<int64_t>(0, s.max_steps));
+  a.snapshot_every = static_cast<uint64_t>(std::max<int64_t>(0, s.checkpoint_every_steps));
   const std::string& fresh = c.start->state.replicas.fresh;
   if (a.holder && !fresh.empty()) *c.log << "allreduce: the replicas' optimizer state starts at 0: " << fresh << "\n";
   return a;

@@ -108,8 +108,8 @@ TEST_CASE("AdamW on flat parameters: one allreduce worker, GPipe stages and a on
   }
 }
 
-TEST_CASE("AdamW's moments are checkpointed by allreduce and by a pipeline's stages: a resumed run goes on as one "
-          "that was not stopped",
+TEST_CASE("AdamW's moments are checkpointed by allreduce and by a pipeline's stages: a run resumed after an epoch "
+          "or a max-steps cut goes on as one that was not stopped",
           "[lm][actors][allreduce]") {
   testing::temp_dir dir("troupe_lm_adamw_resume");
   // A constant lr: a cosine's length is the run's, and the first part of the run is 1 epoch of 2.
@@ -138,6 +138,12 @@ TEST_CASE("AdamW's moments are checkpointed by allreduce and by a pipeline's sta
     // pull comes: the checkpoint must hold the replica kept at the epoch's end.
     const std::vector<double> resumed = losses_of(job(m.j).checkpoint(ckpt));
     check_same_losses(resumed, std::vector<double>(whole.begin() + 16, whole.end()), 1e-4);
+    // Cut inside an epoch by --max-steps: the checkpoint holds step 10's replica and
+    // the epoch's samples trained; the resumed run trains the rest and goes on alike.
+    const std::string cut = dir.path() + "/cut" + std::to_string(m.holders) + ".ckpt";
+    REQUIRE(losses_of(job(m.j).max_steps(10).checkpoint(cut)).size() == 10);
+    check_same_losses(losses_of(job(m.j).checkpoint(cut)), std::vector<double>(whole.begin() + 10, whole.end()),
+                      1e-4);
   }
 }
 

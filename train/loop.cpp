@@ -123,8 +123,9 @@ test_score score_text(model::model& net, const kernels::context& ctx, const text
   int64_t correct = 0;
   double loss_sum = 0;
   test_score out;
+  const int64_t batch = std::max<int64_t>(1, std::min(batch_size, text_score_tokens / t.windows.context));
   for (int64_t done = 0; done < text_score_windows; done += b.size()) {
-    windows.sample(std::min(batch_size, text_score_windows - done), b);
+    windows.sample(std::min(batch, text_score_windows - done), b);
     const tensor& logits = net.forward(ctx, b.inputs, false);
     const auto tokens = static_cast<int64_t>(b.targets.size());
     correct += kernels::count_correct(ctx, logits.reshape({tokens, logits.dim(2)}), b.targets);

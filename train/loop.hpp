@@ -66,8 +66,13 @@ test_score score(model::model& net, const kernels::context& ctx, const data::ima
 /// Windows a language model is scored on per part: drawn by a sampler of a
 /// fixed seed, the same windows after every epoch and in every run.
 constexpr int64_t text_score_windows = 256;
+/// Tokens a language model is scored on at once: the activations of a
+/// forward pass grow with them, and on actors the evaluator scores while the
+/// workers or stages train (the same windows and loss in any batching).
+constexpr int64_t text_score_tokens = 1024;
 /// Scores language model `net` on `part` of `t` (text_score_windows windows,
-/// in batches of `batch_size`): mean next-token loss and accuracy over their tokens.
+/// in batches of `batch_size`, at most text_score_tokens tokens each): mean
+/// next-token loss and accuracy over their tokens.
 test_score score_text(model::model& net, const kernels::context& ctx, const text_data& t, const data::text_part& part,
                       int64_t batch_size);
 

@@ -40,7 +40,8 @@ struct group {
   std::vector<outgoing> in_flight;
   std::mt19937 order{11};
 
-  group(int n, int64_t bucket_elements, bool overlap, bool bf16 = false, int64_t small_threshold = 0) {
+  group(int n, int64_t bucket_elements, bool overlap, bool bf16 = false, int64_t small_threshold = 0,
+        bool adamw = false) {
     auto pool = std::make_shared<replica_pool>([] { return small_mlp(); });
     model::model m = small_mlp();
     allreduce_config c;
@@ -50,6 +51,7 @@ struct group {
     c.opt.lr = 0.05f;
     c.opt.momentum = 0.9f;
     c.opt.total_steps = 100;
+    c.opt.adamw = adamw;
     c.bucket_elements = bucket_elements;
     c.options.piece(5).bf16(bf16).small_threshold(small_threshold);
     c.holder = true;  // every one answers a pull here, to compare them
@@ -323,8 +325,10 @@ uint64_t version_of(group& g, std::size_t i) {
 TEST_CASE("allreduce: a worker lost mid-step, the others redo the step without it, one that joins takes the parameters",
           "[actors][allreduce][elastic]") {
   for (unsigned seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
-    INFO("delivery seed " << seed);
-    group g(3, 20, true, false, seed > 3 ? 8192 : 0);  // the ring, and recursive doubling with a binomial-tree broadcast
+    // Momentum SGD, and AdamW (whose moments, twice the parameters, a rollback restores and the joiner receives).
+    const bool adamw = seed % 2 == 0;
+    INFO("delivery seed " << seed << (adamw ? ", AdamW" : ", momentum"));
+    group g(3, 20, true, false, seed > 3 ? 8192 : 0, adamw);  // the ring, and recursive doubling with a binomial-tree broadcast
     g.order.seed(seed);
     std::vector<int32_t> y;
     auto step_all = [&](int s, const std::vector<std::size_t>& who) {
@@ -372,6 +376,7 @@ TEST_CASE("allreduce: a worker lost mid-step, the others redo the step without i
       c.opt.lr = 0.05f;
       c.opt.momentum = 0.9f;
       c.opt.total_steps = 100;
+      c.opt.adamw = adamw;
       c.bucket_elements = 20;
       c.options.piece(5).small_threshold(seed > 3 ? 8192 : 0);  // as the group's
       c.holder = true;

@@ -48,6 +48,8 @@ stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, s
               checked(initial, c_.plan.params.numel(), track_), ctx_),
       weights_(weights_of(c_)) {
   grads_.assign(static_cast<std::size_t>(holder_.size()), 0.0f);
+  // 1F1B updates once per micro-batch, GPipe once per mini-batch.
+  updates_ = c_.steps_before * (c_.schedule == model::pipeline_schedule::one_f_one_b ? c_.micro_batches : 1);
   if (c_.stash > 0) stash_.push_back(holder_.hold());
   if (c_.clip_grad_norm > 0) {
     if (static_cast<int>(c_.pipeline.size()) != c_.stages)
@@ -359,10 +361,11 @@ void stage_core::reduced(std::vector<outgoing>& out) {
 }
 
 void stage_core::apply(int64_t step, std::vector<outgoing>& out) {
+  const stage_update u{step, updates_++};
   if (empty_update_) {
     holder_.bump();
     updated(out);
-  } else if (weights_->update(ctx_, step, grads_.data(), holder_, out)) {
+  } else if (weights_->update(ctx_, u, grads_.data(), holder_, out)) {
     updated(out);
   }
 }

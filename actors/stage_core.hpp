@@ -188,6 +188,7 @@ private:
   bool reducing_ = false;                            // the strategy's reduction is under way: no action runs
   bool norming_ = false;                             // the norm's sum is under way: no action runs
   int64_t step_ = 0;                                 // the mini-batch of the update under way
+  int64_t updates_ = 0;                              // updates applied (with those before a resume)
   bool empty_update_ = false;                        // the update's stage has no parameters (or samples)
   int64_t summed_ = 0;                               // samples whose gradients grads_ sums
   int64_t last_backward_ = 0;

@@ -16,8 +16,9 @@ class own_step final : public stage_weights {
 public:
   own_step(const model::flat_optimizer_options& o, int64_t n, std::string who)
       : stage_weights(std::move(who)), opt_(o, n) {}
-  bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w, std::vector<outgoing>&) override {
-    opt_.step(ctx, w.writable(), g, step);
+  bool update(const kernels::context& ctx, const stage_update& u, float* g, param_holder& w,
+              std::vector<outgoing>&) override {
+    opt_.step(ctx, w.writable(), g, u.step, u.before);
     w.bump();
     return true;
   }
@@ -47,10 +48,10 @@ public:
     started_ = awaiting_ = true;
     return client_.pull_all();
   }
-  bool update(const kernels::context&, int64_t step, float* g, param_holder&, std::vector<outgoing>& out) override {
+  bool update(const kernels::context&, const stage_update& u, float* g, param_holder&, std::vector<outgoing>& out) override {
     // One PushGradient, rewritten in place once the transport has let go of the last one (as a worker's).
     std::memcpy(client_.open_push(0), g, static_cast<std::size_t>(n_) * sizeof(float));
-    client_.push_one(0, static_cast<uint64_t>(step + 1), out);
+    client_.push_one(0, static_cast<uint64_t>(u.step + 1), out);
     awaiting_ = true;
     return false;
   }
@@ -89,9 +90,9 @@ public:
     send_collective(group_->start_allreduce(group_->next_op(), g, n_), self(), peers_, out);
     return group_->done() && finish();
   }
-  bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w,
+  bool update(const kernels::context& ctx, const stage_update& u, float* g, param_holder& w,
               std::vector<outgoing>& out) override {
-    return own_.update(ctx, step, g, w, out);
+    return own_.update(ctx, u, g, w, out);
   }
   taken take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
     if (r.root().which() != wire::Envelope::COLLECTIVE) return stage_weights::take(r, w, out);

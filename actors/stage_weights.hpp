@@ -21,6 +21,14 @@
 
 namespace troupe::actors {
 
+/// The update a stage applies: its mini-batch (`step`, the lr schedule's,
+/// from 0) and the updates the stage applied before it (1F1B: one per
+/// micro-batch), which AdamW's bias correction counts.
+struct stage_update {
+  int64_t step = 0;
+  int64_t before = 0;
+};
+
 class stage_weights {
 public:
   /// `who`: the stage, as errors name it.
@@ -35,11 +43,11 @@ public:
   /// mean over the replicas' stage k. True when done now; else a take()
   /// finishes it (taken::reduced). The others: `g` as it is.
   virtual bool reduce(const kernels::context& ctx, float* g, std::vector<outgoing>& out) { return true; }
-  /// Mini-batch `step`'s (the schedule's, from 0) mean gradient `g`, of
-  /// w.size() values: applied to `w` now (returns true), or sent on (`out`)
-  /// and applied by the take() of its answer. `g` may be changed, and stays
-  /// the caller's to keep unchanged until the update is applied.
-  virtual bool update(const kernels::context& ctx, int64_t step, float* g, param_holder& w,
+  /// Update `u`'s mean gradient `g`, of w.size() values: applied to `w` now
+  /// (returns true), or sent on (`out`) and applied by the take() of its
+  /// answer. `g` may be changed, and stays the caller's to keep unchanged
+  /// until the update is applied.
+  virtual bool update(const kernels::context& ctx, const stage_update& u, float* g, param_holder& w,
                       std::vector<outgoing>& out) = 0;
   /// A Params or Collective message for the reduction or the update under
   /// way (`out`: the messages to send in answer): whether it finished the

@@ -43,12 +43,12 @@ flat_optimizer::flat_optimizer(const flat_optimizer_options& o, int64_t n)
   check_segments(o_.segments, o_.segment_decays, n, "a flat optimizer");
 }
 
-void flat_optimizer::step(const kernels::context& ctx, float* w, float* g, int64_t step) {
+void flat_optimizer::step(const kernels::context& ctx, float* w, float* g, int64_t step, int64_t before) {
   if (o_.clip_grad_norm > 0) kernels::clip_by_global_norm(ctx, {{g, n_}}, o_.clip_grad_norm);
   const float lr = scheduled_lr(o_.lr, o_.schedule, step, o_.total_steps, o_.warmup_steps);
   if (o_.adamw) {
     adamw_segments(ctx, w, g, s_.data(), s_.data() + n_, o_.segments, o_.segment_decays, lr, o_.weight_decay,
-                   step + 1);
+                   (before >= 0 ? before : step) + 1);
     return;
   }
   const shape s{n_};

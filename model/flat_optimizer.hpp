@@ -42,15 +42,17 @@ void check_segments(const std::vector<int64_t>& segments, const std::vector<bool
 /// Momentum SGD (heavy ball; none at momentum 0) with L2 weight decay, or
 /// AdamW, on the lr scheduled_lr gives each step. Its state is one flat
 /// vector: SGD's velocity (n values), or AdamW's first then second moments
-/// (2n); AdamW's bias correction counts the steps given (step + 1), so a
-/// resumed run's global step carries it.
+/// (2n); AdamW's bias correction counts the updates the caller says came
+/// before (by default the step), so a resumed run's global step carries it.
 class flat_optimizer {
 public:
   /// Throws troupe::error when AdamW's segments do not cover `n`.
   flat_optimizer(const flat_optimizer_options& o, int64_t n);
   /// Step `step` (the schedule's, from 0) of `w` from the gradient `g`, both
-  /// of n values; `g` is clipped in place when the options ask.
-  void step(const kernels::context& ctx, float* w, float* g, int64_t step);
+  /// of n values; `g` is clipped in place when the options ask. `before`:
+  /// the updates applied before this one, what AdamW's bias correction counts
+  /// (-1: `step`, one update per step).
+  void step(const kernels::context& ctx, float* w, float* g, int64_t step, int64_t before = -1);
   /// The state (see above): a checkpoint's, a joiner's, a rollback's.
   std::vector<float>& state() { return s_; }
   const std::vector<float>& state() const { return s_; }

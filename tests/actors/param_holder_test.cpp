@@ -116,7 +116,7 @@ TEST_CASE("stage_weights: the own step is flat_optimizer's, keeps its momentum a
   std::vector<outgoing> out;
   for (int64_t step = 0; step < 3; ++step) {
     std::vector<float> g{1, -1, 0.5f}, g2 = g;
-    CHECK(s->update(ctx, step, g.data(), h, out));
+    CHECK(s->update(ctx, {step, step}, g.data(), h, out));
     ref.step(ctx, w.data(), g2.data(), step);
   }
   CHECK(out.empty());
@@ -139,6 +139,35 @@ TEST_CASE("stage_weights: the own step is flat_optimizer's, keeps its momentum a
   CHECK_THROWS_WITH(s->take(net::envelope_reader(p), h, out), Contains("stage 0: Params for a stage without a shard"));
 }
 
+TEST_CASE("stage_weights: the own AdamW step counts the updates before it, not the mini-batch (1F1B: one per "
+          "micro-batch)",
+          "[actors][stage]") {
+  model::flat_optimizer_options o;
+  o.adamw = true;
+  o.lr = 0.1f;
+  o.total_steps = 10;
+  const kernels::context ctx = kernels::context::with_threads(1);
+  std::vector<outgoing> out;
+  auto s = own_stage_weights(o, 3, "stage 0");
+  param_holder h = small_holder();
+  model::flat_optimizer ref(o, 3);
+  std::vector<float> w{1, 2, 3};
+  // Two micro-batches' updates of mini-batch 0: bias corrections for t = 1, then t = 2.
+  for (int64_t before : {0, 1}) {
+    std::vector<float> g{1, -2, 0.5f}, g2 = g;
+    CHECK(s->update(ctx, {0, before}, g.data(), h, out));
+    ref.step(ctx, w.data(), g2.data(), 0, before);
+  }
+  CHECK(std::vector<float>(h.values(), h.values() + 3) == w);
+  model::flat_optimizer by_step(o, 3);  // counting the mini-batch instead: t = 1 twice, another result
+  std::vector<float> w2{1, 2, 3};
+  for (int i = 0; i < 2; ++i) {
+    std::vector<float> g{1, -2, 0.5f};
+    by_step.step(ctx, w2.data(), g.data(), 0);
+  }
+  CHECK(w2 != w);
+}
+
 TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push waits for its answer",
           "[actors][stage]") {
   model::flat_optimizer_options o;
@@ -152,7 +181,7 @@ TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push
     std::vector<float> g{1, 1, 1};
     CHECK(s->reduce(ctx, g.data(), out));  // the mean over one member: g itself
     CHECK(g == std::vector<float>{1, 1, 1});
-    CHECK(s->update(ctx, 0, g.data(), h, out));
+    CHECK(s->update(ctx, {0, 0}, g.data(), h, out));
     CHECK(std::vector<float>(h.values(), h.values() + 3) == std::vector<float>{0, 1, 2});
     CHECK_FALSE(s->waiting());
   }
@@ -174,7 +203,7 @@ TEST_CASE("stage_weights: an allreduce of one member steps at once, a shard push
   std::vector<float> g{1, 2, 3};
   CHECK(s->reduce(ctx, g.data(), out));  // nothing to reduce: the shard averages
   CHECK(out.empty());
-  CHECK_FALSE(s->update(ctx, 0, g.data(), h, out));
+  CHECK_FALSE(s->update(ctx, {0, 0}, g.data(), h, out));
   REQUIRE(out.size() == 1);
   CHECK(out[0].to == shard_addr(0));
   CHECK(s->waiting());

@@ -276,7 +276,8 @@ private:
     in_step_ = false;
     report_due_ = true;
     tally_.add(0, false);
-    pulls_.answer_due(reports(), [&](const net::opened_message& m) { out.push_back(answer(*m, applied_, w_, opt_.state())); });
+    pulls_.answer_due(reports(),
+                      [&](const net::opened_message& m) { out.push_back(answer(*m, applied_, w_, opt_.state())); });
   }
   /// The holder keeps its replica as it is now for a snapshot that may be
   /// pulled once it has gone on (the last two such points).

@@ -1,5 +1,6 @@
 # Network namespaces and ports for processes on one machine; sourced by
-# scripts/local_cluster.sh and bench/collective_bench.sh (not run alone).
+# scripts/local_cluster.sh, bench/collective_bench.sh and the cluster, wire
+# and Slurm tests (not run alone).
 
 # netns_create PREFIX N SUBNET [RATE]: namespaces PREFIXn0 .. PREFIXn(N-1),
 # each joined by a veth pair (PREFIXv<i> inside, PREFIXb<i> on the bridge) to
@@ -34,10 +35,29 @@ netns_remove() {
   ip netns del "${p}br" 2>/dev/null || true
 }
 
-# free_ports N: N TCP ports nothing listens on, from a random start.
+# Ports to listen on are drawn below the kernel's ephemeral range
+# (ip_local_port_range), which outgoing connections take theirs from: a port
+# drawn there could be taken by another process's connection before it is bound.
 port_in_use() { ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"; }
+ephemeral_start() { awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768; }
+# A random port from 20000 up that leaves room for N below the ephemeral range.
+random_port() { local top; top=$(ephemeral_start); echo $(( 20000 + RANDOM % (top - 20000 - $1) )); }
+# free_ports N: N TCP ports nothing listens on, from a random start.
 free_ports() {
-  local want=$1 p=$(( 20000 + RANDOM % 20000 )) got=()
+  local want=$1 p got=()
+  p=$(random_port "$want")
   while [ ${#got[@]} -lt "$want" ]; do port_in_use "$p" || got+=("$p"); p=$(( p + 1 )); done
   echo "${got[@]}"
+}
+# free_port_run N: the first of N consecutive TCP ports nothing listens on.
+free_port_run() {
+  local want=$1 p i busy
+  p=$(random_port "$want")
+  while :; do
+    busy=0
+    for i in $(seq 0 $(( want - 1 ))); do if port_in_use $(( p + i )); then busy=1; break; fi; done
+    [ "$busy" = 0 ] && { echo "$p"; return 0; }
+    p=$(( p + want ))
+    [ $(( p + want )) -lt "$(ephemeral_start)" ] || p=20000
+  done
 }

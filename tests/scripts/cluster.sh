@@ -8,6 +8,8 @@ set -euo pipefail
 build=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/../../scripts/local_cluster.sh
+# shellcheck source=scripts/netns.sh
+source "$here/../../scripts/netns.sh"  # free_port_run
 export TROUPE_TRAINER=$build/troupe_trainer
 tmp=$(mktemp -d)
 # Network namespaces of this test (scenario netns): local_cluster.sh names them after this tag.
@@ -291,7 +293,7 @@ other_job)
   # Two nodes of different jobs (another epoch count) refuse each other; the coordinator's node names
   # the node that did not join when the join timeout ends.
   head -c 32 /dev/urandom > "$tmp/secret"; chmod 600 "$tmp/secret"
-  p=$(( 30000 + RANDOM % 20000 ))
+  p=$(free_port_run 2)
   printf '[cluster]\nsecret-file = "%s"\njoin-timeout = 4\nnodes = [{ name = "a", port = %d }, { name = "b", port = %d }]\n' \
     "$tmp/secret" "$p" $(( p + 1 )) > "$tmp/cluster.toml"
   job=("${mlp[@]}" --algorithm asgd --workers 2 --max-steps 50)
@@ -355,7 +357,7 @@ sigstop_rejoin)
 wrong_secret_join|late_join)
   # Three nodes a, b, c of one job file (secret-file = "secret", relative: each node reads the one in its
   # own folder), a short peer timeout.
-  p=$(( 30000 + RANDOM % 20000 ))
+  p=$(free_port_run 3)
   mkdir -p "$tmp/a" "$tmp/b" "$tmp/c"
   for n in a b c; do
     printf '[cluster]\nsecret-file = "secret"\njoin-timeout = %s\npeer-timeout = 1\nheartbeat = 0.2\n' \

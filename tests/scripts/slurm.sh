@@ -13,6 +13,8 @@
 set -uo pipefail
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/netns.sh
+source "$here/../../scripts/netns.sh"  # free_port_run
 skip() { echo "skipped: $(echo "$*" | tr '\n' ' ' | sed 's/ *$//' | cut -c 1-400)"; exit 77; }
 fail() { echo "FAILED: $*"; exit 1; }
 
@@ -73,7 +75,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 c=$(nproc)
-port=$(( 21000 + RANDOM % 20000 ))
+port=$(free_port_run 2)
 mkdir -p "$tmp/spool/ctld" "$tmp/spool/d" "$tmp/log"
 cat > "$tmp/slurm.conf" <<CONF
 ClusterName=troupetest

@@ -6,6 +6,8 @@
 set -euo pipefail
 build=$1
 trainer=$build/troupe_trainer
+# shellcheck source=scripts/netns.sh
+source "$(cd "$(dirname "$0")" && pwd)/../../scripts/netns.sh"  # free_port_run
 tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
@@ -13,7 +15,7 @@ trap cleanup EXIT
 fail() { echo "FAILED: $*"; for f in "$tmp"/*.log; do echo "== $f"; tail -n 20 "$f"; done; exit 1; }
 
 head -c 32 /dev/urandom > "$tmp/secret"; chmod 600 "$tmp/secret"
-p=$(( 30000 + RANDOM % 20000 ))
+p=$(free_port_run 2)
 printf '[cluster]\nsecret-file = "%s"\njoin-timeout = 30\nencrypt = true\nnodes = [{ name = "a", port = %d }, { name = "b", port = %d }]\n' \
   "$tmp/secret" "$p" $(( p + 1 )) > "$tmp/cluster.toml"
 job=(--model mlp --progress none --algorithm asgd --workers 2 --epochs 1 --max-steps 300 --metrics-out "$tmp/m.jsonl")

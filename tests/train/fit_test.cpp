@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -513,11 +514,13 @@ TEST_CASE("gradient clipping in hybrids: two replicas by allreduce clip their me
   CHECK(changed > 1e-3);  // a norm of 0.05 clips this MLP's mean gradients
   REQUIRE(h.size() == 1);
   CHECK(h[0].train_loss < clipped.front());
-  run(job(mlp_job(d.dir.path(), asgd().workers(2))).threads(2).epochs(1).max_steps(60).momentum(0.0f)
+  run(job(mlp_job(d.dir.path(), asgd().workers(2))).threads(2).epochs(2).max_steps(60).momentum(0.0f)
           .pipeline(2, 4, pipeline_schedule::gpipe).clip_grad_norm(0.05f),
       on_shards);
   REQUIRE(on_shards.size() > 20);
-  CHECK(on_shards.back() < on_shards.front());
+  // A step's loss is one mini-batch's (asynchronous replicas: noisy): the first and last 8 steps' means.
+  const auto mean = [](auto first, auto last) { return std::accumulate(first, last, 0.0) / std::distance(first, last); };
+  CHECK(mean(on_shards.end() - 8, on_shards.end()) < mean(on_shards.begin(), on_shards.begin() + 8));
 }
 
 TEST_CASE("allreduce resumes from its checkpoint: parameters, momentum and the epoch", "[actors][fit][allreduce]") {

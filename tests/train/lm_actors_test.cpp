@@ -149,7 +149,7 @@ TEST_CASE("AdamW's moments are checkpointed by allreduce and by a pipeline's sta
   }
 }
 
-TEST_CASE("a gpt trains on actors: asynchronous rules, allreduce, 1F1B and the hybrid, its loss falls",
+TEST_CASE("a gpt trains on actors: asynchronous rules, allreduce, 1F1B (momentum, AdamW) and the hybrid, its loss falls",
           "[lm][actors]") {
   struct mode {
     const char* name;
@@ -165,6 +165,8 @@ TEST_CASE("a gpt trains on actors: asynchronous rules, allreduce, 1F1B and the h
        job(base).algorithm(asgd().workers(2).shards(2)).optimizer(optimizer_kind::adamw).lr(3e-3f)},
       {"allreduce, 2 workers", job(base).algorithm(allreduce().workers(2))},
       {"1F1B with stashing, 4 stages", job(base).pipeline(4, 4, pipeline_schedule::one_f_one_b)},
+      {"1F1B, 2 stages, AdamW (an update per micro-batch)",
+       job(base).pipeline(2, 4, pipeline_schedule::one_f_one_b).optimizer(optimizer_kind::adamw).lr(3e-3f)},
       {"hybrid: 2 GPipe replicas of 2 stages on ASGD shards",
        job(base).algorithm(asgd().workers(2)).pipeline(2, 4, pipeline_schedule::gpipe)},
       {"hybrid: 2 GPipe replicas of 2 stages by allreduce",

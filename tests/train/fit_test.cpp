@@ -22,6 +22,7 @@
 #include "net/checkpoint.hpp"
 #include "train/evaluate.hpp"
 #include "tests/test_util.hpp"
+#include "tests/train/fit_util.hpp"
 
 using namespace troupe;
 using Catch::Matchers::Contains;
@@ -443,20 +444,14 @@ TEST_CASE("one allreduce worker reproduces the sequential loop, momentum and all
 TEST_CASE("gradient clipping: the sequential loop, one allreduce worker and one ASGD worker clip alike, and it changes the steps",
           "[actors][fit][allreduce][clip]") {
   larger_data d;
-  std::ostringstream log;
-  auto losses = [&](job j) {
-    std::vector<double> out;
-    j.on_step([&](const step_event& e) { out.push_back(e.loss); });
-    fit(j, log);
-    return out;
-  };
+  using testing::losses_of;
   job seq = mlp_job(d.dir.path()).threads(2).epochs(2).max_steps(50);
-  const std::vector<double> plain = losses(seq);
+  const std::vector<double> plain = losses_of(seq);
   seq.clip_grad_norm(0.05f);
-  const std::vector<double> clipped = losses(seq);
+  const std::vector<double> clipped = losses_of(seq);
   job ar = seq;
   ar.algorithm(allreduce());
-  const std::vector<double> ar_clipped = losses(ar);
+  const std::vector<double> ar_clipped = losses_of(ar);
   REQUIRE(clipped.size() == 50);
   REQUIRE(ar_clipped.size() == 50);
   double changed = 0;
@@ -470,27 +465,27 @@ TEST_CASE("gradient clipping: the sequential loop, one allreduce worker and one 
   // whole gradient before pushing or applying it: the sequential loop's plain
   // SGD (their step has no momentum).
   job plain_seq = job(seq).momentum(0.0f);
-  const std::vector<double> sgd_clipped = losses(plain_seq);
+  const std::vector<double> sgd_clipped = losses_of(plain_seq);
   for (int shards : {0, 1, 3}) {
     INFO((shards ? std::to_string(shards) + " shard(s)" : std::string("Hogwild!")));
     REQUIRE(sgd_clipped.size() == 50);
-    testing::check_same_losses(losses(job(plain_seq).algorithm(shards ? asgd().shards(shards) : hogwild())),
+    testing::check_same_losses(losses_of(job(plain_seq).algorithm(shards ? asgd().shards(shards) : hogwild())),
                                sgd_clipped, 1e-4);
   }
   // A pipeline's stages sum the squares of their norms first: GPipe is the sequential loop, clipped.
-  const std::vector<double> expected = losses(seq);
+  const std::vector<double> expected = losses_of(seq);
   for (int stages : {2, 3}) {
     INFO(stages << " stages");
     REQUIRE(expected.size() == 50);
-    testing::check_same_losses(losses(job(seq).pipeline(stages, 4, pipeline_schedule::gpipe)), expected, 1e-4);
+    testing::check_same_losses(losses_of(job(seq).pipeline(stages, 4, pipeline_schedule::gpipe)), expected, 1e-4);
   }
   // 1F1B clips each micro-batch's update by the whole model's norm: it trains.
-  CHECK(losses(job(seq).pipeline(2, 4, pipeline_schedule::one_f_one_b)).back() < plain.front());
+  CHECK(losses_of(job(seq).pipeline(2, 4, pipeline_schedule::one_f_one_b)).back() < plain.front());
   // Hybrids: one replica by allreduce is the clipped GPipe pipeline (the mean over
   // one replica, then the stages' norm); one on an ASGD shard per stage is the clipped plain SGD.
-  testing::check_same_losses(losses(job(seq).algorithm(allreduce()).pipeline(2, 4, pipeline_schedule::gpipe)),
+  testing::check_same_losses(losses_of(job(seq).algorithm(allreduce()).pipeline(2, 4, pipeline_schedule::gpipe)),
                              expected, 1e-4);
-  testing::check_same_losses(losses(job(plain_seq).algorithm(asgd()).pipeline(2, 4, pipeline_schedule::gpipe)),
+  testing::check_same_losses(losses_of(job(plain_seq).algorithm(asgd()).pipeline(2, 4, pipeline_schedule::gpipe)),
                              sgd_clipped, 1e-4);
 }
 
@@ -498,25 +493,21 @@ TEST_CASE("gradient clipping in hybrids: two replicas by allreduce clip their me
           "shards clip their own",
           "[actors][fit][pipeline][allreduce][clip]") {
   larger_data d;
-  std::ostringstream log;
-  auto run = [&](job j, std::vector<double>& out) {
-    j.on_step([&](const step_event& e) { out.push_back(e.loss); });
-    return fit(j, log);
-  };
+  using testing::losses_of;
   job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(1).max_steps(60);
   two.pipeline(2, 4, pipeline_schedule::gpipe);
-  std::vector<double> plain, clipped, on_shards;
-  run(two, plain);
-  const history h = run(job(two).clip_grad_norm(0.05f), clipped);
+  const std::vector<double> plain = losses_of(two);
+  history h;
+  const std::vector<double> clipped = losses_of(job(two).clip_grad_norm(0.05f), &h);
   REQUIRE(clipped.size() == plain.size());
   double changed = 0;
   for (std::size_t i = 0; i < plain.size(); ++i) changed = std::max(changed, std::abs(clipped[i] - plain[i]));
   CHECK(changed > 1e-3);  // a norm of 0.05 clips this MLP's mean gradients
   REQUIRE(h.size() == 1);
   CHECK(h[0].train_loss < clipped.front());
-  run(job(mlp_job(d.dir.path(), asgd().workers(2))).threads(2).epochs(2).max_steps(60).momentum(0.0f)
-          .pipeline(2, 4, pipeline_schedule::gpipe).clip_grad_norm(0.05f),
-      on_shards);
+  const std::vector<double> on_shards =
+      losses_of(job(mlp_job(d.dir.path(), asgd().workers(2))).threads(2).epochs(2).max_steps(60).momentum(0.0f)
+                    .pipeline(2, 4, pipeline_schedule::gpipe).clip_grad_norm(0.05f));
   REQUIRE(on_shards.size() > 20);
   // A step's loss is one mini-batch's (asynchronous replicas: noisy): the first and last 8 steps' means.
   const auto mean = [](auto first, auto last) { return std::accumulate(first, last, 0.0) / std::distance(first, last); };
@@ -846,15 +837,10 @@ TEST_CASE("a hybrid of one pipeline replica pushing to its stages' shards reprod
 
 TEST_CASE("a hybrid with allreduce: one replica is the sequential loop, two train and snapshot", "[actors][fit][pipeline][allreduce]") {
   larger_data d;  // 32 steps per epoch
-  std::ostringstream log;
-  std::vector<double> expected, got;
-  job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100);  // with momentum: the stages' own step
-  seq.on_step([&](const step_event& e) { expected.push_back(e.loss); });
-  fit(seq, log);
-  job one = seq;
-  one.algorithm(allreduce()).pipeline(2, 4, pipeline_schedule::gpipe);
-  one.on_step([&](const step_event& e) { got.push_back(e.loss); });
-  fit(one, log);
+  const job seq = mlp_job(d.dir.path()).threads(2).epochs(4).max_steps(100);  // with momentum: the stages' own step
+  const std::vector<double> expected = testing::losses_of(seq);
+  const std::vector<double> got =
+      testing::losses_of(job(seq).algorithm(allreduce()).pipeline(2, 4, pipeline_schedule::gpipe));
   REQUIRE(got.size() == 100);
   testing::check_same_losses(got, expected, 1e-4, false);
   // Two replicas: stage k of each sums its gradient with the other's before every update.
@@ -872,18 +858,11 @@ TEST_CASE("a hybrid with allreduce: one replica is the sequential loop, two trai
 TEST_CASE("a hybrid with allreduce on 1F1B: one replica is the 1F1B pipeline, two train with the same parameters",
           "[actors][fit][pipeline][allreduce]") {
   larger_data d;  // 32 steps per epoch
-  std::ostringstream log;
-  std::vector<double> expected, got;
   // The pipeline alone (sequential algorithm, each stage its own update per micro-batch).
-  job alone = mlp_job(d.dir.path()).threads(2).epochs(2).max_steps(48).pipeline(2, 4, pipeline_schedule::one_f_one_b);
-  alone.on_step([&](const step_event& e) { expected.push_back(e.loss); });
-  fit(alone, log);
-  job one = alone;
-  one.algorithm(allreduce());
-  one.on_step([&](const step_event& e) { got.push_back(e.loss); });
-  fit(one, log);
+  const job alone = mlp_job(d.dir.path()).threads(2).epochs(2).max_steps(48).pipeline(2, 4, pipeline_schedule::one_f_one_b);
+  const std::vector<double> expected = testing::losses_of(alone);
   REQUIRE(expected.size() == 48);
-  testing::check_same_losses(got, expected, 1e-4, false);
+  testing::check_same_losses(testing::losses_of(job(alone).algorithm(allreduce())), expected, 1e-4, false);
   // Two replicas: stage k of each averages every micro-batch's gradient with the other's before its update.
   std::ostringstream hlog;
   job two = mlp_job(d.dir.path(), allreduce().workers(2)).threads(2).epochs(2).checkpoint(d.dir.file("two.ckpt"));

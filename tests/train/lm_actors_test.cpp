@@ -17,10 +17,12 @@
 #include "model/zoo.hpp"
 #include "net/checkpoint.hpp"
 #include "tests/test_util.hpp"
+#include "tests/train/fit_util.hpp"
 
 using namespace troupe;
 using Catch::Matchers::Contains;
 using testing::check_same_losses;
+using testing::losses_of;
 using testing::message;
 using testing::small_text;
 
@@ -40,15 +42,6 @@ job tiny_lm_job() {
       .seed(5)
       .threads(2)
       .progress(progress_mode::none);
-}
-
-std::vector<double> losses_of(job j, history* h = nullptr) {
-  std::vector<double> losses;
-  j.on_step([&](const step_event& e) { losses.push_back(e.loss); });
-  std::ostringstream log;
-  history out = fit(j, log);
-  if (h) *h = out;
-  return losses;
 }
 
 } // namespace

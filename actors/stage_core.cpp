@@ -154,7 +154,7 @@ bool stage_core::ready(const model::pipeline_action& a) const {
   using k = model::pipeline_action::kind;
   // An update (or the first weights, or the norm's sum) under way: no action
   // before it is applied (1F1B's next backward would sum into the gradient being reduced).
-  if (reducing_ || norming_ || weights_->waiting()) return false;
+  if (norming_ || weights_->waiting()) return false;
   switch (a.what) {
     case k::forward:
       return first() ? batches_.count(a.micro_batch / c_.micro_batches) > 0 : activations_.count(a.micro_batch) > 0;
@@ -340,14 +340,12 @@ void stage_core::update(int64_t, result& out) {
   summed_ = 0;
   step_ = c_.steps_before + last_backward_ / c_.micro_batches;
   // The strategy's reduction first (a hybrid by allreduce: the mean over the replicas), then the norm.
-  reducing_ = true;
   if (empty_update_ || weights_->reduce(ctx_, grads_.data(), out.messages)) reduced(out.messages);
 }
 
 void stage_core::reduced(std::vector<outgoing>& out) {
-  reducing_ = false;
   if (!norm_group_) {
-    apply(step_, out);
+    apply(out);
     return;
   }
   // The whole model's norm: this stage's square (0 without parameters), summed with the other stages'.
@@ -360,8 +358,8 @@ void stage_core::reduced(std::vector<outgoing>& out) {
   if (norm_group_->done()) clip_and_apply(out);
 }
 
-void stage_core::apply(int64_t step, std::vector<outgoing>& out) {
-  const stage_update u{step, updates_++};
+void stage_core::apply(std::vector<outgoing>& out) {
+  const stage_update u{step_, updates_++};
   if (empty_update_) {
     holder_.bump();
     updated(out);
@@ -382,7 +380,7 @@ void stage_core::clip_and_apply(std::vector<outgoing>& out) {
     const auto scale = static_cast<float>(c_.clip_grad_norm / norm);
     for (float& g : grads_) g *= scale;
   }
-  apply(step_, out);
+  apply(out);
 }
 
 void stage_core::updated(std::vector<outgoing>& out) {

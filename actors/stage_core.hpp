@@ -157,8 +157,8 @@ private:
   void updated(std::vector<outgoing>& out);
   /// The strategy's reduction of the update's gradient is done: the norm (clipping), then apply.
   void reduced(std::vector<outgoing>& out);
-  /// The mean gradient of mini-batch `step` to the strategy.
-  void apply(int64_t step, std::vector<outgoing>& out);
+  /// The mean gradient of mini-batch step_ to the strategy.
+  void apply(std::vector<outgoing>& out);
   /// Clipping: a Collective piece of the norm's sum among the pipeline's stages.
   void take_norm(const net::envelope_reader& r);
   /// The whole model's norm is known: the gradient clipped, then applied.
@@ -185,7 +185,6 @@ private:
   bool updated_ = false;                             // take() completed an update: run() answers the pulls due
   std::unique_ptr<collective_core> norm_group_;      // clipping: the pipeline's stages, summing their norms
   float norm_sq_ = 0;                                // this stage's squared gradient norm, then the sum
-  bool reducing_ = false;                            // the strategy's reduction is under way: no action runs
   bool norming_ = false;                             // the norm's sum is under way: no action runs
   int64_t step_ = 0;                                 // the mini-batch of the update under way
   int64_t updates_ = 0;                              // updates applied (with those before a resume)

@@ -22,6 +22,11 @@ void check(const scaling_inputs& in, int n, const char* what) {
     throw error(std::string(what) + ": negative or NaN costs");
 }
 
+/// The update of the largest shard (of `largest` bytes): the shards apply theirs in parallel.
+double largest_update_s(const scaling_inputs& in, double largest) {
+  return in.param_bytes > 0 ? in.update_s * largest / static_cast<double>(in.param_bytes) : 0;
+}
+
 scaling_estimate finish(const scaling_inputs& in, double comm_s, double step_s) {
   scaling_estimate e;
   e.comm_s = comm_s;
@@ -88,22 +93,21 @@ scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards) {
   const auto S = static_cast<int>(s.size());
   const double all = static_cast<double>(in.param_bytes), largest = *std::max_element(s.begin(), s.end());
   // The busiest node's bytes in each phase, the larger way: with the shards on the workers' nodes, node j
-  // pushes all but its own shard's share and takes in n - 1 pushes of it, then the reverse.
-  double push = 0, reply = 0;
+  // pushes all but its own shard's share and takes in n - 1 pushes of it; the replies are the same bytes
+  // the other way.
+  double busiest = 0;
   if (n >= S) {
     for (int j = 0; j < n; ++j) {
       const double own = j < S ? s[static_cast<std::size_t>(j)] : 0.0;
-      push = std::max({push, all - own, (n - 1) * own});
-      reply = std::max({reply, (n - 1) * own, all - own});
+      busiest = std::max({busiest, all - own, (n - 1) * own});
     }
   } else {  // a worker's node sends and takes in everything; a shard's node n pushes and n replies
-    push = reply = std::max(all, n * largest);
+    busiest = std::max(all, n * largest);
   }
   // Each phase follows the link's idle spell in that direction: a token bucket lets its burst through at once.
-  auto phase = [&](double bytes) { return in.link.a * std::max(0.0, bytes - in.burst_bytes) + in.link.b; };
-  const double comm = n > 1 || S > 1 ? phase(push) + phase(reply) : 0;
-  const double update = all > 0 ? in.update_s * largest / all : 0;  // the shards apply in parallel
-  return finish(in, comm, in.compute_s + comm + update);
+  const double phase = in.link.a * std::max(0.0, busiest - in.burst_bytes) + in.link.b;
+  const double comm = n > 1 || S > 1 ? 2 * phase : 0;
+  return finish(in, comm, in.compute_s + comm + largest_update_s(in, largest));
 }
 
 scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards) {
@@ -117,7 +121,7 @@ scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards) {
   // worker whose node's shard is the smallest; none for one whose node has no shard).
   const double remote = n > S ? all : all - *smallest;
   const double trip = 2 * (in.link.a * remote + in.link.b * S);
-  const double cycle = in.compute_s + trip + (all > 0 ? in.update_s * *largest / all : 0);
+  const double cycle = in.compute_s + trip + largest_update_s(in, *largest);
   // A round of n updates on the busiest node's link, each way: its worker's push to the other shards and
   // its shard's n - 1 replies (n pushes and n replies for a shard's node without a worker).
   double round = 0;

@@ -141,13 +141,10 @@ void spawn_stages(caf::actor_system& sys, node_context& c) {
   for (std::size_t i = 0; i < p.stages.size(); ++i) {
     const train::stage_plan& sp = p.stages[i];
     if (sp.address.node != c.self) continue;
-    // A stage's replicas: the whole model built (same seed), its layers cut out.
-    auto replicas = std::make_shared<replica_pool>([job = c.job, data = c.start->data, first = sp.first_layer,
-                                                    last = sp.last_layer] {
-      return train::build_model(*job, *data).slice(first, last);
-    });
+    // A stage's model: the whole model built (same seed), its layers cut out.
+    model::model net = train::build_model(*c.job, *c.start->data).slice(sp.first_layer, sp.last_layer);
     std::vector<float> initial(flat.values.data() + sp.params.begin, flat.values.data() + sp.params.end);
-    auto core = std::make_shared<stage_core>(stage_config_of(c, i, steps), replicas, std::move(initial));
+    auto core = std::make_shared<stage_core>(stage_config_of(c, i, steps), std::move(net), std::move(initial));
     if (c.start->state.resuming) resume_stage(*core, c.start->state.stages[i], *c.log);
     const net::address loader = p.loaders[static_cast<std::size_t>(sp.replica)].address;
     add_local(c, sp.address, spawn_stage(sys, core, loader, p.coordinator, c.config().algo.prefetch, c.dir));

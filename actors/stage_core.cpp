@@ -39,15 +39,20 @@ std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * 
 
 } // namespace
 
-stage_core::stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial)
-    : c_(std::move(c)), replicas_(std::move(replicas)), ctx_(kernels::context::with_threads(c_.plan.threads)),
+stage_core::stage_core(stage_config c, model::model net, std::vector<float> initial)
+    : c_(std::move(c)), net_(std::move(net)), ctx_(kernels::context::with_threads(c_.plan.threads)),
       program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches),
       track_(net::to_string(c_.plan.address)),
       holder_(c_.plan.address, c_.plan.address.index, c_.plan.params,
               c_.layout.shapes(c_.plan.params.first, c_.plan.params.last),
               checked(initial, c_.plan.params.numel(), track_), ctx_),
       weights_(weights_of(c_)) {
+  if (!net_.built()) throw error(track_ + ": the stage's model is not built");
+  if (net_.layout().numel() != holder_.size())
+    throw error(track_ + ": a model of " + std::to_string(net_.layout().numel()) + " parameters for a range of " +
+                std::to_string(holder_.size()));
   grads_.assign(static_cast<std::size_t>(holder_.size()), 0.0f);
+  call_grads_.assign(grads_.size(), 0.0f);
   // 1F1B updates once per micro-batch, GPipe once per mini-batch.
   updates_ = c_.steps_before * (c_.schedule == model::pipeline_schedule::one_f_one_b ? c_.micro_batches : 1);
   if (c_.stash > 0) stash_.push_back(holder_.hold());
@@ -187,18 +192,10 @@ stage_core::result stage_core::run(int max_actions) {
   return out;
 }
 
-void stage_core::bind(replica& r, const weights& w, bound_tensors& b) const {
-  const std::vector<model::parameter*> params = r.net.parameters();
-  const model::shard_range& range = c_.plan.params;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const model::layout_entry& e = c_.layout[range.first + i];
-    b.bind_read_only(params[i]->value, e.dims, w.values + (e.offset - range.begin));
-  }
-}
-
-net::message stage_core::make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb,
-                                             const tensor& t, const std::vector<int32_t>* labels) const {
-  auto b = net::make_builder(t.numel() * sizeof(float) + (labels ? labels->size() * 4 : 0));
+stage_core::tensor_message stage_core::start_tensor_message(wire::Envelope::Which kind, const net::address& to,
+                                                           int64_t mb, const shape& s,
+                                                           const std::vector<int32_t>* labels) const {
+  auto b = net::make_builder(s.numel() * sizeof(float) + (labels ? labels->size() * 4 : 0));
   auto env = net::init_envelope(*b, c_.plan.address, to);
   wire::Tensor::Builder dst = nullptr;
   if (kind == wire::Envelope::ACTIVATION) {
@@ -217,8 +214,15 @@ net::message stage_core::make_tensor_message(wire::Envelope::Which kind, const n
     g.setStage(static_cast<uint32_t>(c_.index));
     dst = g.initTensor();
   }
-  net::encode(t, dst);
-  return net::message::from_builder(std::move(b));
+  tensor payload = tensor::wrap(s, net::init_tensor(s, dst));
+  return {std::move(b), std::move(payload)};
+}
+
+model::activations stage_core::take_activations() {
+  if (spare_.empty()) return net_.make_activations();
+  model::activations a = std::move(spare_.back());
+  spare_.pop_back();
+  return a;
 }
 
 void stage_core::forward(int64_t mb, result& out) {
@@ -252,20 +256,24 @@ void stage_core::forward(int64_t mb, result& out) {
     x = tensor::wrap_read_only(f.in.x.dims, f.in.x.data);
     labels = f.in.labels;
   }
-  f.r = replicas_->acquire();
+  f.act = take_activations();
   f.w = holder_.hold();
-  {
-    bound_tensors bound;
-    bind(*f.r, f.w, bound);
-    const tensor& y = f.r->net.forward(ctx_, x, true);
-    if (last()) {
-      const double loss = model::cross_entropy(ctx_, y, labels, &f.dlogits);
-      auto& l = losses_[mb / c_.micro_batches];
-      l.first += loss * static_cast<double>(y.dim(0));  // a language model's loss is per token of equal windows
-      l.second += y.dim(0);
-    } else {
-      out.messages.push_back({c_.next, make_tensor_message(wire::Envelope::ACTIVATION, c_.next, mb, y, &labels)});
-    }
+  net_.bind(f.w.values, call_grads_.data());
+  if (last()) {
+    const tensor& y = net_.forward(ctx_, x, true, f.act);
+    const double loss = model::cross_entropy(ctx_, y, labels, &f.dlogits);
+    auto& l = losses_[mb / c_.micro_batches];
+    l.first += loss * static_cast<double>(y.dim(0));  // a language model's loss is per token of equal windows
+    l.second += y.dim(0);
+  } else {
+    // The last layer writes the output into the Activation's payload, which
+    // the flight keeps until its backward (a layer may read its output back).
+    std::vector<int64_t> dims{x.dim(0)};
+    for (int64_t d : net_.output_shape().dims()) dims.push_back(d);
+    tensor_message m = start_tensor_message(wire::Envelope::ACTIVATION, c_.next, mb, shape(dims), &labels);
+    net_.forward(ctx_, x, true, f.act, &m.payload);
+    f.sent = net::message::from_builder(std::move(m.builder));
+    out.messages.push_back({c_.next, f.sent});
   }
   flight_[mb] = std::move(f);
   max_in_flight_ = std::max(max_in_flight_, in_flight());
@@ -286,23 +294,24 @@ void stage_core::backward(int64_t mb, result& out) {
     gradients_.erase(mb);
     dy = tensor::wrap_read_only(grad.x.dims, grad.x.data);
   }
-  {
-    bound_tensors bound;
-    bind(*f.r, f.w, bound);
-    const tensor& dx = f.r->net.backward(ctx_, dy);
-    if (!first() && dx.defined())
-      out.messages.push_back({c_.previous, make_tensor_message(wire::Envelope::GRADIENT, c_.previous, mb, dx, nullptr)});
+  net_.bind(f.w.values, call_grads_.data());
+  if (first()) {
+    net_.backward(ctx_, dy, f.act);
+  } else {  // the first layer writes d(loss)/d(input) into the Gradient's payload
+    tensor_message m = start_tensor_message(wire::Envelope::GRADIENT, c_.previous, mb, f.in.x.dims, nullptr);
+    if (net_.backward(ctx_, dy, f.act, {}, &m.payload).defined())
+      out.messages.push_back({c_.previous, net::message::from_builder(std::move(m.builder))});
   }
   // A micro-batch's gradient is the mean over its samples: summed weighted by
   // its samples, the update divides by all of them (GPipe: the mini-batch's mean).
-  const float* g = f.r->flat.grads.data();
+  const float* g = call_grads_.data();
   const int64_t n = static_cast<int64_t>(grads_.size());
   const float samples = static_cast<float>(dy.dim(0));
   if (summed_ == 0) std::fill(grads_.begin(), grads_.end(), 0.0f);
   for (int64_t i = 0; i < n; ++i) grads_[i] += samples * g[i];
   summed_ += dy.dim(0);
   last_backward_ = mb;
-  replicas_->release(f.r);
+  spare_.push_back(std::move(f.act));
   flight_.erase(mb);
   if (last()) {
     const int64_t batch = mb / c_.micro_batches;

@@ -4,8 +4,10 @@
 // their optimizer, and the schedule it follows (model/schedule.hpp). It takes
 // Batch (the first stage), Activation and Gradient messages, runs every
 // action of its schedule whose input is there, and returns the messages to
-// send on. Each micro-batch in flight has its own replica of the stage (its
-// activations); 1F1B keeps, per micro-batch, the weight version its forward
+// send on. The stage is one model (its layers); each micro-batch in flight
+// has its own activations (model::activations), and the stage's layers write
+// their outputs straight into the messages that carry them on (forward) and
+// back (backward). 1F1B keeps, per micro-batch, the weight version its forward
 // used, so that its backward uses the same (weight stashing). Its parameters
 // are a param_holder (versions a micro-batch holds never change); its
 // updates come from a stage_weights strategy: its own optimizer, or a
@@ -70,9 +72,11 @@ struct stage_config {
 
 class stage_core {
 public:
-  /// `replicas` make built stage models (the model's layers [first, last));
-  /// `initial` holds the stage's parameters (its range of the layout).
-  stage_core(stage_config c, std::shared_ptr<replica_pool> replicas, std::vector<float> initial);
+  /// `net` is the built stage model (the model's layers [first, last), as
+  /// model::slice cuts them); `initial` holds its parameters (the stage's
+  /// range of the layout). Its parameters are bound to the weight version
+  /// of each action (model::bind): their own values go unused.
+  stage_core(stage_config c, model::model net, std::vector<float> initial);
 
   /// A hybrid's stage: the pull of its shard's parameters and version (the
   /// weights it starts from, those of a resumed run too); its first forward
@@ -141,10 +145,16 @@ private:
     std::vector<int32_t> labels;
   };
   struct flight {
-    replica* r = nullptr;
+    model::activations act;        // what its forward keeps for its backward
     weights w;
-    input in;                      // its payload is the replica's input: kept until the backward
+    input in;                      // its payload is the forward's input: kept until the backward
+    net::message sent;             // the Activation sent on: its payload is the last layer's output
     tensor dlogits;                // the last stage: d(loss)/d(logits)
+  };
+  /// An Activation or Gradient under construction, its tensor left to write.
+  struct tensor_message {
+    std::unique_ptr<capnp::MallocMessageBuilder> builder;
+    tensor payload;  // the message's tensor, in place
   };
 
   bool first() const { return c_.index == 0; }
@@ -163,17 +173,19 @@ private:
   void take_norm(const net::envelope_reader& r);
   /// The whole model's norm is known: the gradient clipped, then applied.
   void clip_and_apply(std::vector<outgoing>& out);
-  /// Points the replica's parameters at weight version `w` (read-only).
-  void bind(replica& r, const weights& w, bound_tensors& b) const;
+  /// Activations for a micro-batch: a spare one (its buffers kept) or new.
+  model::activations take_activations();
   /// This stage's parameters now, for the PullParams `m`.
   outgoing answer_pull(const net::envelope_reader& r);
   /// The kept pulls that the updates applied so far answer.
   void answer_due_pulls(std::vector<outgoing>& out);
-  net::message make_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb, const tensor& t,
-                                   const std::vector<int32_t>* labels) const;
+  /// A message to `to` for micro-batch `mb` with a tensor of shape `s` (and an Activation's labels).
+  tensor_message start_tensor_message(wire::Envelope::Which kind, const net::address& to, int64_t mb, const shape& s,
+                                      const std::vector<int32_t>* labels) const;
 
   stage_config c_;
-  std::shared_ptr<replica_pool> replicas_;
+  model::model net_;                                 // the stage's layers
+  std::vector<model::activations> spare_;            // activations of micro-batches done, for the next
   kernels::context ctx_;
   model::pipeline_program program_;
   std::string track_;
@@ -181,6 +193,7 @@ private:
   std::unique_ptr<stage_weights> weights_;           // where its updates come from
   std::deque<weights> stash_;                        // 1F1B: versions kept, oldest first
   std::vector<float> grads_;                         // gradients summed (GPipe) or the last (1F1B)
+  std::vector<float> call_grads_;                    // one backward's gradients, where it writes them
   std::vector<outgoing> weights_out_;                // the strategy's answers to take(), sent by the next run()
   bool updated_ = false;                             // take() completed an update: run() answers the pulls due
   std::unique_ptr<collective_core> norm_group_;      // clipping: the pipeline's stages, summing their norms

@@ -48,16 +48,18 @@ public:
     return in;
   }
   void initialize(std::mt19937_64&) override { b_.value = tensor::zeros(in_); }
-  const tensor& forward(const kernels::context&, const tensor& x, bool) override {
+  const tensor& forward(const kernels::context&, const tensor& x, bool, model::layer_state& s) override {
     take_time(op_, spin_);
+    tensor& y_ = s.y;
     if (y_.shape() != x.shape()) y_ = tensor::empty(x.shape());
     const int64_t n = x.shape()[0], d = in_.numel();
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) y_.data()[i * d + j] = x.data()[i * d + j] + std::as_const(b_.value).data()[j];
     return y_;
   }
-  const tensor& backward(const kernels::context&, const tensor& dy) override {
+  const tensor& backward(const kernels::context&, const tensor& dy, model::layer_state& s) override {
     take_time(op_, spin_);
+    tensor& dx_ = s.dx;
     const int64_t n = dy.shape()[0], d = in_.numel();
     if (b_.grad.shape() != in_) b_.grad = tensor::empty(in_);
     for (int64_t j = 0; j < d; ++j) {
@@ -76,7 +78,6 @@ private:
   bool spin_;
   shape in_;
   model::parameter b_{"bias", {}, {}};
-  tensor y_, dx_;
 };
 
 /// n random samples of `features` values, labels in [0, 2).

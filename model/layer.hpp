@@ -25,8 +25,22 @@ enum class init_scheme {
   gpt2,    ///< normal, std = 0.02 (GPT-2's linears; nanoGPT's)
 };
 
-/// One layer of a model. Forward and backward return references to buffers the
-/// layer owns; they stay valid until the layer's next forward/backward call.
+/// What one call of a layer keeps between its forward and its backward pass
+/// (its input, its statistics, ...) and the buffers it writes: the call's,
+/// not the layer's. The caller owns it (model::activations: one per
+/// micro-batch in flight) and the layer makes it (layer::make_state), a type
+/// of its own that adds what it keeps to these two.
+struct layer_state {
+  virtual ~layer_state() = default;
+  /// The output the layer writes, and the input gradient. A caller may point
+  /// either at memory of its own with the result's shape (tensor::wrap), and
+  /// the layer writes there (kernels keep a buffer of the right shape).
+  tensor y, dx;
+};
+
+/// One layer of a model. Forward and backward take the call's state and
+/// return references to buffers in it (or to their input, for a layer that
+/// passes it through); they stay valid until that state's next call.
 class layer {
 public:
   virtual ~layer() = default;
@@ -41,11 +55,20 @@ public:
   virtual shape infer(const shape& in, const std::string& source) = 0;
   /// Allocates parameters (after infer) and draws their initial values.
   virtual void initialize(std::mt19937_64& rng) {}
-  /// The layer's output for the batch x, computed by kernels in `ctx`.
-  virtual const tensor& forward(const kernels::context& ctx, const tensor& x, bool training) = 0;
-  /// Gradient of the loss w.r.t. the input; undefined when the layer was told
-  /// its input needs none. Parameter gradients are written, not accumulated.
-  virtual const tensor& backward(const kernels::context& ctx, const tensor& dy) = 0;
+  /// A new state for one call at a time (what forward keeps for backward).
+  virtual std::unique_ptr<layer_state> make_state() const { return std::make_unique<layer_state>(); }
+  /// The layer's output for the batch x, computed by kernels in `ctx`; what
+  /// its backward needs is kept in `s`, which must come from make_state().
+  virtual const tensor& forward(const kernels::context& ctx, const tensor& x, bool training, layer_state& s) = 0;
+  /// Gradient of the loss w.r.t. the input of the forward pass that filled
+  /// `s`; undefined when the layer was told its input needs none. Parameter
+  /// gradients are written, not accumulated.
+  virtual const tensor& backward(const kernels::context& ctx, const tensor& dy, layer_state& s) = 0;
+  /// The same with a state the layer keeps for itself (one call at a time).
+  const tensor& forward(const kernels::context& ctx, const tensor& x, bool training) {
+    return forward(ctx, x, training, own_state());
+  }
+  const tensor& backward(const kernels::context& ctx, const tensor& dy) { return backward(ctx, dy, own_state()); }
   virtual std::vector<parameter*> parameters() { return {}; }
   /// The size of the table its input indexes (an embedding's vocabulary: its
   /// input holds token ids in [0, size)); 0 for an input of real values.
@@ -78,6 +101,33 @@ public:
 
 protected:
   bool needs_input_grad_ = true;
+
+private:
+  layer_state& own_state() {
+    if (!own_) own_ = make_state();
+    return *own_;
+  }
+  std::unique_ptr<layer_state> own_;
+};
+
+/// A layer whose calls keep a `State` (derived from layer_state): it
+/// implements run_forward/run_backward on its own state type.
+template <class State>
+class layer_with_state : public layer {
+public:
+  using layer::backward;
+  using layer::forward;
+  std::unique_ptr<layer_state> make_state() const override { return std::make_unique<State>(); }
+  const tensor& forward(const kernels::context& ctx, const tensor& x, bool training, layer_state& s) final {
+    return run_forward(ctx, x, training, static_cast<State&>(s));
+  }
+  const tensor& backward(const kernels::context& ctx, const tensor& dy, layer_state& s) final {
+    return run_backward(ctx, dy, static_cast<State&>(s));
+  }
+
+protected:
+  virtual const tensor& run_forward(const kernels::context& ctx, const tensor& x, bool training, State& s) = 0;
+  virtual const tensor& run_backward(const kernels::context& ctx, const tensor& dy, State& s) = 0;
 };
 
 } // namespace troupe::model

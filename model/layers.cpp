@@ -25,7 +25,12 @@ shape per_sample(const shape& s) {
   return shape(std::vector<int64_t>(s.dims().begin() + 1, s.dims().end()));
 }
 
-class dense_layer final : public layer {
+/// A call's input, kept for the backward pass.
+struct input_state : layer_state {
+  tensor x;
+};
+
+class dense_layer final : public layer_with_state<input_state> {
 public:
   explicit dense_layer(const nn::dense& o) : o_(o) {
     if (o.in_features <= 0 || o.out_features <= 0)
@@ -48,16 +53,16 @@ public:
     init_weights(w_.value, o_.in_features, o_.out_features, o_.init(), rng);
     if (o_.bias()) b_.value = tensor::zeros({o_.out_features});
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_ = x;
-    k::dense_forward(ctx, x, w_.value, b_.value, y_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, input_state& s) override {
+    s.x = x;
+    k::dense_forward(ctx, x, w_.value, b_.value, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::dense_backward(ctx, x_, w_.value, dy, needs_input_grad_ ? &dx_ : nullptr, w_.grad,
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, input_state& s) override {
+    k::dense_backward(ctx, s.x, w_.value, dy, needs_input_grad_ ? &s.dx : nullptr, w_.grad,
                       o_.bias() ? &b_.grad : nullptr);
-    if (!needs_input_grad_) dx_ = tensor();
-    return dx_;
+    if (!needs_input_grad_) s.dx = tensor();
+    return s.dx;
   }
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v{&w_};
@@ -68,10 +73,13 @@ public:
 private:
   nn::dense o_;
   parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
-  tensor x_, y_, dx_;
 };
 
-class conv2d_layer final : public layer {
+struct conv2d_state : layer_state {
+  tensor x, cols;  // its input, and im2col's column matrices
+};
+
+class conv2d_layer final : public layer_with_state<conv2d_state> {
 public:
   explicit conv2d_layer(const nn::conv2d& o) : o_(o) {
     g_.in_channels = o.in_channels;
@@ -114,16 +122,16 @@ public:
     relu_ = next && next->kind() == "relu";
     return relu_;
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_ = x;
-    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, y_, cols_, relu_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, conv2d_state& s) override {
+    s.x = x;
+    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, s.y, s.cols, relu_);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::conv2d_backward(ctx, x_, w_.value, cols_, dy, g_, needs_input_grad_ ? &dx_ : nullptr,
-                       w_.grad, o_.bias() ? &b_.grad : nullptr, relu_ ? &y_ : nullptr);
-    if (!needs_input_grad_) dx_ = tensor();
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, conv2d_state& s) override {
+    k::conv2d_backward(ctx, s.x, w_.value, s.cols, dy, g_, needs_input_grad_ ? &s.dx : nullptr,
+                       w_.grad, o_.bias() ? &b_.grad : nullptr, relu_ ? &s.y : nullptr);
+    if (!needs_input_grad_) s.dx = tensor();
+    return s.dx;
   }
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v{&w_};
@@ -136,11 +144,19 @@ private:
   k::conv2d_geometry g_;
   parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
   bool relu_ = false;  // applies the next layer, a ReLU
-  tensor x_, y_, cols_, dx_;
+};
+
+/// The shape of a call's input (what a pooling's backward scatters into).
+struct input_shape_state : layer_state {
+  shape x_shape;
+};
+
+struct pool_state : input_shape_state {
+  std::vector<int32_t> argmax;
 };
 
 template <bool Max>
-class pool_layer final : public layer {
+class pool_layer final : public layer_with_state<pool_state> {
 public:
   pool_layer(int64_t kernel, int64_t stride) {
     g_.kernel = kernel;
@@ -158,30 +174,27 @@ public:
       throw shape_error("window " + n2s(g_.kernel) + " does not fit, " + source + " gives " + in.to_string());
     return per_sample(k::pool2d_output_shape(batched(1, in), g_));
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, pool_state& s) override {
+    s.x_shape = x.shape();
     if (Max)
-      k::max_pool2d_forward(ctx, x, g_, y_, argmax_);
+      k::max_pool2d_forward(ctx, x, g_, s.y, s.argmax);
     else
-      k::avg_pool2d_forward(ctx, x, g_, y_);
-    return y_;
+      k::avg_pool2d_forward(ctx, x, g_, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, pool_state& s) override {
     if (Max)
-      k::max_pool2d_backward(ctx, dy, argmax_, x_shape_, dx_);
+      k::max_pool2d_backward(ctx, dy, s.argmax, s.x_shape, s.dx);
     else
-      k::avg_pool2d_backward(ctx, dy, g_, x_shape_, dx_);
-    return dx_;
+      k::avg_pool2d_backward(ctx, dy, g_, s.x_shape, s.dx);
+    return s.dx;
   }
 
 private:
   k::pool2d_geometry g_;
-  shape x_shape_;
-  std::vector<int32_t> argmax_;
-  tensor y_, dx_;
 };
 
-class global_avg_pool_layer final : public layer {
+class global_avg_pool_layer final : public layer_with_state<input_shape_state> {
 public:
   std::string kind() const override { return "global_avg_pool"; }
   std::string describe() const override { return "global_avg_pool"; }
@@ -190,19 +203,15 @@ public:
       throw shape_error("expects [channels, height, width] inputs, " + source + " gives " + in.to_string());
     return {in[0]};
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
-    k::global_avg_pool2d_forward(ctx, x, y_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, input_shape_state& s) override {
+    s.x_shape = x.shape();
+    k::global_avg_pool2d_forward(ctx, x, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::global_avg_pool2d_backward(ctx, dy, x_shape_, dx_);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, input_shape_state& s) override {
+    k::global_avg_pool2d_backward(ctx, dy, s.x_shape, s.dx);
+    return s.dx;
   }
-
-private:
-  shape x_shape_;
-  tensor y_, dx_;
 };
 
 enum class act { relu, tanh, sigmoid };
@@ -214,47 +223,48 @@ public:
   std::string describe() const override { return kind(); }
   shape infer(const shape& in, const std::string&) override { return in; }
   void set_applied_by_previous(bool applied) override { passthrough_ = A == act::relu && applied; }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool, layer_state& s) override {
     if (passthrough_) return x;
-    if (A == act::relu) k::relu_forward(ctx, x, y_);
-    if (A == act::tanh) k::tanh_forward(ctx, x, y_);
-    if (A == act::sigmoid) k::sigmoid_forward(ctx, x, y_);
-    return y_;
+    if (A == act::relu) k::relu_forward(ctx, x, s.y);
+    if (A == act::tanh) k::tanh_forward(ctx, x, s.y);
+    if (A == act::sigmoid) k::sigmoid_forward(ctx, x, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+  const tensor& backward(const k::context& ctx, const tensor& dy, layer_state& s) override {
     if (passthrough_) return dy;
-    if (A == act::relu) k::relu_backward(ctx, y_, dy, dx_);
-    if (A == act::tanh) k::tanh_backward(ctx, y_, dy, dx_);
-    if (A == act::sigmoid) k::sigmoid_backward(ctx, y_, dy, dx_);
-    return dx_;
+    if (A == act::relu) k::relu_backward(ctx, s.y, dy, s.dx);
+    if (A == act::tanh) k::tanh_backward(ctx, s.y, dy, s.dx);
+    if (A == act::sigmoid) k::sigmoid_backward(ctx, s.y, dy, s.dx);
+    return s.dx;
   }
 
 private:
   bool passthrough_ = false;  // the previous layer applies this ReLU
-  tensor y_, dx_;
 };
 
-class flatten_layer final : public layer {
+class flatten_layer final : public layer_with_state<input_shape_state> {
 public:
   std::string kind() const override { return "flatten"; }
   std::string describe() const override { return "flatten"; }
   shape infer(const shape& in, const std::string&) override { return {in.numel()}; }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
-    y_ = x.reshape({x.dim(0), -1});
-    return y_;
+  // Views of the input and of the gradient (never written: a caller's memory in y or dx is let go).
+  const tensor& run_forward(const k::context&, const tensor& x, bool, input_shape_state& s) override {
+    s.x_shape = x.shape();
+    s.y = x.reshape({x.dim(0), -1});
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    dx_ = dy.reshape(x_shape_);
-    return dx_;
+  const tensor& run_backward(const k::context&, const tensor& dy, input_shape_state& s) override {
+    s.dx = dy.reshape(s.x_shape);
+    return s.dx;
   }
-
-private:
-  shape x_shape_;
-  tensor y_, dx_;
 };
 
-class dropout_layer final : public layer {
+struct dropout_state : layer_state {
+  bool dropped = false;  // training with p > 0: the mask applies
+  tensor mask;
+};
+
+class dropout_layer final : public layer_with_state<dropout_state> {
 public:
   explicit dropout_layer(float p) : p_(p) {
     if (!(p >= 0.0f && p < 1.0f)) throw error("dropout(" + std::to_string(p) + "): p must be in [0, 1)");
@@ -267,26 +277,28 @@ public:
   }
   shape infer(const shape& in, const std::string&) override { return in; }
   void initialize(std::mt19937_64& rng) override { seed_ = rng(); counter_ = 0; }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
-    training_ = training && p_ > 0.0f;
-    if (!training_) return x;
-    k::dropout_forward(ctx, x, p_, seed_, counter_++, mask_, y_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, dropout_state& s) override {
+    s.dropped = training && p_ > 0.0f;
+    if (!s.dropped) return x;
+    k::dropout_forward(ctx, x, p_, seed_, counter_++, s.mask, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    if (!training_) return dy;
-    k::dropout_backward(ctx, dy, mask_, dx_);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, dropout_state& s) override {
+    if (!s.dropped) return dy;
+    k::dropout_backward(ctx, dy, s.mask, s.dx);
+    return s.dx;
   }
 
 private:
   float p_;
-  uint64_t seed_ = 0, counter_ = 0;
-  bool training_ = false;
-  tensor mask_, y_, dx_;
+  uint64_t seed_ = 0, counter_ = 0;  // the masks' stream: one draw per training call, in call order
 };
 
-class batch_norm_layer final : public layer {
+struct batch_norm_state : layer_state {
+  tensor x, mean, invstd;  // its input, and the batch's statistics
+};
+
+class batch_norm_layer final : public layer_with_state<batch_norm_state> {
 public:
   explicit batch_norm_layer(const nn::batch_norm& o) : o_(o) {
     if (o.features <= 0) throw error("batch_norm(" + n2s(o.features) + "): features must be positive");
@@ -311,20 +323,20 @@ public:
     relu_ = next && next->kind() == "relu";
     return relu_;
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
-    x_ = x;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, batch_norm_state& s) override {
+    s.x = x;
     if (training)
       k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps(), o_.momentum(),
-                                  running_mean_, running_var_, y_, mean_, invstd_, relu_);
+                                  running_mean_, running_var_, s.y, s.mean, s.invstd, relu_);
     else
       k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps(), running_mean_,
-                                 running_var_, y_, relu_);
-    return y_;
+                                 running_var_, s.y, relu_);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::batch_norm_backward(ctx, x_, gamma_.value, mean_, invstd_, dy, dx_, gamma_.grad, beta_.grad,
-                           relu_ ? &y_ : nullptr);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, batch_norm_state& s) override {
+    k::batch_norm_backward(ctx, s.x, gamma_.value, s.mean, s.invstd, dy, s.dx, gamma_.grad, beta_.grad,
+                           relu_ ? &s.y : nullptr);
+    return s.dx;
   }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }
   std::vector<named_tensor> buffers() override {
@@ -335,7 +347,7 @@ private:
   nn::batch_norm o_;
   bool relu_ = false;  // applies the next layer, a ReLU
   parameter gamma_{"gamma", {}, {}}, beta_{"beta", {}, {}};
-  tensor running_mean_, running_var_, x_, y_, dx_, mean_, invstd_;
+  tensor running_mean_, running_var_;
 };
 
 } // namespace

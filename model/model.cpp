@@ -1,5 +1,7 @@
 #include "model/model.hpp"
 
+#include "model/chain.hpp"
+
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -9,6 +11,32 @@ namespace troupe::model {
 namespace {
 std::string layer_name(const layer& l, std::size_t i) { return l.kind() + " #" + std::to_string(i + 1); }
 } // namespace
+
+state_list make_states(const layer_list& chain) {
+  state_list out;
+  out.reserve(chain.size());
+  for (const auto& l : chain) out.push_back(l->make_state());
+  return out;
+}
+
+const tensor& forward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& x,
+                            bool training) {
+  const tensor* cur = &x;
+  for (std::size_t i = 0; i < chain.size(); ++i) cur = &chain[i]->forward(ctx, *cur, training, *states[i]);
+  return *cur;
+}
+
+const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy,
+                             const std::function<void(std::size_t)>& after_layer) {
+  static const tensor none;
+  const tensor* cur = &dy;
+  for (std::size_t i = chain.size(); i-- > 0;) {
+    cur = &chain[i]->backward(ctx, *cur, *states[i]);
+    if (after_layer) after_layer(i);
+    if (!chain[i]->needs_input_grad()) return none;  // nothing before it learns
+  }
+  return *cur;
+}
 
 model::model(std::vector<std::unique_ptr<layer>> layers) : layers_(std::move(layers)) {
   if (layers_.empty()) throw error("a model needs at least one layer");
@@ -68,12 +96,55 @@ void model::check_input(const tensor& x) const {
                       input_.to_string().substr(1));
 }
 
+activations model::make_activations() const {
+  require_built("make_activations");
+  activations a;
+  a.states_ = make_states(layers_);
+  return a;
+}
+
+activations& model::own_activations() {
+  if (own_.states_.size() != layers_.size()) own_ = make_activations();
+  return own_;
+}
+
+void model::check_activations(const activations& a, const char* what) const {
+  if (a.states_.size() != layers_.size())
+    throw error(std::string("model::") + what + ": activations of " + std::to_string(a.states_.size()) +
+                " layers for a model of " + std::to_string(layers_.size()) + " (make them with make_activations())");
+}
+
+namespace {
+/// Points `slot` at the caller's `memory` for one call (or lets go of memory
+/// lent to an earlier call); `lent` remembers which.
+void lend(tensor& slot, const tensor* memory, bool& lent) {
+  if (memory) slot = *memory;
+  else if (lent) slot = tensor();
+  lent = memory != nullptr;
+}
+
+/// The result in the caller's memory: copied there unless the layer wrote it there.
+const tensor& into(const tensor& result, tensor* memory, const char* what) {
+  if (!memory || !result.defined()) return result;
+  if (result.shape() != memory->shape())
+    throw shape_error(std::string("model::") + what + ": the caller's memory has shape " +
+                      memory->shape().to_string() + ", the result " + result.shape().to_string());
+  if (result.data() != memory->data()) memory->copy_from(result);
+  return *memory;
+}
+} // namespace
+
 const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool training) {
+  return forward(ctx, x, training, own_activations());
+}
+
+const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool training, activations& a,
+                             tensor* out) {
   require_built("forward");
   check_input(x);
-  const tensor* cur = &x;
-  for (auto& l : layers_) cur = &l->forward(ctx, *cur, training);
-  return *cur;
+  check_activations(a, "forward");
+  lend(a.states_.back()->y, out, a.lent_y_);
+  return into(forward_chain(ctx, layers_, a.states_, x, training), out, "forward");
 }
 
 const tensor& model::forward_layer(const kernels::context& ctx, const tensor& x, std::size_t i, bool training) {
@@ -82,24 +153,24 @@ const tensor& model::forward_layer(const kernels::context& ctx, const tensor& x,
     throw error("forward_layer: layer " + std::to_string(i) + " of a model of " + std::to_string(layers_.size()) +
                 " layers");
   if (i == 0) check_input(x);
-  return layers_[i]->forward(ctx, x, training);
+  return layers_[i]->forward(ctx, x, training, *own_activations().states_[i]);
 }
 
 const tensor& model::backward(const kernels::context& ctx, const tensor& dout) {
-  return backward(ctx, dout, nullptr);
+  return backward(ctx, dout, own_activations());
 }
 
 const tensor& model::backward(const kernels::context& ctx, const tensor& dout,
                               const std::function<void(std::size_t)>& after_layer) {
+  return backward(ctx, dout, own_activations(), after_layer);
+}
+
+const tensor& model::backward(const kernels::context& ctx, const tensor& dout, activations& a,
+                              const std::function<void(std::size_t)>& after_layer, tensor* dx) {
   require_built("backward");
-  static const tensor none;
-  const tensor* cur = &dout;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    cur = &layers_[i]->backward(ctx, *cur);
-    if (after_layer) after_layer(i);
-    if (!layers_[i]->needs_input_grad()) return none;  // nothing before it learns
-  }
-  return *cur;
+  check_activations(a, "backward");
+  lend(a.states_.front()->dx, dx, a.lent_dx_);
+  return into(backward_chain(ctx, layers_, a.states_, dout, after_layer), dx, "backward");
 }
 
 model::layer_profile model::profile() const {
@@ -139,6 +210,7 @@ model model::slice(std::size_t first, std::size_t last) {
   out.built_ = true;
   layers_.clear();
   shapes_.clear();
+  own_ = activations();
   built_ = false;
   return out;
 }
@@ -178,6 +250,16 @@ model::flat_buffers model::flatten() {
     ps[i]->grad = out.grads.slice(e.offset, e.offset + e.numel()).reshape(e.dims);
   }
   return out;
+}
+
+void model::bind(const float* values, float* grads) {
+  const param_layout l = layout();
+  const std::vector<parameter*> ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const layout_entry& e = l[i];
+    ps[i]->value = tensor::wrap_read_only(e.dims, values + e.offset);
+    ps[i]->grad = tensor::wrap(e.dims, grads + e.offset);
+  }
 }
 
 std::vector<named_tensor> model::state() {

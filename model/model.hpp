@@ -12,6 +12,24 @@
 
 namespace troupe::model {
 
+class model;
+
+/// What one forward call of a model keeps for its backward: every layer's
+/// layer_state (its input, statistics, output and gradient buffers). One per
+/// micro-batch in flight, made by model::make_activations(); the parameters
+/// stay the model's. A model used one call at a time keeps its own.
+class activations {
+public:
+  activations() = default;
+  activations(activations&&) noexcept = default;
+  activations& operator=(activations&&) noexcept = default;
+
+private:
+  friend class model;
+  std::vector<std::unique_ptr<layer_state>> states_;
+  bool lent_y_ = false, lent_dx_ = false;  // the last layer's output / the first's gradient: a caller's memory
+};
+
 /// A chain of layers. Build it with nn::sequential(...), then build() it for an
 /// input shape before the first forward pass.
 class model {
@@ -31,6 +49,18 @@ public:
   /// Forward pass over a batch [n, input...], its kernels run in `ctx`. The
   /// result stays valid until the next forward call.
   const tensor& forward(const kernels::context& ctx, const tensor& x, bool training);
+  /// New activations for calls of this built model (its layers' states).
+  activations make_activations() const;
+  /// The forward pass of one call whose activations are `a` (from
+  /// make_activations(), not used by another call until its backward is
+  /// done): several micro-batches can be in flight, each with its own. With
+  /// `out` (of the output's shape [n, output_shape()...], e.g. a message's
+  /// payload through tensor::wrap) the output is written there, in place by
+  /// the last layer where it writes one, and `out` is returned; the caller
+  /// keeps that memory alive until this call's backward (a layer may read
+  /// its output back). The result stays valid until `a`'s next forward.
+  const tensor& forward(const kernels::context& ctx, const tensor& x, bool training, activations& a,
+                        tensor* out = nullptr);
   /// Layer i's forward pass alone, on layer i - 1's output (the batch for
   /// i = 0): forward() one layer at a time, so that a data-parallel worker can
   /// run each parameter shard's layers as soon as that shard's weights arrive.
@@ -44,6 +74,11 @@ public:
   /// shard's gradients while backward goes on with the layers before it.
   const tensor& backward(const kernels::context& ctx, const tensor& dout,
                          const std::function<void(std::size_t)>& after_layer);
+  /// The backward pass of the call whose forward filled `a` (`after_layer`
+  /// as above, when set). With `dx` (of the input's shape) d(loss)/d(input)
+  /// is written there, and `dx` returned, unless no layer needs it.
+  const tensor& backward(const kernels::context& ctx, const tensor& dout, activations& a,
+                         const std::function<void(std::size_t)>& after_layer = {}, tensor* dx = nullptr);
 
   /// Layers [first, last) of this built model as a model of their own (a
   /// pipeline stage): they move out of this model, which is left empty.
@@ -71,6 +106,12 @@ public:
   /// The declared layout of parameters(): names, shapes and offsets in one
   /// flat buffer, in model order.
   param_layout layout();
+  /// Points every parameter's value at `values` (read-only) and its
+  /// gradient at `grads`, each layout().numel() floats in layout() order:
+  /// memory the caller owns (a weight version, a shared gradient buffer)
+  /// and keeps alive while the model uses it, until the next bind() or
+  /// flatten(). Backward passes write the gradients there.
+  void bind(const float* values, float* grads);
   /// Moves every parameter's value into one flat buffer and every gradient
   /// into another, in layout() order (values kept; the parameters become views
   /// of the buffers). Returns the two buffers, of layout().numel() elements.
@@ -101,12 +142,16 @@ private:
   /// once, when the model is built: names never change afterwards.
   void name_parameters();
   void require_built(const char* what) const;
+  void check_activations(const activations& a, const char* what) const;
+  /// The activations of the calls that name none (made at the first).
+  activations& own_activations();
   void check_input(const tensor& x) const;
 
   std::vector<std::unique_ptr<layer>> layers_;
   std::vector<shape> shapes_;  // output shape of each layer (per sample)
   shape input_;
   std::size_t first_ = 0;  // index of layers_[0] in the whole model
+  activations own_;
   bool built_ = false;
 };
 

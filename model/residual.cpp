@@ -1,5 +1,6 @@
 // The residual block behind nn::residual: output = body(x) + shortcut(x).
 #include "kernels/kernels.hpp"
+#include "model/chain.hpp"
 #include "model/nn.hpp"
 
 namespace troupe::model {
@@ -8,7 +9,7 @@ namespace {
 
 namespace k = troupe::kernels;
 
-using layers = std::vector<std::unique_ptr<layer>>;
+using layers = layer_list;
 
 layers make_all(const std::vector<nn::residual::layer_factory>& factories) {
   layers out;
@@ -22,7 +23,12 @@ std::string join_described(const layers& ls) {
   return out;
 }
 
-class residual_layer final : public layer {
+struct residual_state : layer_state {
+  state_list body, projection;  // the calls of the layers inside
+  tensor dy;                    // the gradient through the fused ReLU
+};
+
+class residual_layer final : public layer_with_state<residual_state> {
 public:
   residual_layer(layers body, layers projection) : body_(std::move(body)), projection_(std::move(projection)) {
     if (body_.empty()) throw error("residual(): the body needs at least one layer");
@@ -60,30 +66,35 @@ public:
     return relu_;
   }
 
-  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
-    const tensor* out = &x;
-    for (auto& l : body_) out = &l->forward(ctx, *out, training);
-    const tensor* shortcut = &x;
-    for (auto& l : projection_) shortcut = &l->forward(ctx, *shortcut, training);
-    k::add(ctx, *out, *shortcut, y_, relu_);
-    return y_;
+  std::unique_ptr<layer_state> make_state() const override {
+    auto s = std::make_unique<residual_state>();
+    s->body = make_states(body_);
+    s->projection = make_states(projection_);
+    return s;
   }
 
-  const tensor& backward(const k::context& ctx, const tensor& dy_out) override {
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, residual_state& s) override {
+    const tensor& out = forward_chain(ctx, body_, s.body, x, training);
+    const tensor& shortcut = forward_chain(ctx, projection_, s.projection, x, training);
+    k::add(ctx, out, shortcut, s.y, relu_);
+    return s.y;
+  }
+
+  const tensor& run_backward(const k::context& ctx, const tensor& dy_out, residual_state& s) override {
     const tensor* dy = &dy_out;
     if (relu_) {
-      k::relu_backward(ctx, y_, dy_out, dy_);
-      dy = &dy_;
+      k::relu_backward(ctx, s.y, dy_out, s.dy);
+      dy = &s.dy;
     }
     // d(body + shortcut)/dx: the gradient through the body plus the one through the shortcut.
-    const tensor* body_dx = backward_chain(body_, ctx, *dy);
-    const tensor* shortcut_dx = projection_.empty() ? dy : backward_chain(projection_, ctx, *dy);
+    const tensor& body_dx = backward_chain(ctx, body_, s.body, *dy);
+    const tensor& shortcut_dx = backward_chain(ctx, projection_, s.projection, *dy);
     if (!needs_input_grad_) {
-      dx_ = tensor();
-      return dx_;
+      s.dx = tensor();
+      return s.dx;
     }
-    k::add(ctx, *body_dx, *shortcut_dx, dx_);
-    return dx_;
+    k::add(ctx, body_dx, shortcut_dx, s.dx);
+    return s.dx;
   }
 
   std::vector<parameter*> parameters() override {
@@ -154,17 +165,6 @@ private:
     return cur;
   }
 
-  /// Runs the chain's backward passes from its end; returns the gradient of
-  /// its input (undefined when its first layer needs none).
-  static const tensor* backward_chain(layers& chain, const k::context& ctx, const tensor& dy) {
-    const tensor* g = &dy;
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      g = &(*it)->backward(ctx, *g);
-      if (!(*it)->needs_input_grad()) break;  // nothing before it learns
-    }
-    return g;
-  }
-
   static std::string prefix(const char* chain, std::size_t i, const layer& l) {
     return chain + std::to_string(i) + "." + l.kind() + ".";
   }
@@ -182,7 +182,6 @@ private:
   layers body_, projection_;
   bool named_ = false;
   bool relu_ = false;  // applies the next layer, a ReLU, to the sum
-  tensor y_, dy_, dx_;
 };
 
 } // namespace

@@ -48,7 +48,17 @@ void require_features(const shape& in, int64_t features, std::size_t min_rank, c
                       in.to_string());
 }
 
-class embedding_layer final : public layer {
+/// A call's input, kept for the backward pass.
+struct input_state : layer_state {
+  tensor x;
+};
+
+struct embedding_state : layer_state {
+  std::vector<int32_t> ids;  // the input's, checked
+  shape x_shape;
+};
+
+class embedding_layer final : public layer_with_state<embedding_state> {
 public:
   explicit embedding_layer(const nn::embedding& o) : o_(o) {
     require_positive(describe(), {o.vocab, o.dim});
@@ -64,26 +74,31 @@ public:
     w_.value = tensor::empty({o_.vocab, o_.dim});
     init_normal(w_.value, embedding_sd, rng);
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
-    read_ids(x);
-    k::embedding_forward(ctx, k::token_ids::of(ids_, x.dim(0)), w_.value, y_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, embedding_state& s) override {
+    s.x_shape = x.shape();
+    read_ids(x, s.ids);
+    k::embedding_forward(ctx, k::token_ids::of(s.ids, x.dim(0)), w_.value, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, embedding_state& s) override {
     ensure_grad(w_);
-    k::embedding_backward(ctx, k::token_ids::of(ids_, x_shape_[0]), dy, w_.grad);
-    dx_ = needs_input_grad_ ? tensor::zeros(x_shape_) : tensor();  // ids are discrete
-    return dx_;
+    k::embedding_backward(ctx, k::token_ids::of(s.ids, s.x_shape[0]), dy, w_.grad);
+    if (!needs_input_grad_) {
+      s.dx = tensor();
+    } else {  // ids are discrete
+      if (!s.dx.defined() || s.dx.shape() != s.x_shape) s.dx = tensor::empty(s.x_shape);
+      s.dx.fill(0.0f);
+    }
+    return s.dx;
   }
   std::vector<parameter*> parameters() override { return {&w_}; }
   int64_t input_ids() const override { return o_.vocab; }
 
 private:
   /// The ids of x [B, T], each checked to be an integer in [0, vocab).
-  void read_ids(const tensor& x) {
+  void read_ids(const tensor& x, std::vector<int32_t>& ids) const {
     if (x.rank() != 2) throw shape_error(describe() + ": expects token ids [batch, time], got " + x.shape().to_string());
-    ids_.resize(static_cast<std::size_t>(x.numel()));
+    ids.resize(static_cast<std::size_t>(x.numel()));
     const float* p = x.data();
     for (int64_t i = 0; i < x.numel(); ++i) {
       if (!(p[i] >= 0.0f && p[i] < static_cast<float>(o_.vocab) && p[i] == std::floor(p[i]))) {
@@ -93,15 +108,12 @@ private:
            << " is not an integer in [0, " << o_.vocab << ")";
         throw error(os.str());
       }
-      ids_[static_cast<std::size_t>(i)] = static_cast<int32_t>(p[i]);
+      ids[static_cast<std::size_t>(i)] = static_cast<int32_t>(p[i]);
     }
   }
 
   nn::embedding o_;
   parameter w_{"weight", {}, {}};
-  std::vector<int32_t> ids_;
-  shape x_shape_;
-  tensor y_, dx_;
 };
 
 class positional_embedding_layer final : public layer {
@@ -124,16 +136,16 @@ public:
     w_.value = tensor::empty({o_.max_len, o_.dim});
     init_normal(w_.value, embedding_sd, rng);
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
+  const tensor& forward(const k::context& ctx, const tensor& x, bool, layer_state& s) override {
     if (x.rank() != 3 || x.dim(1) > o_.max_len || x.dim(2) != o_.dim)
       throw shape_error(describe() + ": expects [batch, time <= " + n2s(o_.max_len) + ", " + n2s(o_.dim) +
                         "], got " + x.shape().to_string());
-    if (!y_.defined() || y_.shape() != x.shape() || y_.shares_storage(x)) y_ = tensor::empty(x.shape());
-    y_.copy_from(x);
-    k::position_embedding_forward(ctx, w_.value, y_);
-    return y_;
+    if (!s.y.defined() || s.y.shape() != x.shape() || s.y.shares_storage(x)) s.y = tensor::empty(x.shape());
+    s.y.copy_from(x);
+    k::position_embedding_forward(ctx, w_.value, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
+  const tensor& backward(const k::context& ctx, const tensor& dy, layer_state&) override {
     ensure_grad(w_);
     k::position_embedding_backward(ctx, dy, w_.grad);
     return dy;  // d(x + table)/dx is the identity
@@ -143,10 +155,13 @@ public:
 private:
   nn::positional_embedding o_;
   parameter w_{"weight", {}, {}};
-  tensor y_;
 };
 
-class layer_norm_layer final : public layer {
+struct layer_norm_state : layer_state {
+  tensor x, mean, rstd;  // its input, and each row's statistics
+};
+
+class layer_norm_layer final : public layer_with_state<layer_norm_state> {
 public:
   explicit layer_norm_layer(const nn::layer_norm& o) : o_(o) {
     require_positive(describe(), {o.features});
@@ -162,64 +177,69 @@ public:
     gamma_.value = tensor::full({o_.features}, 1.0f);
     beta_.value = tensor::zeros({o_.features});
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_ = x;
-    k::layer_norm_forward(ctx, x, gamma_.value, beta_.value, o_.eps(), y_, mean_, rstd_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, layer_norm_state& s) override {
+    s.x = x;
+    k::layer_norm_forward(ctx, x, gamma_.value, beta_.value, o_.eps(), s.y, s.mean, s.rstd);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::layer_norm_backward(ctx, x_, gamma_.value, mean_, rstd_, dy, dx_, gamma_.grad, beta_.grad);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, layer_norm_state& s) override {
+    k::layer_norm_backward(ctx, s.x, gamma_.value, s.mean, s.rstd, dy, s.dx, gamma_.grad, beta_.grad);
+    return s.dx;
   }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }
 
 private:
   nn::layer_norm o_;
   parameter gamma_{"gamma", {}, {}}, beta_{"beta", {}, {}};
-  tensor x_, y_, dx_, mean_, rstd_;
 };
 
-class gelu_layer final : public layer {
+class gelu_layer final : public layer_with_state<input_state> {
 public:
   std::string kind() const override { return "gelu"; }
   std::string describe() const override { return "gelu"; }
   shape infer(const shape& in, const std::string&) override { return in; }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_ = x;
-    k::gelu_forward(ctx, x, y_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, input_state& s) override {
+    s.x = x;
+    k::gelu_forward(ctx, x, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    k::gelu_backward(ctx, x_, dy, dx_);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, input_state& s) override {
+    k::gelu_backward(ctx, s.x, dy, s.dx);
+    return s.dx;
   }
-
-private:
-  tensor x_, y_, dx_;
 };
 
+/// `t` itself when it has shape `s` (a buffer kept, or a caller's memory), else a new tensor of `s`.
+tensor& shaped(tensor& t, const shape& s) {
+  if (!t.defined() || t.shape() != s) t = tensor::empty(s);
+  return t;
+}
+
 /// y = x W^T + b over the rows of a [rows, in] view; the weights a sequence
-/// dense layer and the attention's projections share.
+/// dense layer and the attention's projections share. A call's buffers are
+/// the caller's.
 struct row_dense {
   parameter w, b;
   bool bias = true;
-  tensor x2, y2, dx2;
 
   void initialize(int64_t in, int64_t out, init_scheme s, std::mt19937_64& rng, float scale = 1.0f) {
     w.value = tensor::empty({out, in});
     init_weights(w.value, in, out, s, rng, scale);
     if (bias) b.value = tensor::zeros({out});
   }
-  /// y (viewed with x's leading dimensions) for x [..., in].
-  tensor forward(const k::context& ctx, const tensor& x) {
-    x2 = as_rows(x);
-    k::dense_forward(ctx, x2, w.value, b.value, y2);
-    return y2.reshape(with_last(x.shape(), w.value.dim(0)));
+  /// y [..., out] for x [..., in], written into `y` when it has that shape.
+  void forward(const k::context& ctx, const tensor& x, tensor& y) const {
+    tensor y2 = as_rows(shaped(y, with_last(x.shape(), w.value.dim(0))));
+    k::dense_forward(ctx, as_rows(x), w.value, b.value, y2);
   }
-  /// dx (viewed as the forward pass's x), undefined when not wanted.
-  tensor backward(const k::context& ctx, const tensor& dy, const shape& x_shape, bool want_dx) {
-    k::dense_backward(ctx, x2, w.value, as_rows(dy), want_dx ? &dx2 : nullptr, w.grad, bias ? &b.grad : nullptr);
-    return want_dx ? dx2.reshape(x_shape) : tensor();
+  /// dx, of the shape of the forward pass's input x, written into `dx` when
+  /// it has that shape; undefined when not wanted.
+  void backward(const k::context& ctx, const tensor& x, const tensor& dy, bool want_dx, tensor& dx) {
+    tensor dx2;
+    if (want_dx) dx2 = as_rows(shaped(dx, x.shape()));
+    else dx = tensor();
+    k::dense_backward(ctx, as_rows(x), w.value, as_rows(dy), want_dx ? &dx2 : nullptr, w.grad,
+                      bias ? &b.grad : nullptr);
   }
   void collect(std::vector<parameter*>& out) {
     out.push_back(&w);
@@ -227,7 +247,7 @@ struct row_dense {
   }
 };
 
-class sequence_dense_layer final : public layer {
+class sequence_dense_layer final : public layer_with_state<input_state> {
 public:
   explicit sequence_dense_layer(const nn::sequence_dense& o) : o_(o) {
     require_positive("sequence_dense(" + n2s(o.in_features) + ", " + n2s(o.out_features) + ")",
@@ -248,14 +268,14 @@ public:
   void initialize(std::mt19937_64& rng) override {
     d_.initialize(o_.in_features, o_.out_features, o_.init(), rng, o_.init_scale());
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
-    y_ = d_.forward(ctx, x);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, input_state& s) override {
+    s.x = x;
+    d_.forward(ctx, x, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    dx_ = d_.backward(ctx, dy, x_shape_, needs_input_grad_);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, input_state& s) override {
+    d_.backward(ctx, s.x, dy, needs_input_grad_, s.dx);
+    return s.dx;
   }
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v;
@@ -266,11 +286,13 @@ public:
 private:
   nn::sequence_dense o_;
   row_dense d_;
-  shape x_shape_;
-  tensor y_, dx_;
 };
 
-class causal_self_attention_layer final : public layer {
+struct attention_state : layer_state {
+  tensor x, qkv, att, probs;  // its input, the projection, the heads' outputs and their softmax
+};
+
+class causal_self_attention_layer final : public layer_with_state<attention_state> {
 public:
   explicit causal_self_attention_layer(const nn::causal_self_attention& o) : o_(o) {
     require_positive(describe(), {o.dim, o.heads});
@@ -293,18 +315,18 @@ public:
     qkv_.initialize(o_.dim, 3 * o_.dim, o_.init(), rng);
     proj_.initialize(o_.dim, o_.dim, o_.init(), rng, o_.proj_scale());
   }
-  const tensor& forward(const k::context& ctx, const tensor& x, bool) override {
-    x_shape_ = x.shape();
-    qkv_out_ = qkv_.forward(ctx, x);
-    k::attention_forward(ctx, qkv_out_, o_.heads, att_, probs_);
-    y_ = proj_.forward(ctx, att_);
-    return y_;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool, attention_state& s) override {
+    s.x = x;
+    qkv_.forward(ctx, x, s.qkv);
+    k::attention_forward(ctx, s.qkv, o_.heads, s.att, s.probs);
+    proj_.forward(ctx, s.att, s.y);
+    return s.y;
   }
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    const tensor datt = proj_.backward(ctx, dy, att_.shape(), true);
-    k::attention_backward(ctx, qkv_out_, probs_, datt, dqkv_);
-    dx_ = qkv_.backward(ctx, dqkv_, x_shape_, needs_input_grad_);
-    return dx_;
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, attention_state& s) override {
+    proj_.backward(ctx, s.att, dy, true, datt_);
+    k::attention_backward(ctx, s.qkv, s.probs, datt_, dqkv_);
+    qkv_.backward(ctx, s.x, dqkv_, needs_input_grad_, s.dx);
+    return s.dx;
   }
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v;
@@ -316,8 +338,7 @@ public:
 private:
   nn::causal_self_attention o_;
   row_dense qkv_, proj_;
-  shape x_shape_;
-  tensor qkv_out_, att_, probs_, y_, dqkv_, dx_;
+  tensor datt_, dqkv_;  // scratch of a backward pass, kept by no call
 };
 
 } // namespace

@@ -1,5 +1,6 @@
 // The block behind nn::transformer_block: a chain of two residual blocks
 // (attention, then the MLP), one layer of the model's chain.
+#include "model/chain.hpp"
 #include "model/nn.hpp"
 
 namespace troupe::model {
@@ -8,9 +9,13 @@ namespace {
 
 namespace k = troupe::kernels;
 
-using layers = std::vector<std::unique_ptr<layer>>;
+using layers = layer_list;
 
-class transformer_block_layer final : public layer {
+struct chain_state : layer_state {
+  state_list chain;  // the calls of the layers inside
+};
+
+class transformer_block_layer final : public layer_with_state<chain_state> {
 public:
   transformer_block_layer(const nn::transformer_block& o, layers chain) : o_(o), chain_(std::move(chain)) {}
 
@@ -46,20 +51,18 @@ public:
     return false;
   }
 
-  const tensor& forward(const k::context& ctx, const tensor& x, bool training) override {
-    const tensor* cur = &x;
-    for (auto& l : chain_) cur = &l->forward(ctx, *cur, training);
-    return *cur;
+  std::unique_ptr<layer_state> make_state() const override {
+    auto s = std::make_unique<chain_state>();
+    s->chain = make_states(chain_);
+    return s;
   }
 
-  const tensor& backward(const k::context& ctx, const tensor& dy) override {
-    static const tensor none;
-    const tensor* g = &dy;
-    for (auto it = chain_.rbegin(); it != chain_.rend(); ++it) {
-      g = &(*it)->backward(ctx, *g);
-      if (!(*it)->needs_input_grad()) return none;  // nothing before it learns
-    }
-    return *g;
+  const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, chain_state& s) override {
+    return forward_chain(ctx, chain_, s.chain, x, training);
+  }
+
+  const tensor& run_backward(const k::context& ctx, const tensor& dy, chain_state& s) override {
+    return backward_chain(ctx, chain_, s.chain, dy);
   }
 
   std::vector<parameter*> parameters() override {

@@ -695,8 +695,7 @@ std::shared_ptr<actors::stage_core> first_stage(float slowdown, int64_t mini_bat
   c.opt.momentum = 0;
   auto flat = whole.flatten();
   std::vector<float> initial(flat.values.data(), flat.values.data() + c.plan.params.end);
-  auto pool = std::make_shared<actors::replica_pool>([] { return mlp5().slice(0, 2); });
-  return std::make_shared<actors::stage_core>(c, pool, initial);
+  return std::make_shared<actors::stage_core>(c, mlp5().slice(0, 2), initial);
 }
 
 net::message batch_of(uint64_t index) {

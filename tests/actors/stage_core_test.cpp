@@ -95,8 +95,7 @@ std::shared_ptr<stage_core> make_stage(const std::function<model::model()>& make
   c.stash = stash;
   auto flat = whole.flatten();
   std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);
-  auto pool = std::make_shared<replica_pool>([make, first, last] { return make().slice(first, last); });
-  return std::make_shared<stage_core>(c, pool, initial);
+  return std::make_shared<stage_core>(c, make().slice(first, last), initial);
 }
 
 std::vector<float> params_of(stage_core& s) {
@@ -263,8 +262,6 @@ struct two_stage_hybrid {
       c.shard = shard_addr(static_cast<uint32_t>(k));
       auto flat = whole.flatten();
       std::vector<float> initial(flat.values.data() + c.plan.params.begin, flat.values.data() + c.plan.params.end);
-      auto pool = std::make_shared<replica_pool>(
-          [first = c.plan.first_layer, last = c.plan.last_layer] { return mlp5().slice(first, last); });
       train::shard_plan sp = shard_plan_of(static_cast<uint32_t>(k), c.plan.params.first, c.plan.params.last,
                                            c.plan.params.begin, c.plan.params.end);
       sp.clients = {stage_addr(static_cast<uint32_t>(k))};
@@ -275,7 +272,7 @@ struct two_stage_hybrid {
       shards.push_back(std::make_unique<shard_core>(sp, mine, small_rule(model::algorithm_kind::asgd, 1),
                                                     model::lr_schedule::constant, 100, kernels::context{}));
       shards.back()->restore(5, {});  // a resumed run's shard: 5 updates applied before
-      st.push_back(std::make_shared<stage_core>(c, pool, initial));
+      st.push_back(std::make_shared<stage_core>(c, mlp5().slice(c.plan.first_layer, c.plan.last_layer), initial));
     }
   }
 

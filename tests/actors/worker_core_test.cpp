@@ -87,7 +87,8 @@ public:
   std::string describe() const override { return "probe"; }
   shape infer(const shape& in, const std::string&) override { return in; }
   void initialize(std::mt19937_64&) override { b_.value = tensor::from({1}, {0.25f}); }
-  const tensor& forward(const kernels::context&, const tensor& x, bool) override {
+  const tensor& forward(const kernels::context&, const tensor& x, bool, model::layer_state& st) override {
+    tensor& y_ = st.y;
     const tensor& b = b_.value;
     rec_->read_only = b.read_only();
     rec_->at = b.data();
@@ -96,7 +97,8 @@ public:
     for (int64_t i = 0; i < x.numel(); ++i) y_.at(i) = x.at(i) + b.data()[0];
     return y_;
   }
-  const tensor& backward(const kernels::context&, const tensor& dy) override {
+  const tensor& backward(const kernels::context&, const tensor& dy, model::layer_state& st) override {
+    tensor& dx_ = st.dx;
     float s = 0;
     for (int64_t i = 0; i < dy.numel(); ++i) s += dy.at(i);
     if (!b_.grad.defined()) b_.grad = tensor::zeros({1});  // a model that was not flattened
@@ -109,7 +111,6 @@ public:
 private:
   std::shared_ptr<probe_record> rec_;
   model::parameter b_{"b", {}, {}};
-  tensor y_, dx_;
 };
 
 model::model probed_model(std::shared_ptr<probe_record> rec) {

@@ -1,0 +1,31 @@
+#pragma once
+
+// A chain of layers run in order, with one state per layer for each call:
+// the model's own chain, and the chains inside its blocks (residual,
+// transformer_block) run the same way.
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/layer.hpp"
+
+namespace troupe::model {
+
+using layer_list = std::vector<std::unique_ptr<layer>>;
+using state_list = std::vector<std::unique_ptr<layer_state>>;
+
+/// One new state per layer of `chain`, for one call at a time.
+state_list make_states(const layer_list& chain);
+
+/// The chain's output for x (its input when the chain is empty).
+const tensor& forward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& x,
+                            bool training);
+
+/// The backward passes from the chain's end, `after_layer(i)` called (when
+/// set) once layer i's parameter gradients are written; the gradient of the
+/// chain's input, undefined when a layer needs none (nothing before it learns).
+const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy,
+                             const std::function<void(std::size_t)>& after_layer = {});
+
+} // namespace troupe::model

@@ -8,7 +8,9 @@
 # 4 only: one block per stage, cut at layers 3, 4, 5), each on an emulated
 # device of speed 1 (SPEEDS, default 1,1,1,1; --device-speeds: each action lasts a multiple of its time alone,
 # so that 4 stages on 2 cores do not wait for the cores), a batch of 4 samples
-# per micro-batch; LOCK (a file) is held by each run.
+# per micro-batch; LOCK (a file) is held by each run; PROFILE (a file) is the
+# --profile-cache of every run, so that all of them hold their actions to the
+# same measured layer costs (without it each run measures them again).
 #   bench/pipeline_bubble.sh [BUILD_DIR] [--wait spin]
 set -euo pipefail
 build=${1:-build}
@@ -25,7 +27,8 @@ if [ "${MODEL:-}" = gpt ]; then
     done
     "${lock[@]}" "$build/troupe_trainer" --model gpt --context 64 --batch-size $((4 * M)) --pipeline-stages "$K" \
       --micro-batches "$M" --schedule "$S" --placement manual --pipeline-cuts 3,4,5 --stage-devices 0,1,2,3 \
-      --device-speeds "${SPEEDS:-1,1,1,1}" --max-steps "$N" --epochs 1 --evaluate false --progress none --trace "$T"
+      --device-speeds "${SPEEDS:-1,1,1,1}" ${PROFILE:+--profile-cache "$PROFILE"} --max-steps "$N" --epochs 1 \
+      --evaluate false --progress none --trace "$T"
   }
   bin=gpt_stages
   ks=(4)

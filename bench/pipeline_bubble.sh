@@ -11,6 +11,12 @@
 # per micro-batch; LOCK (a file) is held by each run; PROFILE (a file) is the
 # --profile-cache of every run, so that all of them hold their actions to the
 # same measured layer costs (without it each run measures them again).
+# BALANCE=1 (MODEL=gpt): the formula assumes K equal stages; the GPT's are not
+# (the first holds the embeddings, the last the head and the loss), so each
+# schedule's speeds are first made to even out the stages' predicted times
+# (the trainer's placement table for SPEEDS, one step): a stage k predicted
+# at t_k ms gets speed SPEEDS_k x t_k / max(t). PROFILE is then required, so
+# that the runs hold their actions to the costs the speeds were computed from.
 #   bench/pipeline_bubble.sh [BUILD_DIR] [--wait spin]
 set -euo pipefail
 build=${1:-build}
@@ -25,10 +31,26 @@ if [ "${MODEL:-}" = gpt ]; then
       case $1 in --stages) K=$2;; --micro-batches) M=$2;; --schedule) S=$2;; --steps) N=$2;; --trace) T=$2;; esac
       shift 2
     done
+    local speeds=${SPEEDS:-1,1,1,1}
+    [ "${BALANCE:-0}" = 1 ] && speeds=$(balanced_speeds "$K" "$M" "$S")
+    echo "speeds $speeds" >&2
+    gpt_run "$K" "$M" "$S" "$speeds" --max-steps "$N" --trace "$T"
+  }
+  gpt_run() {  # K M S SPEEDS, then more trainer options
+    local K=$1 M=$2 S=$3 speeds=$4
+    shift 4
     "${lock[@]}" "$build/troupe_trainer" --model gpt --context 64 --batch-size $((4 * M)) --pipeline-stages "$K" \
       --micro-batches "$M" --schedule "$S" --placement manual --pipeline-cuts 3,4,5 --stage-devices 0,1,2,3 \
-      --device-speeds "${SPEEDS:-1,1,1,1}" ${PROFILE:+--profile-cache "$PROFILE"} --max-steps "$N" --epochs 1 \
-      --evaluate false --progress none --trace "$T"
+      --device-speeds "$speeds" ${PROFILE:+--profile-cache "$PROFILE"} --epochs 1 --evaluate false --progress none "$@"
+  }
+  balanced_speeds() {  # K M S: SPEEDS evened out by the placement table of one step
+    [ -n "${PROFILE:-}" ] || { echo "pipeline_bubble.sh: BALANCE=1 needs PROFILE" >&2; exit 1; }
+    gpt_run "$1" "$2" "$3" "${SPEEDS:-1,1,1,1}" --max-steps 1 2>&1 | python3 -c '
+import re, sys
+speeds = [float(v) for v in sys.argv[1].split(",")]
+times = [float(m.group(1)) for m in (re.match(r"\| \d+[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\| ([0-9.]+) \|", l) for l in sys.stdin) if m]
+if len(times) != len(speeds): sys.exit("pipeline_bubble.sh: no placement table of %d stages" % len(speeds))
+print(",".join("%.5g" % (s * t / max(times)) for s, t in zip(speeds, times)))' "${SPEEDS:-1,1,1,1}"
   }
   bin=gpt_stages
   ks=(4)

@@ -84,6 +84,26 @@ int64_t stage_steps(const node_context& c) {
   return std::max<int64_t>(1, steps);
 }
 
+/// 1F1B's flush points, in micro-batches from this start: after each epoch's
+/// last mini-batch and each --checkpoint-every-steps multiple (mini-batches
+/// counted from the run's first), so that a checkpoint taken there holds
+/// nothing in flight and a run resumed from it goes on as the uninterrupted
+/// one. None for GPipe (it drains after every mini-batch) and for an
+/// asynchronous hybrid (its epochs end on its replicas' samples together).
+std::vector<int64_t> flush_points(const node_context& c, int64_t steps) {
+  const settings& s = c.config();
+  const train::plan& p = c.plan();
+  if (s.pipeline.schedule != model::pipeline_schedule::one_f_one_b) return {};
+  if (p.pipeline_replicas > 1 && !traits(s.algo.kind).collective) return {};
+  const int64_t per_epoch = p.batches_per_epoch / std::max(1, p.pipeline_replicas);
+  const int64_t before = c.start->state.first_steps;
+  std::vector<int64_t> out;
+  for (int64_t b = before + 1; b < before + steps; ++b)
+    if ((per_epoch > 0 && b % per_epoch == 0) || (s.checkpoint_every_steps > 0 && b % s.checkpoint_every_steps == 0))
+      out.push_back((b - before) * s.pipeline.micro_batches);
+  return out;
+}
+
 /// Stage `i` of the plan's stages: its neighbours, schedule and optimizer.
 stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps) {
   const settings& s = c.config();
@@ -103,6 +123,7 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.schedule = s.pipeline.schedule;
   sc.micro_batches = s.pipeline.micro_batches;
   sc.total_micro_batches = steps * s.pipeline.micro_batches;
+  sc.flush_after = flush_points(c, steps);
   sc.opt = optimizer_of(c, sp.params.first, sp.params.last, p.total_updates);
   sc.opt.clip_grad_norm = 0;  // a norm per stage is not the model's: the stages sum theirs (clip_grad_norm)
   if (s.clip_grad_norm > 0) {  // the norm over this replica's stages

@@ -41,7 +41,7 @@ std::pair<int64_t, int64_t> rows(int64_t n, int64_t j, int64_t m) { return {n * 
 
 stage_core::stage_core(stage_config c, model::model net, std::vector<float> initial)
     : c_(std::move(c)), net_(std::move(net)), ctx_(kernels::context::with_threads(c_.plan.threads)),
-      program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches),
+      program_(c_.schedule, c_.index, c_.stages, c_.micro_batches, c_.total_micro_batches, c_.flush_after),
       track_(net::to_string(c_.plan.address)),
       holder_(c_.plan.address, c_.plan.address.index, c_.plan.params,
               c_.layout.shapes(c_.plan.params.first, c_.plan.params.last),

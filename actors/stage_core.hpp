@@ -48,6 +48,8 @@ struct stage_config {
   model::pipeline_schedule schedule = model::pipeline_schedule::gpipe;
   int micro_batches = 4;
   int64_t total_micro_batches = 0;   ///< of the run
+  /// 1F1B: where the pipeline drains (model::pipeline_program's flush_after).
+  std::vector<int64_t> flush_after;
   /// The optimizer of the stage's own parameters (total_steps: mini-batches of the run).
   model::flat_optimizer_options opt;
   int64_t steps_before = 0;          ///< mini-batches done before this start (a resumed run)

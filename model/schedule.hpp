@@ -31,8 +31,17 @@ std::string to_string(const pipeline_action& a);
 /// groups of `micro_batches` (a mini-batch), produced one at a time.
 class pipeline_program {
 public:
-  /// Throws troupe::error for a stage outside [0, stages), stages or micro_batches < 1.
-  pipeline_program(pipeline_schedule s, int stage, int stages, int micro_batches, int64_t total);
+  /// Throws troupe::error for a stage outside [0, stages), stages or
+  /// micro_batches < 1, or flush points out of order or range.
+  /// `flush_after` (1F1B; GPipe flushes after every mini-batch): counts of
+  /// micro-batches from the program's start, increasing, in (0, total),
+  /// after which the pipeline drains: every micro-batch before the point is
+  /// backwarded and its update applied before the first one after it is
+  /// forwarded, and each part between points is a 1F1B program of its own
+  /// (warm-up, alternation, cool-down). A checkpoint taken at such a point
+  /// holds everything the run has done, nothing in flight.
+  pipeline_program(pipeline_schedule s, int stage, int stages, int micro_batches, int64_t total,
+                   const std::vector<int64_t>& flush_after = {});
   bool done() const { return next_ >= length_; }
   /// The next action; requires !done().
   pipeline_action peek() const { return at(next_); }
@@ -44,9 +53,19 @@ public:
   int bound() const;
 
 private:
+  /// A part of a 1F1B program between flush points.
+  struct part {
+    int64_t first = 0, count = 0;  // its micro-batches
+    int64_t warmup = 0;            // its warm-up forwards
+    int64_t begin = 0;             // its first action's index in the program
+  };
+  /// The j-th action of part `p`.
+  pipeline_action at(const part& p, int64_t j) const;
+
   pipeline_schedule s_;
   int stage_, stages_, m_;
-  int64_t total_, warmup_ = 0, length_ = 0, next_ = 0;
+  int64_t total_, length_ = 0, next_ = 0;
+  std::vector<part> parts_;  // 1F1B
 };
 
 /// Every action of a program (for tests and small runs).

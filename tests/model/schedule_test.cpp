@@ -64,3 +64,33 @@ TEST_CASE("schedule: every program forwards and backwards each micro-batch once,
   CHECK_THROWS_AS(pipeline_program(pipeline_schedule::gpipe, 2, 2, 1, 4), troupe::error);
   CHECK_THROWS_AS(pipeline_program(pipeline_schedule::gpipe, 0, 2, 0, 4), troupe::error);
 }
+
+TEST_CASE("schedule: 1F1B drains at its flush points, and each part is a 1F1B program of its own",
+          "[model][pipeline]") {
+  using k = pipeline_action::kind;
+  // Three stages, 7 micro-batches, a flush after the 4th: parts of 4 and 3.
+  CHECK(table(pipeline_program(pipeline_schedule::one_f_one_b, 0, 3, 1, 7, {4})) ==
+        "F0 F1 F2 B0 U F3 B1 U B2 U B3 U F4 F5 F6 B4 U B5 U B6 U");
+  CHECK(table(pipeline_program(pipeline_schedule::one_f_one_b, 2, 3, 1, 7, {4})) ==
+        "F0 B0 U F1 B1 U F2 B2 U F3 B3 U F4 B4 U F5 B5 U F6 B6 U");
+  for (int stage = 0; stage < 4; ++stage) {
+    INFO("stage " << stage << " of 4");
+    const std::vector<int64_t> flush{8, 9, 20};
+    pipeline_program p(pipeline_schedule::one_f_one_b, stage, 4, 2, 24, flush);
+    // Nothing after a flush point is forwarded before everything up to it is backwarded and updated.
+    int64_t backwarded = 0, updates = 0;
+    for (const auto& a : actions(p)) {
+      if (a.what == k::backward) ++backwarded;
+      if (a.what == k::update) ++updates;
+      if (a.what != k::forward) continue;
+      for (int64_t f : flush)
+        if (a.micro_batch >= f) CHECK((backwarded >= f && updates >= f));
+    }
+    CHECK(backwarded == 24);
+    CHECK(updates == 24);
+  }
+  CHECK_THROWS_WITH(pipeline_program(pipeline_schedule::one_f_one_b, 0, 2, 1, 6, {3, 3}),
+                    Catch::Contains("flush point 3 after 3 of 6"));
+  CHECK_THROWS_AS(pipeline_program(pipeline_schedule::one_f_one_b, 0, 2, 1, 6, {6}), troupe::error);
+  CHECK_THROWS_AS(pipeline_program(pipeline_schedule::one_f_one_b, 0, 2, 1, 6, {0}), troupe::error);
+}

@@ -113,10 +113,17 @@ TEST_CASE("AdamW's moments are checkpointed by allreduce and by a pipeline's sta
     job j;
     int id;  // names its checkpoint files
   };
-  // (Not 1F1B: its micro-batches in flight across a mini-batch's end, on older stashed weights, are in no
-  // checkpoint, so a resumed 1F1B run is close to an uninterrupted one, not the same.)
+  // 1F1B drains at each epoch's end and at each --checkpoint-every-steps, so a
+  // checkpoint there holds no micro-batch in flight. A --max-steps cut is such
+  // a point of the uninterrupted run only when it is one of those: every 10 steps.
   for (const mode& m : {mode{"allreduce", job(seq).algorithm(allreduce()), 1},
-                        mode{"GPipe, 2 stages", job(seq).pipeline(2, 4, pipeline_schedule::gpipe), 2}}) {
+                        mode{"GPipe, 2 stages", job(seq).pipeline(2, 4, pipeline_schedule::gpipe), 2},
+                        mode{"1F1B, 3 stages",
+                             job(seq)
+                                 .pipeline(3, 4, pipeline_schedule::one_f_one_b)
+                                 .checkpoint(dir.path() + "/whole3.ckpt")  // --checkpoint-every needs a file
+                                 .checkpoint_every(10),
+                             3}}) {
     INFO(m.name);
     const std::vector<double> whole = losses_of(m.j);
     REQUIRE(whole.size() == 32);

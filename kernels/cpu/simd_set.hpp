@@ -10,6 +10,9 @@
 // active_simd_kernels().
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 
@@ -80,5 +83,8 @@ namespace avx512 { const simd_kernel_set& simd_kernels(); }
 
 /// The set chosen for this process (machine.cpp), with cpu_kernels_name().
 const simd_kernel_set& active_simd_kernels();
+
+/// Each set this CPU runs, by name (cpu_kernel_sets()), widest first: for tests and benchmarks.
+std::vector<std::pair<std::string, const simd_kernel_set*>> runnable_simd_kernels();
 
 } // namespace troupe::kernels::detail

@@ -17,7 +17,6 @@
 
 #include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/machine.hpp"
 #include "kernels/sequence.hpp"
 #include "tests/gradcheck.hpp"
 
@@ -33,16 +32,6 @@ const float big = std::numeric_limits<float>::max();
 const float tiny = std::numeric_limits<float>::denorm_min();
 
 const std::vector<int64_t> lengths{0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 1000003};
-
-/// Each set this CPU runs, by name, with its table.
-std::vector<std::pair<std::string, const set_table*>> runnable_tables() {
-  std::vector<std::pair<std::string, const set_table*>> out;
-  for (const std::string& name : k::cpu_kernel_sets())
-    out.emplace_back(name, name == "avx512"     ? &k::detail::avx512::simd_kernels()
-                           : name == "avx2+fma" ? &k::detail::avx2::simd_kernels()
-                                                : &k::detail::generic::simd_kernels());
-  return out;
-}
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
@@ -103,7 +92,7 @@ std::vector<binary_case> cases() {
 } // namespace
 
 TEST_CASE("each kernel set's elementwise loops match double references on any length", "[kernels][elementwise]") {
-  for (const auto& [set, table] : runnable_tables())
+  for (const auto& [set, table] : k::detail::runnable_simd_kernels())
     for (const binary_case& c : cases())
       for (int64_t n : lengths) {
         INFO(set << " " << c.name << " n " << n);
@@ -128,7 +117,7 @@ TEST_CASE("each kernel set's elementwise loops match double references on any le
 TEST_CASE("an element gets the same bits in a vector and in the scalar tail", "[kernels][elementwise]") {
   // Run on [s, 53) for each shift s < 16: every element lies in a vector for some s and in the tail for others.
   const int64_t n = 53;
-  for (const auto& [set, table] : runnable_tables())
+  for (const auto& [set, table] : k::detail::runnable_simd_kernels())
     for (const binary_case& c : cases()) {
       INFO(set << " " << c.name);
       const std::vector<float> a = random_floats(n, 3, c.lo, c.hi), b = random_floats(n, 4, -2, 2);
@@ -163,7 +152,7 @@ const std::vector<float> specials{qnan, inf_f, -inf_f, -0.0f, 0.0f, tiny, -tiny,
 TEST_CASE("ReLU and add keep what the scalar loops gave NaN, infinities and -0", "[kernels][elementwise]") {
   // std::max(v, 0.0f) returns v unless v < 0: NaN stays NaN and -0 stays -0; relu_backward passes dy only where
   // y > 0 (not where y is NaN). The sums as IEEE floats (inf - inf is NaN).
-  for (const auto& [set, table] : runnable_tables())
+  for (const auto& [set, table] : k::detail::runnable_simd_kernels())
     for (std::size_t start = 0; start < specials.size(); ++start) {
       INFO(set << " start " << start);
       const std::vector<float> a = cycle(specials, start), b = cycle(specials, start * 7 + 3);
@@ -190,7 +179,7 @@ TEST_CASE("gelu's results on NaN, infinities, signed zeros and the largest float
                                                      {0.0f, 0.0f}, {big, big}, {-big, -0.0f}, {-1e4f, -0.0f}};
   const std::vector<std::pair<float, float>> backward{{qnan, qnan}, {inf_f, qnan}, {-inf_f, qnan},  {-0.0f, 0.5f},
                                                       {0.0f, 0.5f}, {1e4f, 1.0f}, {-1e4f, 0.0f}};
-  for (const auto& [set, table] : runnable_tables()) {
+  for (const auto& [set, table] : k::detail::runnable_simd_kernels()) {
     INFO(set);
     for (const auto& [v, want] : forward) {
       const std::vector<float> x(21, v);

@@ -19,6 +19,7 @@
 
 #include <random>
 
+#include "bench/interleaved.hpp"
 #include "kernels/kernels.hpp"
 
 namespace {
@@ -35,28 +36,7 @@ tensor random_tensor(const shape& s, uint64_t seed) {
   return t;
 }
 
-double seconds(const std::function<void()>& f) {
-  auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// Median time of each candidate over `reps` rounds, the candidates taking turns within a round.
-std::vector<double> median_interleaved(const std::vector<std::function<void()>>& fs, int reps) {
-  std::vector<std::vector<double>> t(fs.size());
-  for (auto& f : fs) f();  // warm-up: page faults, thread start, scratch
-  for (int r = 0; r < reps; ++r)
-    for (std::size_t i = 0; i < fs.size(); ++i) t[i].push_back(seconds(fs[i]));
-  std::vector<double> out;
-  for (auto& v : t) out.push_back(median(v));
-  return out;
-}
+using troupe::bench::median_interleaved;
 
 struct layer {
   std::string name;

@@ -22,34 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/interleaved.hpp"
 #include "kernels/kernels.hpp"
 
 namespace {
 
 namespace k = troupe::kernels;
 
-double seconds(const std::function<void()>& f) {
-  auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// Median time of each candidate over `reps` rounds, the candidates taking turns within a round.
-std::vector<double> median_interleaved(const std::vector<std::function<void()>>& fs, int reps) {
-  std::vector<std::vector<double>> times(fs.size());
-  for (auto& f : fs) f();  // warm-up: page faults, thread start, packing buffers
-  for (int r = 0; r < reps; ++r)
-    for (std::size_t i = 0; i < fs.size(); ++i) times[i].push_back(seconds(fs[i]));
-  std::vector<double> out;
-  for (auto& t : times) out.push_back(median(t));
-  return out;
-}
+using troupe::bench::median;
+using troupe::bench::median_interleaved;
 
 /// The widest FMA width this CPU runs.
 int widest() { return k::cpu().avx512f ? 16 : k::cpu().avx2 && k::cpu().fma ? 8 : 4; }

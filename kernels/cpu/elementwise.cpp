@@ -2,15 +2,16 @@
 #include <cmath>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
 
 namespace {
 
-// y[i] = f(x[i]) over a whole tensor.
+// y[i] = f(x[i]) over a whole tensor, one element at a time (tanh and sigmoid: a library call each).
 template <class F>
-void map1(const context& ctx, const tensor& x, tensor& y, F f) {
+void map_each(const context& ctx, const tensor& x, tensor& y, F f) {
   ensure_shape(y, x.shape());
   const float* a = x.data();
   float* o = y.data();
@@ -19,18 +20,7 @@ void map1(const context& ctx, const tensor& x, tensor& y, F f) {
   });
 }
 
-// dx[i] = f(y[i], dy[i]).
-template <class F>
-void map2(const context& ctx, const tensor& y, const tensor& dy, tensor& dx, const char* kernel, F f) {
-  detail::require_same(y, dy, kernel, "y", "dy");
-  ensure_shape(dx, y.shape());
-  const float* a = y.data();
-  const float* b = dy.data();
-  float* o = dx.data();
-  detail::parallel_ranges(ctx, y.numel(), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i], b[i]);
-  });
-}
+const detail::simd_kernel_set& set() { return detail::active_simd_kernels(); }
 
 // splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter).
 inline uint64_t splitmix(uint64_t z) {
@@ -42,6 +32,27 @@ inline uint64_t splitmix(uint64_t z) {
 
 } // namespace
 
+namespace detail {
+
+void apply_ranges(const context& ctx, const tensor& x, tensor& y, simd_kernel_set::unary f) {
+  ensure_shape(y, x.shape());
+  const float* a = x.data();
+  float* o = y.data();
+  parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) { f(a + lo, o + lo, hi - lo); });
+}
+
+void apply_ranges(const context& ctx, const tensor& a, const tensor& b, tensor& y, const char* kernel,
+                  const char* an, const char* bn, simd_kernel_set::binary f) {
+  require_same(a, b, kernel, an, bn);
+  ensure_shape(y, a.shape());
+  const float* ap = a.data();
+  const float* bp = b.data();
+  float* o = y.data();
+  parallel_ranges(ctx, a.numel(), [&](int64_t lo, int64_t hi) { f(ap + lo, bp + lo, o + lo, hi - lo); });
+}
+
+} // namespace detail
+
 void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool relu) {
   detail::require_same(a, b, "add", "a", "b");
   if (!y.shares_storage(a) && !y.shares_storage(b)) ensure_shape(y, a.shape());
@@ -49,12 +60,9 @@ void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool r
   const float* ap = a.data();
   const float* bp = b.data();
   float* o = y.data();
-  detail::parallel_ranges(ctx, a.numel(), [&](int64_t lo, int64_t hi) {
-    if (relu)
-      for (int64_t i = lo; i < hi; ++i) o[i] = std::max(ap[i] + bp[i], 0.0f);
-    else
-      for (int64_t i = lo; i < hi; ++i) o[i] = ap[i] + bp[i];
-  });
+  const auto kernel = set().add;
+  detail::parallel_ranges(ctx, a.numel(),
+                          [&](int64_t lo, int64_t hi) { kernel(ap + lo, bp + lo, o + lo, hi - lo, relu); });
 }
 
 bool all_finite(const context& ctx, const float* data, int64_t n) {
@@ -72,22 +80,22 @@ bool all_finite(const context& ctx, const float* data, int64_t n) {
 }
 
 void relu_forward(const context& ctx, const tensor& x, tensor& y) {
-  map1(ctx, x, y, [](float v) { return std::max(v, 0.0f); });
+  detail::apply_ranges(ctx, x, y, set().relu_forward);
 }
 void relu_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
-  map2(ctx, y, dy, dx, "relu_backward", [](float v, float g) { return v > 0.0f ? g : 0.0f; });
+  detail::apply_ranges(ctx, y, dy, dx, "relu_backward", "y", "dy", set().relu_backward);
 }
 void tanh_forward(const context& ctx, const tensor& x, tensor& y) {
-  map1(ctx, x, y, [](float v) { return std::tanh(v); });
+  map_each(ctx, x, y, [](float v) { return std::tanh(v); });
 }
 void tanh_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
-  map2(ctx, y, dy, dx, "tanh_backward", [](float v, float g) { return g * (1.0f - v * v); });
+  detail::apply_ranges(ctx, y, dy, dx, "tanh_backward", "y", "dy", set().tanh_backward);
 }
 void sigmoid_forward(const context& ctx, const tensor& x, tensor& y) {
-  map1(ctx, x, y, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+  map_each(ctx, x, y, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
 }
 void sigmoid_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
-  map2(ctx, y, dy, dx, "sigmoid_backward", [](float v, float g) { return g * v * (1.0f - v); });
+  detail::apply_ranges(ctx, y, dy, dx, "sigmoid_backward", "y", "dy", set().sigmoid_backward);
 }
 
 void dropout_forward(const context& ctx, const tensor& x, float p, uint64_t seed, uint64_t counter,
@@ -110,7 +118,7 @@ void dropout_forward(const context& ctx, const tensor& x, float p, uint64_t seed
 }
 
 void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, tensor& dx) {
-  map2(ctx, mask, dy, dx, "dropout_backward", [](float m, float g) { return m * g; });
+  detail::apply_ranges(ctx, mask, dy, dx, "dropout_backward", "mask", "dy", set().multiply);
 }
 
 bool all_finite(const context& ctx, const tensor& t) {

@@ -136,6 +136,12 @@ const gemm_kernel_set& active_gemm_kernels() { return *active().gemm; }
 
 const simd_kernel_set& active_simd_kernels() { return *active().simd; }
 
+std::vector<std::pair<std::string, const simd_kernel_set*>> runnable_simd_kernels() {
+  std::vector<std::pair<std::string, const simd_kernel_set*>> out;
+  for (const auto& s : runnable_sets()) out.emplace_back(s.name, s.simd);
+  return out;
+}
+
 } // namespace detail
 
 } // namespace troupe::kernels

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/simd_math.hpp"
+#include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
 
@@ -84,27 +86,6 @@ void layer_norm_param_columns(const float* x, const float* dy, const float* mean
 /// Start of part t of `parts` over [0, len), in multiples of 16 floats (one cache line).
 int64_t part_start(int64_t len, int t, int parts) { return t == parts ? len : len * t / parts / 16 * 16; }
 
-/// e^x within 2 ulp for x in [-87, 88] (clamped there: 0 and overflow are not needed here), written
-/// in operations that a `#pragma omp simd` loop vectorizes (std::exp is a library call per
-/// element): x = n ln 2 + r, |r| <= ln 2 / 2, e^r by Cephes' expf polynomial, 2^n into the exponent.
-inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  constexpr float round = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + round) - round;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 } // namespace
 
 token_ids token_ids::of(const std::vector<int32_t>& ids, int64_t batch) {
@@ -171,47 +152,13 @@ void layer_norm_backward(const context& ctx, const tensor& x, const tensor& gamm
 
 // ---------------------------------------------------------------- GELU
 
-namespace {
-
-constexpr float gelu_k = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float gelu_c = 0.044715f;
-
-/// tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2 |u|): within 2e-7 of tanh, in vectorizable operations.
-inline float tanh_approx(float u) {
-  const float e = exp_approx(-2.0f * std::fabs(u));
-  return std::copysign((1.0f - e) / (1.0f + e), u);
-}
-
-} // namespace
-
+// The active kernel set's loops (elementwise_set.cpp), by ranges over the threads.
 void gelu_forward(const context& ctx, const tensor& x, tensor& y) {
-  ensure_shape(y, x.shape());
-  const float* a = x.data();
-  float* o = y.data();
-  detail::parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) {
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = a[i];
-      o[i] = 0.5f * v * (1.0f + tanh_approx(gelu_k * (v + gelu_c * v * v * v)));
-    }
-  });
+  detail::apply_ranges(ctx, x, y, detail::active_simd_kernels().gelu_forward);
 }
 
 void gelu_backward(const context& ctx, const tensor& x, const tensor& dy, tensor& dx) {
-  detail::require_same(x, dy, "gelu_backward", "x", "dy");
-  ensure_shape(dx, x.shape());
-  const float* a = x.data();
-  const float* g = dy.data();
-  float* o = dx.data();
-  detail::parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) {
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = a[i];
-      const float t = tanh_approx(gelu_k * (v + gelu_c * v * v * v));
-      const float dinner = gelu_k * (1.0f + 3.0f * gelu_c * v * v);
-      o[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
-    }
-  });
+  detail::apply_ranges(ctx, x, dy, dx, "gelu_backward", "x", "dy", detail::active_simd_kernels().gelu_backward);
 }
 
 // ---------------------------------------------------------------- causal self-attention
@@ -256,7 +203,7 @@ void causal_softmax(float* p, int64_t t_len, int64_t i0, int64_t i1) {
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j <= i; ++j) {
-      row[j] = exp_approx(row[j] - mx);
+      row[j] = simd::exp_approx(row[j] - mx);
       sum += row[j];
     }
     const float inv = 1.0f / sum;

@@ -1,6 +1,7 @@
 #pragma once
 
-// The few vector operations the direct convolution kernels use, on one
+// The few vector operations the kernel sets use (the convolutions, the max
+// pool, the elementwise loops; simd_math.hpp builds exp and tanh on them), on one
 // instruction set: AVX-512 (16 floats), AVX2 + FMA (8) or SSE2 (4, x86-64's
 // baseline). A file compiled once per kernel set (CMake's
 // troupe_kernels_<set>) gets TROUPE_SIMD_WIDTH from its set; any other file
@@ -8,6 +9,8 @@
 // namespace: files of different widths never share a definition.
 
 #include <immintrin.h>
+
+#include <cstdint>
 
 #ifndef TROUPE_SIMD_WIDTH
 #if defined(__AVX512F__)
@@ -47,6 +50,7 @@ inline vec sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) {
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
 }
+inline vec min(vec a, vec b) { return _mm512_min_ps(a, b); }
 #elif TROUPE_SIMD_WIDTH == 8
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "TROUPE_SIMD_WIDTH 8 needs AVX2 and FMA in the compiler flags"
@@ -65,6 +69,7 @@ inline vec mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
 inline vec max(vec a, vec b) { return _mm256_max_ps(a, b); }
 inline vec sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) { return _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
+inline vec min(vec a, vec b) { return _mm256_min_ps(a, b); }
 #elif TROUPE_SIMD_WIDTH == 4
 constexpr int width = 4;
 constexpr int registers = 16;
@@ -80,9 +85,19 @@ inline vec mul(vec a, vec b) { return _mm_mul_ps(a, b); }
 inline vec max(vec a, vec b) { return _mm_max_ps(a, b); }
 inline vec sub(vec a, vec b) { return _mm_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) { return _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), g); }
+inline vec min(vec a, vec b) { return _mm_min_ps(a, b); }
 #else
 #error "TROUPE_SIMD_WIDTH must be 4, 8 or 16"
 #endif
+
+/// The lanes' bits as integers: GCC's vector types (simd_math.hpp's operators) keep the bits in a
+/// cast between two of one size.
+using ivec = int32_t __attribute__((vector_size(sizeof(vec))));
+inline vec abs(vec v) { return (vec)((ivec)v & INT32_MAX); }
+/// m's magnitude with s's sign bit.
+inline vec copysign(vec m, vec s) { return (vec)(((ivec)m & INT32_MAX) | ((ivec)s & INT32_MIN)); }
+/// 2^n for integral n in [-126, 127], by its exponent bits.
+inline vec pow2(vec n) { return (vec)((__builtin_convertvector(n, ivec) + 127) << 23); }
 
 /// The sum of v's lanes.
 inline float reduce(vec v) {

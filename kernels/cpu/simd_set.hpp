@@ -1,14 +1,18 @@
 #pragma once
 
 // The kernels written once on simd.hpp's vectors and compiled once per
-// instruction set: conv_direct.cpp, conv_winograd.cpp and simd_set.cpp go
-// into one CMake object library per set (troupe_kernels_generic, _avx2,
-// _avx512), each with its own compiler flags, TROUPE_SIMD_WIDTH and
-// TROUPE_ISA, the namespace their code lives in. machine.cpp chooses one set
-// when the process starts; the callers (dense_conv.cpp, pool.cpp) go through
+// instruction set: conv_direct.cpp, conv_winograd.cpp, elementwise_set.cpp
+// and simd_set.cpp go into one CMake object library per set
+// (troupe_kernels_generic, _avx2, _avx512), each with its own compiler flags,
+// TROUPE_SIMD_WIDTH and TROUPE_ISA, the namespace their code lives in.
+// machine.cpp chooses one set when the process starts; the callers
+// (dense_conv.cpp, pool.cpp, elementwise.cpp, sequence.cpp) go through
 // active_simd_kernels().
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 
@@ -31,7 +35,46 @@ struct simd_kernel_set {
   /// maxima into yo [oh, ow], their flat input indices (`top` + the offset
   /// in the plane) into ao; the first of equal maxima wins (NaN never does).
   void (*max_pool_2x2_plane)(const float* x, int64_t h, int64_t w, int32_t top, float* yo, int32_t* ao);
+
+  using unary = void (*)(const float* x, float* y, int64_t n);
+  using binary = void (*)(const float* a, const float* b, float* y, int64_t n);
+  /// The elementwise kernels' loops over [0, n) of flat arrays (elementwise_set.cpp), each the
+  /// kernel of kernels.hpp or sequence.hpp of its name on one thread's range; y may be an input.
+  /// y = a + b, or max(0, a + b) (as relu_forward) when relu.
+  void (*add)(const float* a, const float* b, float* y, int64_t n, bool relu);
+  /// y = max(0, x): NaN stays NaN, -0 stays -0 (std::max(x, 0.0f)).
+  unary relu_forward;
+  /// (a, b) = (y, dy): dx = dy where y > 0, else +0 (also where y is NaN).
+  binary relu_backward;
+  /// (a, b) = (y, dy): dx = dy (1 - y^2); dy y (1 - y).
+  binary tanh_backward;
+  binary sigmoid_backward;
+  /// y = a b (dropout_backward: the mask times dy).
+  binary multiply;
+  /// GELU's tanh approximation, and (a, b) = (x, dy) its derivative times dy.
+  unary gelu_forward;
+  binary gelu_backward;
 };
+
+/// y = f(x) for a tensor, by ranges over ctx's threads (elementwise.cpp).
+void apply_ranges(const context& ctx, const tensor& x, tensor& y, simd_kernel_set::unary f);
+/// y = f(a, b), a and b (named an and bn in the error of `kernel`) of the same shape.
+void apply_ranges(const context& ctx, const tensor& a, const tensor& b, tensor& y, const char* kernel,
+                  const char* an, const char* bn, simd_kernel_set::binary f);
+
+#ifdef TROUPE_ISA
+// elementwise_set.cpp's loops, in the namespace of the set it is compiled for (simd_set.cpp's table).
+namespace TROUPE_ISA {
+void add(const float* a, const float* b, float* y, int64_t n, bool relu);
+void relu_forward(const float* x, float* y, int64_t n);
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n);
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
+void sigmoid_backward(const float* y, const float* dy, float* dx, int64_t n);
+void multiply(const float* a, const float* b, float* y, int64_t n);
+void gelu_forward(const float* x, float* y, int64_t n);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+} // namespace TROUPE_ISA
+#endif
 
 // Each set's table (simd_set.cpp, compiled per set).
 namespace generic { const simd_kernel_set& simd_kernels(); }
@@ -40,5 +83,8 @@ namespace avx512 { const simd_kernel_set& simd_kernels(); }
 
 /// The set chosen for this process (machine.cpp), with cpu_kernels_name().
 const simd_kernel_set& active_simd_kernels();
+
+/// Each set this CPU runs, by name (cpu_kernel_sets()), widest first: for tests and benchmarks.
+std::vector<std::pair<std::string, const simd_kernel_set*>> runnable_simd_kernels();
 
 } // namespace troupe::kernels::detail

@@ -1,0 +1,68 @@
+#pragma once
+
+// e^x and tanh written once for a float and for simd.hpp's vector: the
+// elementwise kernels of a set (elementwise_set.cpp) run the same expression
+// on a vector at a time and on the floats left, and the attention's softmax
+// (sequence.cpp) on a float in loops the compiler vectorizes. Arithmetic is by
+// operators, which GCC's vector types have too (a float operand is broadcast),
+// so the compiler contracts a * b + c into an FMA alike in both; the rest by
+// the overloads below, which give a float what simd.hpp's functions give a
+// lane. In simd.hpp's inline namespace: one definition per width.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/simd.hpp"
+
+namespace troupe::kernels::simd {
+inline namespace TROUPE_SIMD_NAMESPACE {
+
+/// c as a V: a float or a vec.
+template <class V>
+inline V as(float c) {
+  if constexpr (std::is_same_v<V, float>) return c;
+  else return splat(c);
+}
+
+// One lane's worth of simd.hpp's functions (max and min as maxps and minps:
+// the second operand where either is NaN).
+inline float max(float a, float b) { return a > b ? a : b; }
+inline float min(float a, float b) { return a < b ? a : b; }
+inline float abs(float v) { return std::fabs(v); }
+inline float copysign(float m, float s) { return std::copysign(m, s); }
+inline float where_positive(float y, float g) { return y > 0.0f ? g : 0.0f; }
+inline float pow2(float n) {
+  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+/// e^x within 2 ulp for x in [-87, 88] (clamped there: 0 and overflow are not needed here; NaN stays
+/// NaN): x = n ln 2 + r, |r| <= ln 2 / 2, e^r by Cephes' expf polynomial, 2^n into the exponent.
+template <class V>
+inline V exp_approx(V x) {
+  x = min(as<V>(88.0f), max(as<V>(-87.0f), x));
+  constexpr float round = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const V n = (x * 1.44269504088896341f + round) - round;
+  const V r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * pow2(n);
+}
+
+/// tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2 |u|): within 2e-7 of tanh (absolute).
+template <class V>
+inline V tanh_approx(V u) {
+  const V e = exp_approx(-2.0f * abs(u));
+  return copysign((1.0f - e) / (1.0f + e), u);
+}
+
+} // namespace w4, w8 or w16, by the width
+} // namespace troupe::kernels::simd

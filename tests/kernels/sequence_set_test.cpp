@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,16 +19,15 @@
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
 #include "tests/gradcheck.hpp"
+#include "tests/kernels/special_floats.hpp"
 
 using namespace troupe;
+using namespace troupe::testing;
 namespace k = troupe::kernels;
 namespace simd = troupe::kernels::simd;
 
 namespace {
 
-const float qnan = std::numeric_limits<float>::quiet_NaN();
-const float inf_f = std::numeric_limits<float>::infinity();
-const float big = std::numeric_limits<float>::max();
 const double u = std::ldexp(1.0, -24);  // float's unit roundoff
 
 const std::vector<int64_t> lengths{1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 47, 100, 128, 257};
@@ -107,12 +105,6 @@ void loop_before_sets(float* row, int64_t i) {
   }
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-}
-
-/// got is want, bit for bit, or both are NaN.
-bool same(float got, float want) {
-  if (std::isnan(want)) return std::isnan(got);
-  return std::memcmp(&got, &want, sizeof got) == 0;
 }
 
 } // namespace

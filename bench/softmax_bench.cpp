@@ -20,6 +20,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/interleaved.hpp"
@@ -53,22 +54,20 @@ void old_causal_softmax(float* p, int64_t t_len, int64_t i0, int64_t i1) {
 }
 
 struct options {
-  int threads = 2, reps = 31;
-  int64_t time = 128, pairs = 128;
+  int64_t threads = 2, reps = 31, time = 128, pairs = 128;
 };
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--threads") o.threads = std::atoi(argv[i + 1]);
-    else if (a == "--reps") o.reps = std::atoi(argv[i + 1]);
-    else if (a == "--time") o.time = std::atoll(argv[i + 1]);
-    else if (a == "--pairs") o.pairs = std::atoll(argv[i + 1]);
-    else {
+  const std::vector<std::pair<std::string, int64_t*>> flags{
+      {"--threads", &o.threads}, {"--reps", &o.reps}, {"--time", &o.time}, {"--pairs", &o.pairs}};
+  for (int i = 1; i < argc; i += 2) {
+    auto f = std::find_if(flags.begin(), flags.end(), [&](const auto& p) { return p.first == argv[i]; });
+    if (f == flags.end() || i + 1 == argc) {
       std::fprintf(stderr, "usage: troupe_softmax_bench [--threads T] [--reps R] [--time T] [--pairs P]\n");
       std::exit(2);
     }
+    *f->second = std::atoll(argv[i + 1]);
   }
   return o;
 }
@@ -85,7 +84,7 @@ int main(int argc, char** argv) {
   // The pairs over the threads; each pair's scores copied in, then softmax by blocks of 32 rows (none: copy only).
   auto run = [&](softmax_fn f) {
     return [&, f] {
-#pragma omp parallel for schedule(static) num_threads(o.threads)
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(o.threads))
       for (int64_t pair = 0; pair < o.pairs; ++pair) {
         float* m = p.data() + pair * size;
         std::memcpy(m, scores.data() + pair * size, static_cast<std::size_t>(size) * sizeof(float));
@@ -99,12 +98,13 @@ int main(int argc, char** argv) {
     names.push_back(name);
     fs.push_back(run(table->causal_softmax));
   }
-  const std::vector<double> sec = troupe::bench::median_interleaved(fs, o.reps, [&](std::size_t i) {
+  const std::vector<double> sec = troupe::bench::median_interleaved(fs, static_cast<int>(o.reps), [&](std::size_t i) {
     for (int w = 0; w < 4; ++w) fs[i]();
   });
   const double entries = static_cast<double>(o.pairs) * t * (t + 1) / 2;
-  std::printf("{\"bench\":\"causal_softmax\",\"time\":%lld,\"pairs\":%lld,\"threads\":%d,\"reps\":%d",
-              static_cast<long long>(t), static_cast<long long>(o.pairs), o.threads, o.reps);
+  std::printf("{\"bench\":\"causal_softmax\",\"time\":%lld,\"pairs\":%lld,\"threads\":%lld,\"reps\":%lld",
+              static_cast<long long>(t), static_cast<long long>(o.pairs), static_cast<long long>(o.threads),
+              static_cast<long long>(o.reps));
   double old = 0, avx2 = 0, avx512 = 0;
   for (std::size_t i = 0; i < fs.size(); ++i) {
     const double net = sec[i] - sec[0];

@@ -9,7 +9,6 @@
 // gives the bits of that sum done one float at a time (a test runs it so).
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/simd_math.hpp"
 #include "kernels/cpu/simd_set.hpp"

@@ -10,6 +10,7 @@ set(TROUPE_KERNEL_SET_SOURCES
   kernels/cpu/conv_direct.cpp
   kernels/cpu/conv_winograd.cpp
   kernels/cpu/elementwise_set.cpp
+  kernels/cpu/sequence_set.cpp
   kernels/cpu/simd_set.cpp)
 set(TROUPE_KERNEL_SET_OBJECTS "")
 

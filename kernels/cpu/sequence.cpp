@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "kernels/cpu/check.hpp"
-#include "kernels/cpu/simd_math.hpp"
 #include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
@@ -193,26 +192,6 @@ int pair_threads(const context& ctx, const attention_dims& d) {
 /// products skip most of the masked future (3/8 of them at T = 128).
 constexpr int64_t attention_block = 32;
 
-/// Rows [i0, i1) of p [T, T]: row i becomes the softmax of its entries j <= i; entries j > i become 0.
-void causal_softmax(float* p, int64_t t_len, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
-    float* row = p + i * t_len;
-    float mx = row[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j <= i; ++j) {
-      row[j] = simd::exp_approx(row[j] - mx);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-    std::fill(row + i + 1, row + t_len, 0.0f);
-  }
-}
-
 /// One (batch, head): q at `q` (k and v C and 2C further, rows 3C apart), probs p [T, T], out rows C apart.
 /// A block of query rows at a time: S = Q K^T / sqrt(d) and O = P V over the keys the block sees.
 void attention_head_forward(const context& ctx, const attention_dims& d, const float* q, float* p, float* out) {
@@ -221,7 +200,7 @@ void attention_head_forward(const context& ctx, const attention_dims& d, const f
   for (int64_t i0 = 0; i0 < t; i0 += attention_block) {
     const int64_t i1 = std::min(t, i0 + attention_block), rows = i1 - i0;
     gemm(ctx, false, true, rows, i1, d.head, scale, q + i0 * ld, ld, q + c, ld, 0.0f, p + i0 * t, t);
-    causal_softmax(p, t, i0, i1);
+    detail::active_simd_kernels().causal_softmax(p, t, i0, i1);  // the set's (sequence_set.cpp)
     gemm(ctx, false, false, rows, d.head, i1, 1.0f, p + i0 * t, t, q + 2 * c, ld, 0.0f, out + i0 * c, c);
   }
 }

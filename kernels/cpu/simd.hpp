@@ -51,6 +51,15 @@ inline vec where_positive(vec y, vec g) {
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
 }
 inline vec min(vec a, vec b) { return _mm512_min_ps(a, b); }
+/// v folded to 4 lanes by halves: lane k + lane k + 8 (or their max), then k + 4.
+inline __m128 fold4_add(vec v) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+inline __m128 fold4_max(vec v) {
+  const __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  return _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
 #elif TROUPE_SIMD_WIDTH == 8
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "TROUPE_SIMD_WIDTH 8 needs AVX2 and FMA in the compiler flags"
@@ -70,6 +79,8 @@ inline vec max(vec a, vec b) { return _mm256_max_ps(a, b); }
 inline vec sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) { return _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
 inline vec min(vec a, vec b) { return _mm256_min_ps(a, b); }
+inline __m128 fold4_add(vec v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); }
+inline __m128 fold4_max(vec v) { return _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); }
 #elif TROUPE_SIMD_WIDTH == 4
 constexpr int width = 4;
 constexpr int registers = 16;
@@ -86,6 +97,8 @@ inline vec max(vec a, vec b) { return _mm_max_ps(a, b); }
 inline vec sub(vec a, vec b) { return _mm_sub_ps(a, b); }
 inline vec where_positive(vec y, vec g) { return _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), g); }
 inline vec min(vec a, vec b) { return _mm_min_ps(a, b); }
+inline __m128 fold4_add(vec v) { return v; }
+inline __m128 fold4_max(vec v) { return v; }
 #else
 #error "TROUPE_SIMD_WIDTH must be 4, 8 or 16"
 #endif
@@ -106,6 +119,21 @@ inline float reduce(vec v) {
   float s = 0.0f;
   for (int i = 0; i < width; ++i) s += lanes[i];
   return s;
+}
+
+/// The sum of v's lanes by halves: lane k + lane k + width / 2 for k < width / 2, and so on to one lane. A
+/// fixed order: a vector of 16 gives the bits of its two halves of 8 added first (sequence_set.cpp's softmax).
+inline float sum_halves(vec v) {
+  __m128 q = fold4_add(v);
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+
+/// The largest of v's lanes (where one is NaN: that or another).
+inline float max_lane(vec v) {
+  __m128 q = fold4_max(v);
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
 }
 
 /// Accumulators a register tile may use: the rest hold loaded operands.

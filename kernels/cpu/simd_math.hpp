@@ -3,7 +3,8 @@
 // e^x and tanh written once for a float and for simd.hpp's vector: the
 // elementwise kernels of a set (elementwise_set.cpp) run the same expression
 // on a vector at a time and on the floats left, and the attention's softmax
-// (sequence.cpp) on a float in loops the compiler vectorizes. Arithmetic is by
+// (sequence_set.cpp) e^x on vectors, as the tests' scalar model of it does on
+// floats. Arithmetic is by
 // operators, which GCC's vector types have too (a float operand is broadcast),
 // so the compiler contracts a * b + c into an FMA alike in both; the rest by
 // the overloads below, which give a float what simd.hpp's functions give a

@@ -1,8 +1,8 @@
 #pragma once
 
 // The kernels written once on simd.hpp's vectors and compiled once per
-// instruction set: conv_direct.cpp, conv_winograd.cpp, elementwise_set.cpp
-// and simd_set.cpp go into one CMake object library per set
+// instruction set: conv_direct.cpp, conv_winograd.cpp, elementwise_set.cpp,
+// sequence_set.cpp and simd_set.cpp go into one CMake object library per set
 // (troupe_kernels_generic, _avx2, _avx512), each with its own compiler flags,
 // TROUPE_SIMD_WIDTH and TROUPE_ISA, the namespace their code lives in.
 // machine.cpp chooses one set when the process starts; the callers
@@ -54,6 +54,12 @@ struct simd_kernel_set {
   /// GELU's tanh approximation, and (a, b) = (x, dy) its derivative times dy.
   unary gelu_forward;
   binary gelu_backward;
+
+  /// Rows [i0, i1) of p [t_len, t_len] (attention_forward's probabilities, sequence_set.cpp): row i
+  /// becomes the softmax of its entries j <= i, e^(p - max) by simd_math.hpp's exp_approx, summed in 16
+  /// lanes in a fixed order (the same bits on every set); entries j > i become 0. A row with a NaN or
+  /// +inf, or all -inf, becomes NaN up to i.
+  void (*causal_softmax)(float* p, int64_t t_len, int64_t i0, int64_t i1);
 };
 
 /// y = f(x) for a tensor, by ranges over ctx's threads (elementwise.cpp).
@@ -73,6 +79,8 @@ void sigmoid_backward(const float* y, const float* dy, float* dx, int64_t n);
 void multiply(const float* a, const float* b, float* y, int64_t n);
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+// sequence_set.cpp's.
+void causal_softmax(float* p, int64_t t_len, int64_t i0, int64_t i1);
 } // namespace TROUPE_ISA
 #endif
 

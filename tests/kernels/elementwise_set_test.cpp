@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -19,17 +18,14 @@
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
 #include "tests/gradcheck.hpp"
+#include "tests/kernels/special_floats.hpp"
 
 using namespace troupe;
+using namespace troupe::testing;
 namespace k = troupe::kernels;
 using set_table = k::detail::simd_kernel_set;
 
 namespace {
-
-const float qnan = std::numeric_limits<float>::quiet_NaN();
-const float inf_f = std::numeric_limits<float>::infinity();
-const float big = std::numeric_limits<float>::max();
-const float tiny = std::numeric_limits<float>::denorm_min();
 
 const std::vector<int64_t> lengths{0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 1000003};
 
@@ -137,12 +133,6 @@ std::vector<float> cycle(const std::vector<float>& values, std::size_t start) {
   std::vector<float> v(53);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = values[(start + i) % values.size()];
   return v;
-}
-
-/// got is want, bit for bit, or both are NaN.
-bool same(float got, float want) {
-  if (std::isnan(want)) return std::isnan(got);
-  return std::memcmp(&got, &want, sizeof got) == 0;
 }
 
 const std::vector<float> specials{qnan, inf_f, -inf_f, -0.0f, 0.0f, tiny, -tiny, big, -big, 1.0f, -1.0f, -2.5f, 3.0f};

@@ -137,7 +137,7 @@ TEST_CASE("each kernel set's causal softmax matches a double softmax on rows of 
       }
 }
 
-TEST_CASE("the causal softmax touches only rows [i0, i1)", "[kernels][softmax]") {
+TEST_CASE("the causal softmax touches only the rows from i0 up to i1", "[kernels][softmax]") {
   for (const auto& [set, table] : k::detail::runnable_simd_kernels()) {
     INFO(set);
     const scores in = random_scores(40, 3, -4, 4);

@@ -104,18 +104,8 @@ const path paths[] = {{"automatic", k::conv_path::automatic},
                       {"im2col", k::conv_path::im2col}};
 constexpr std::size_t path_count = sizeof(paths) / sizeof(paths[0]);
 
-} // namespace
-
-int main(int argc, char** argv) {
-  const options o = parse(argc, argv);
-  openblas_set_num_threads(o.threads);
-  // OpenBLAS sgemm 1024^3, the yardstick.
-  const int n = 1024;
-  tensor a = random_tensor({n, n}, 1), bm = random_tensor({n, n}, 2), cm = tensor::zeros({n, n});
-  std::vector<std::function<void()>> fs{[&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, bm.data(), n, 0.0f,
-                cm.data(), n);
-  }};
+/// The layers `o` asks for, each with its random input, weights and output gradient.
+std::vector<setup> setups_of(const options& o) {
   std::vector<setup> ss;
   for (const layer& l : layers_of(o.layers)) {
     if (l.name.find(o.only) == std::string::npos) continue;
@@ -128,6 +118,22 @@ int main(int argc, char** argv) {
     s.dy = random_tensor(k::conv2d_output_shape(s.x.shape(), s.g), 6);
     ss.push_back(std::move(s));
   }
+  return ss;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  openblas_set_num_threads(o.threads);
+  // OpenBLAS sgemm 1024^3, the yardstick.
+  const int n = 1024;
+  tensor a = random_tensor({n, n}, 1), bm = random_tensor({n, n}, 2), cm = tensor::zeros({n, n});
+  std::vector<std::function<void()>> fs{[&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, bm.data(), n, 0.0f,
+                cm.data(), n);
+  }};
+  std::vector<setup> ss = setups_of(o);
   // Per layer and path: forward, and forward + backward; the GEMM first.
   for (setup& s : ss)
     for (const path& p : paths) {

@@ -15,6 +15,15 @@ namespace troupe::model {
 using layer_list = std::vector<std::unique_ptr<layer>>;
 using state_list = std::vector<std::unique_ptr<layer_state>>;
 
+/// Kernel fusion between neighbours of the chain (layer::fuse_next): each
+/// layer is asked about the next, and the next told whether it is applied
+/// by it; the first is applied by none.
+void fuse_chain(layer_list& chain);
+
+/// A layer needs its input gradient when the chain's input needs one
+/// (`input_needs_grad`) or a layer before it in the chain learns.
+void set_needs_input_grad_chain(layer_list& chain, bool input_needs_grad);
+
 /// One new state per layer of `chain`, for one call at a time.
 state_list make_states(const layer_list& chain);
 

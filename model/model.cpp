@@ -12,6 +12,22 @@ namespace {
 std::string layer_name(const layer& l, std::size_t i) { return l.kind() + " #" + std::to_string(i + 1); }
 } // namespace
 
+void fuse_chain(layer_list& chain) {
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const bool fused = chain[i]->fuse_next(i + 1 < chain.size() ? chain[i + 1].get() : nullptr);
+    if (i + 1 < chain.size()) chain[i + 1]->set_applied_by_previous(fused);
+  }
+  if (!chain.empty()) chain.front()->set_applied_by_previous(false);
+}
+
+void set_needs_input_grad_chain(layer_list& chain, bool input_needs_grad) {
+  bool learns_upstream = input_needs_grad;
+  for (auto& l : chain) {
+    l->set_needs_input_grad(learns_upstream);
+    if (!l->parameters().empty()) learns_upstream = true;
+  }
+}
+
 state_list make_states(const layer_list& chain) {
   state_list out;
   out.reserve(chain.size());
@@ -63,26 +79,15 @@ model& model::build(const shape& input, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (auto& l : layers_) l->initialize(rng);
   name_parameters();
-  fuse();
+  fuse_chain(layers_);
   // A layer needs its input gradient only if a layer before it learns: the
   // MLP's first dense layer (after flatten) skips a 64x256x784 product per step.
-  bool learns_upstream = false;
-  for (auto& l : layers_) {
-    l->set_needs_input_grad(learns_upstream);
-    if (!l->parameters().empty()) learns_upstream = true;
-  }
+  set_needs_input_grad_chain(layers_, false);
   input_ = input;
   built_ = true;
   return *this;
 }
 
-void model::fuse() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const bool fused = layers_[i]->fuse_next(i + 1 < layers_.size() ? layers_[i + 1].get() : nullptr);
-    if (i + 1 < layers_.size()) layers_[i + 1]->set_applied_by_previous(fused);
-  }
-  if (!layers_.empty()) layers_.front()->set_applied_by_previous(false);
-}
 
 void model::require_built(const char* what) const {
   if (!built_) throw error(std::string("model::") + what + ": call build(input_shape) first");
@@ -206,7 +211,7 @@ model model::slice(std::size_t first, std::size_t last) {
   // A stage after the first sends d(loss)/d(its input) back: every layer computes its input gradient.
   if (out.first_ > 0)
     for (auto& l : out.layers_) l->set_needs_input_grad(true);
-  out.fuse();  // a stage's last layer applies no ReLU of the next stage
+  fuse_chain(out.layers_);  // a stage's last layer applies no ReLU of the next stage
   out.built_ = true;
   layers_.clear();
   shapes_.clear();
@@ -253,12 +258,13 @@ model::flat_buffers model::flatten() {
 }
 
 void model::bind(const float* values, float* grads) {
-  const param_layout l = layout();
-  const std::vector<parameter*> ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const layout_entry& e = l[i];
-    ps[i]->value = tensor::wrap_read_only(e.dims, values + e.offset);
-    ps[i]->grad = tensor::wrap(e.dims, grads + e.offset);
+  // layout()'s offsets, without building it (a stage binds before every action): one tensor after another.
+  int64_t at = 0;
+  for (parameter* p : parameters()) {
+    const shape s = p->value.shape();
+    p->value = tensor::wrap_read_only(s, values + at);
+    p->grad = tensor::wrap(s, grads + at);
+    at += s.numel();
   }
 }
 

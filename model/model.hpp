@@ -136,8 +136,6 @@ public:
   layer& at(std::size_t i) { return *layers_.at(i); }
 
 private:
-  /// Kernel fusion between neighbours of this chain (layer::fuse_next), decided again after a slice.
-  void fuse();
   /// Gives every parameter its name in the whole model ("3.dense.weight"),
   /// once, when the model is built: names never change afterwards.
   void name_parameters();

@@ -125,30 +125,16 @@ public:
 
   void set_needs_input_grad(bool b) override {
     layer::set_needs_input_grad(b);
-    for (layers* chain : {&body_, &projection_}) {
-      // As model::build: a layer needs its input gradient when the block's
-      // input needs one or a layer before it (inside the block) learns.
-      bool learns_upstream = b;
-      for (auto& l : *chain) {
-        l->set_needs_input_grad(learns_upstream);
-        if (!l->parameters().empty()) learns_upstream = true;
-      }
-    }
+    // As model::build: a layer needs its input gradient when the block's
+    // input needs one or a layer before it (inside the block) learns.
+    set_needs_input_grad_chain(body_, b);
+    set_needs_input_grad_chain(projection_, b);
   }
 
 private:
   /// "conv2d #2 inside", "conv2d #1 of the projection".
   static std::string inner_name(const layer& l, std::size_t i, bool projection) {
     return l.kind() + " #" + std::to_string(i + 1) + (projection ? " of the projection" : " inside");
-  }
-
-  /// Fusion inside a chain of the block, as model::build does for the model's.
-  static void fuse_chain(layers& chain) {
-    for (std::size_t i = 0; i < chain.size(); ++i) {
-      const bool fused = chain[i]->fuse_next(i + 1 < chain.size() ? chain[i + 1].get() : nullptr);
-      if (i + 1 < chain.size()) chain[i + 1]->set_applied_by_previous(fused);
-    }
-    if (!chain.empty()) chain.front()->set_applied_by_previous(false);
   }
 
   static shape infer_chain(layers& chain, const shape& in, const std::string& source, bool projection) {

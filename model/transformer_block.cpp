@@ -43,11 +43,7 @@ public:
   }
 
   bool fuse_next(const layer*) override {
-    for (std::size_t i = 0; i < chain_.size(); ++i) {
-      const bool fused = chain_[i]->fuse_next(i + 1 < chain_.size() ? chain_[i + 1].get() : nullptr);
-      if (i + 1 < chain_.size()) chain_[i + 1]->set_applied_by_previous(fused);
-    }
-    chain_.front()->set_applied_by_previous(false);
+    fuse_chain(chain_);
     return false;
   }
 
@@ -93,11 +89,7 @@ public:
 
   void set_needs_input_grad(bool b) override {
     layer::set_needs_input_grad(b);
-    bool learns_upstream = b;
-    for (auto& l : chain_) {
-      l->set_needs_input_grad(learns_upstream);
-      if (!l->parameters().empty()) learns_upstream = true;
-    }
+    set_needs_input_grad_chain(chain_, b);
   }
 
 private:

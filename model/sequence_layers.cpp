@@ -209,12 +209,6 @@ public:
   }
 };
 
-/// `t` itself when it has shape `s` (a buffer kept, or a caller's memory), else a new tensor of `s`.
-tensor& shaped(tensor& t, const shape& s) {
-  if (!t.defined() || t.shape() != s) t = tensor::empty(s);
-  return t;
-}
-
 /// y = x W^T + b over the rows of a [rows, in] view; the weights a sequence
 /// dense layer and the attention's projections share. A call's buffers are
 /// the caller's.
@@ -227,17 +221,22 @@ struct row_dense {
     init_weights(w.value, in, out, s, rng, scale);
     if (bias) b.value = tensor::zeros({out});
   }
-  /// y [..., out] for x [..., in], written into `y` when it has that shape.
+  /// y [..., out] for x [..., in], written into `y` when it has that shape (k::ensure_shape).
   void forward(const k::context& ctx, const tensor& x, tensor& y) const {
-    tensor y2 = as_rows(shaped(y, with_last(x.shape(), w.value.dim(0))));
+    k::ensure_shape(y, with_last(x.shape(), w.value.dim(0)));
+    tensor y2 = as_rows(y);
     k::dense_forward(ctx, as_rows(x), w.value, b.value, y2);
   }
   /// dx, of the shape of the forward pass's input x, written into `dx` when
   /// it has that shape; undefined when not wanted.
   void backward(const k::context& ctx, const tensor& x, const tensor& dy, bool want_dx, tensor& dx) {
     tensor dx2;
-    if (want_dx) dx2 = as_rows(shaped(dx, x.shape()));
-    else dx = tensor();
+    if (want_dx) {
+      k::ensure_shape(dx, x.shape());
+      dx2 = as_rows(dx);
+    } else {
+      dx = tensor();
+    }
     k::dense_backward(ctx, as_rows(x), w.value, as_rows(dy), want_dx ? &dx2 : nullptr, w.grad,
                       bias ? &b.grad : nullptr);
   }

@@ -15,7 +15,7 @@ namespace troupe::actors {
 
 net::message to_wire(const collective_message& m, const net::address& from, const net::address& to) {
   const bool bf16 = !m.bf16.empty();
-  const std::size_t bytes = bf16 ? m.bf16.size() * sizeof(uint16_t) : m.data.size() * sizeof(float);
+  const std::size_t bytes = bf16 ? m.bf16.size() * sizeof(uint16_t) : m.f32_count() * sizeof(float);
   auto b = net::make_builder(bytes);
   auto c = net::init_envelope(*b, from, to).initCollective();
   c.setEpoch(m.epoch);
@@ -28,7 +28,7 @@ net::message to_wire(const collective_message& m, const net::address& from, cons
   c.setReceiver(m.receiver);
   c.setBf16(bf16);
   auto payload = c.initPayload(static_cast<unsigned>(bytes));
-  if (bytes > 0) std::memcpy(payload.begin(), bf16 ? static_cast<const void*>(m.bf16.data()) : m.data.data(), bytes);
+  if (bytes > 0) std::memcpy(payload.begin(), bf16 ? static_cast<const void*>(m.bf16.data()) : m.f32(), bytes);
   return net::message::from_builder(std::move(b));
 }
 
@@ -40,7 +40,7 @@ void send_collective(const std::vector<collective_message>& msgs, const net::add
   }
 }
 
-collective_message from_wire(const net::envelope_reader& r) {
+collective_message view_from_wire(const net::envelope_reader& r) {
   if (r.root().which() != wire::Envelope::COLLECTIVE)
     throw net::message_error(net::reject_reason::unknown_kind, "expected a Collective");
   auto c = r.root().getCollective();
@@ -57,10 +57,17 @@ collective_message from_wire(const net::envelope_reader& r) {
   if (c.getBf16()) {
     m.bf16.resize(payload.size() / sizeof(uint16_t));
     if (!m.bf16.empty()) std::memcpy(m.bf16.data(), payload.begin(), payload.size());
-  } else {
-    m.data.resize(payload.size() / sizeof(float));
-    if (!m.data.empty()) std::memcpy(m.data.data(), payload.begin(), payload.size());
+  } else if (payload.size() > 0) {
+    // The frame's segments are 8-byte aligned and a Data field starts on a word.
+    m.view = reinterpret_cast<const float*>(payload.begin());
+    m.view_count = static_cast<int64_t>(payload.size() / sizeof(float));
   }
+  return m;
+}
+
+collective_message from_wire(const net::envelope_reader& r) {
+  collective_message m = view_from_wire(r);
+  m.own();
   return m;
 }
 
@@ -140,7 +147,7 @@ public:
                   std::to_string(c.layout.numel()));
     if (!c.state.empty()) opt_.restore(c.state.data(), static_cast<int64_t>(c.state.size()), "allreduce");
     for (std::size_t i = 0; i < c.members.size(); ++i) group_.push_back(static_cast<int32_t>(i));
-    core_ = std::make_unique<collective_core>(group_, c.member, 0, c.options);
+    core_ = std::make_unique<collective_core>(group_, c.member, 0, collective_options(c.options).views());
   }
   bool ready() const override { return !in_step_ && !syncing_; }
   /// The replica's own values: all there, but for a step that waits for its reduction.
@@ -174,7 +181,7 @@ public:
   }
   std::vector<outgoing> on_collective(const net::opened_message& m) override {
     std::vector<outgoing> out;
-    route(from_wire(*m), out);
+    route(view_from_wire(*m), out);
     return out;
   }
   std::vector<outgoing> on_pull(const net::opened_message& m) override {
@@ -216,7 +223,10 @@ private:
   const net::address& self() const { return c_.members[static_cast<std::size_t>(c_.member)]; }
   std::string name() const { return net::to_string(self()); }
   void route(collective_message in, std::vector<outgoing>& out) {
-    if (in.epoch > epoch_) future_.push_back(std::move(in));  // a group this worker has not heard of yet
+    if (in.epoch > epoch_) {  // a group this worker has not heard of yet
+      in.own();
+      future_.push_back(std::move(in));
+    }
     else if (in.epoch == epoch_ && !held_) take(in, out);      // else of a group that is over: dropped
   }
   /// A piece of the group's operation under way (or of the next one).
@@ -345,7 +355,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   epoch_ = g.epoch;
   snapshots_.clear();  // kept before a step that may be redone in the new group
   group_.assign(g.members.begin(), g.members.end());
-  core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, c_.options);
+  core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, collective_options(c_.options).views());
   held_ = active_ = false;
   if (joiner) {
     in_step_ = backward_done_ = false;  // its step in flight was on other parameters: dropped

@@ -74,7 +74,10 @@ net::message to_wire(const collective_message& m, const net::address& from, cons
 /// Each of `msgs` as an envelope from `from` to its receiver, `members[receiver]`, appended to `out`.
 void send_collective(const std::vector<collective_message>& msgs, const net::address& from,
                      const std::vector<net::address>& members, std::vector<outgoing>& out);
-/// A Collective message read back; throws net::message_error for another kind.
+/// A Collective message read back, its payload copied; throws net::message_error for another kind.
 collective_message from_wire(const net::envelope_reader& r);
+/// The same, a float32 payload viewed in `r`'s frame (collective_message::view):
+/// valid while the frame is; own() it to keep it longer.
+collective_message view_from_wire(const net::envelope_reader& r);
 
 } // namespace troupe::actors

@@ -305,7 +305,7 @@ void collective_core::run(std::vector<collective_message>& out) {
     } else {
       auto it = kept_.find(cursor_);
       if (it == kept_.end()) return;
-      apply(s, it->second);
+      apply(s, it->second, out);
       kept_.erase(it);
     }
     slots_[cursor_] = slot::taken;
@@ -342,7 +342,12 @@ collective_message collective_core::make(const step& s) {
   if (s.count == 0) return m;
   float* src = buf_ + s.offset;
   if (opt_.payload == collective_payload::f32) {
-    m.data.assign(src, src + s.count);
+    if (opt_.send_views) {
+      m.view = src;
+      m.view_count = s.count;
+    } else {
+      m.data.assign(src, src + s.count);
+    }
     return m;
   }
   // What is sent is rounded here too, so that sender and receiver sum the same operands.
@@ -354,15 +359,18 @@ collective_message collective_core::make(const step& s) {
   return m;
 }
 
-void collective_core::apply(const step& s, const collective_message& m) {
+void collective_core::apply(const step& s, const collective_message& m, std::vector<collective_message>& out) {
   if (s.count == 0) return;
-  const float* in = m.data.data();
+  float* dst = buf_ + s.offset;
+  // A piece this call already made may view the elements about to change: it keeps its own copy.
+  for (collective_message& sent : out)
+    if (sent.view != nullptr && sent.view < dst + s.count && dst < sent.view + sent.view_count) sent.own();
+  const float* in = m.f32();
   if (opt_.payload == collective_payload::bf16) {
     scratch_.resize(static_cast<std::size_t>(s.count));
     for (int64_t i = 0; i < s.count; ++i) scratch_[static_cast<std::size_t>(i)] = from_bf16(m.bf16[static_cast<std::size_t>(i)]);
     in = scratch_.data();
   }
-  float* dst = buf_ + s.offset;
   if (!s.add)
     std::copy(in, in + s.count, dst);
   else if (s.incoming_first)
@@ -399,8 +407,8 @@ bool collective_core::check_header(const collective_message& m) {
 int64_t collective_core::find_step(const collective_message& m) {
   const int32_t peer = rank_of(m.sender);
   const auto in_round = round_chunk_.find({peer, m.round});
-  const std::size_t want = opt_.payload == collective_payload::f32 ? m.data.size() : m.bf16.size();
-  const std::size_t other = opt_.payload == collective_payload::f32 ? m.bf16.size() : m.data.size();
+  const std::size_t want = opt_.payload == collective_payload::f32 ? m.f32_count() : m.bf16.size();
+  const std::size_t other = opt_.payload == collective_payload::f32 ? m.bf16.size() : m.f32_count();
   auto it = receives_.find({peer, m.round, m.offset});
   if (m.kind != kind_) {
     reject(collective_reject::wrong_kind, m, "op " + std::to_string(op_) + " is of another kind");
@@ -432,10 +440,10 @@ void collective_core::take(const collective_message& m, std::vector<collective_m
     // Before its turn: kept, and applied in program order.
     ++stats_.early;
     slots_[at] = slot::kept;
-    kept_.emplace(at, m);
+    kept_.emplace(at, m).first->second.own();
     return;
   }
-  apply(program_[at], m);
+  apply(program_[at], m, out);
   slots_[at] = slot::taken;
   ++cursor_;
   run(out);
@@ -450,6 +458,7 @@ std::vector<collective_message> collective_core::accept(const collective_message
     // An operation not yet started: checked and taken when it starts.
     ++stats_.ahead;
     early_.push_back(m);
+    early_.back().own();
   }
   return out;
 }

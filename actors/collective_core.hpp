@@ -58,6 +58,11 @@ struct collective_options {
   /// member run one more ahead (the caller raises this, or puts a barrier
   /// after a broadcast).
   uint64_t ops_ahead = 1;
+  /// The float32 messages the core returns view the buffer (collective_message::view)
+  /// instead of copying it: the caller must write each one out (to_wire) before
+  /// its next call into the core, which may change those elements. Spares a
+  /// copy and an allocation per piece; the transport's members set it.
+  bool send_views = false;
 
   collective_options& piece(int64_t elements) {
     piece_elements = elements;
@@ -75,11 +80,19 @@ struct collective_options {
     ops_ahead = ops;
     return *this;
   }
+  collective_options& views(bool on = true) {
+    send_views = on;
+    return *this;
+  }
 };
 
 /// One piece of one round of one operation. `sender` and `receiver` are
 /// member ids (not ranks); `offset` is the piece's first element in the
-/// buffer; the payload is `data` (f32) or `bf16`, the other one empty.
+/// buffer; the payload is `data` (f32) or `bf16`, the other one empty, or an
+/// f32 payload held elsewhere (`view`, `view_count`; `data` then empty): the
+/// sender's buffer (collective_options::send_views) or a received frame
+/// (from_wire), valid only as long as that memory is. A core that keeps a
+/// message past accept() keeps its own copy (own()).
 struct collective_message {
   uint64_t epoch = 0;
   uint64_t op = 0;
@@ -91,6 +104,19 @@ struct collective_message {
   int32_t receiver = -1;
   std::vector<float> data;
   std::vector<uint16_t> bf16;
+  const float* view = nullptr;
+  int64_t view_count = 0;
+
+  /// The float32 payload, wherever it is held.
+  const float* f32() const { return view != nullptr ? view : data.data(); }
+  std::size_t f32_count() const { return view != nullptr ? static_cast<std::size_t>(view_count) : data.size(); }
+  /// Copies a viewed payload into `data`: the message no longer depends on that memory.
+  void own() {
+    if (view == nullptr) return;
+    data.assign(view, view + view_count);
+    view = nullptr;
+    view_count = 0;
+  }
 };
 
 /// Why a message was rejected (never applied).
@@ -179,7 +205,8 @@ private:
   /// The operation's end: bf16 results rounded alike everywhere, the program let go.
   void finish();
   collective_message make(const step& s);
-  void apply(const step& s, const collective_message& m);
+  /// Applies the receive `s`; `out`: the messages this call made so far.
+  void apply(const step& s, const collective_message& m, std::vector<collective_message>& out);
   /// Checks epoch, sender, receiver and operation; false (counted) when rejected.
   bool check_header(const collective_message& m);
   /// The receive step `m` is, of the operation under way; -1 (counted) when rejected.

@@ -62,7 +62,7 @@ stage_core::stage_core(stage_config c, model::model net, std::vector<float> init
                   std::to_string(c_.pipeline.size()));
     std::vector<int32_t> ids(c_.pipeline.size());
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    norm_group_ = std::make_unique<collective_core>(ids, c_.index, 0);
+    norm_group_ = std::make_unique<collective_core>(ids, c_.index, 0, collective_options().views());
   }
 }
 
@@ -378,7 +378,7 @@ void stage_core::apply(std::vector<outgoing>& out) {
 }
 
 void stage_core::take_norm(const net::envelope_reader& r) {
-  accept_piece(*norm_group_, from_wire(r), c_.plan.address, c_.pipeline, weights_out_, track_ + ": the norm's sum: ");
+  accept_piece(*norm_group_, view_from_wire(r), c_.plan.address, c_.pipeline, weights_out_, track_ + ": the norm's sum: ");
   if (norming_ && norm_group_->done()) clip_and_apply(weights_out_);
 }
 

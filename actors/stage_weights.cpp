@@ -82,7 +82,7 @@ public:
         n_(n) {
     std::vector<int32_t> ids(peers.size());
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    group_ = std::make_unique<collective_core>(ids, member, 0);
+    group_ = std::make_unique<collective_core>(ids, member, 0, collective_options().views());
   }
   bool reduce(const kernels::context&, float* g, std::vector<outgoing>& out) override {
     g_ = g;
@@ -96,7 +96,7 @@ public:
   }
   taken take(const net::envelope_reader& r, param_holder& w, std::vector<outgoing>& out) override {
     if (r.root().which() != wire::Envelope::COLLECTIVE) return stage_weights::take(r, w, out);
-    accept_piece(*group_, from_wire(r), self(), peers_, out, who_ + ": ");
+    accept_piece(*group_, view_from_wire(r), self(), peers_, out, who_ + ": ");
     return reducing_ && group_->done() && finish() ? taken::reduced : taken::nothing;
   }
   bool waiting() const override { return reducing_; }

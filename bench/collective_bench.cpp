@@ -204,8 +204,9 @@ private:
       net::message m = next();
       auto r = std::make_shared<const net::envelope_reader>(m, net::peer_limits());
       net::require_accepted(wire::Role::WORKER, *r, "collective_bench member " + std::to_string(c_.rank));
-      collective_message cm = from_wire(*r);
+      collective_message cm = view_from_wire(*r);
       if (cm.epoch > core_->epoch()) {  // a member already in the next configuration
+        cm.own();
         later_.push_back(std::move(cm));
         continue;
       }
@@ -265,7 +266,7 @@ public:
   /// Measures one (algorithm, piece, size) point; every member runs the same program.
   row measure(algo a, int64_t piece, std::size_t bytes) {
     collective_options o;
-    o.piece(piece).ahead(2).small_threshold(a == algo::doubling || a == algo::tree ? int64_t{1} << 62 : 0);
+    o.piece(piece).ahead(2).views().small_threshold(a == algo::doubling || a == algo::tree ? int64_t{1} << 62 : 0);
     m_.configure(o);
     const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
     buf_.assign(static_cast<std::size_t>(n), 0.0f);

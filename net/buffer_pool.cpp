@@ -1,5 +1,6 @@
 #include "net/buffer_pool.hpp"
 
+#include <cstring>
 #include <new>
 
 namespace troupe::net {
@@ -11,8 +12,8 @@ std::byte* allocate(std::size_t capacity) { return static_cast<std::byte*>(::ope
 void deallocate(std::byte* p) { ::operator delete(p, alignment); }
 } // namespace
 
-std::shared_ptr<buffer_pool> buffer_pool::create(std::size_t max_cached_bytes) {
-  return std::shared_ptr<buffer_pool>(new buffer_pool(max_cached_bytes));
+std::shared_ptr<buffer_pool> buffer_pool::create(std::size_t max_cached_bytes, bool zeroed) {
+  return std::shared_ptr<buffer_pool>(new buffer_pool(max_cached_bytes, zeroed));
 }
 
 buffer_pool::~buffer_pool() {
@@ -45,7 +46,10 @@ std::shared_ptr<pooled_buffer> buffer_pool::acquire(std::size_t bytes) {
       ++stats_.allocations;
     }
   }
-  if (!p) p = allocate(capacity);
+  if (!p) {
+    p = allocate(capacity);
+    if (zeroed_) std::memset(p, 0, capacity);
+  }
   return std::shared_ptr<pooled_buffer>(new pooled_buffer(shared_from_this(), p, capacity));
 }
 

@@ -45,7 +45,11 @@ struct buffer_pool_stats {
 class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
 public:
   /// At most `max_cached_bytes` of free buffers are kept; more are freed.
-  static std::shared_ptr<buffer_pool> create(std::size_t max_cached_bytes = std::size_t(512) << 20);
+  /// `zeroed`: buffers are handed out all zero, fresh ones zeroed here, and
+  /// their holders give them back zero (a Cap'n Proto builder's first
+  /// segment: its destructor zeroes what it used).
+  static std::shared_ptr<buffer_pool> create(std::size_t max_cached_bytes = std::size_t(512) << 20,
+                                             bool zeroed = false);
   ~buffer_pool();
 
   /// A buffer of at least `bytes` (64-byte aligned), reused when a free one fits.
@@ -56,11 +60,12 @@ public:
   static std::size_t capacity_for(std::size_t bytes);
 
 private:
-  explicit buffer_pool(std::size_t max_cached) : max_cached_(max_cached) {}
+  buffer_pool(std::size_t max_cached, bool zeroed) : max_cached_(max_cached), zeroed_(zeroed) {}
   friend class pooled_buffer;
   void release(std::byte* data, std::size_t capacity);
 
   const std::size_t max_cached_;
+  const bool zeroed_;
   mutable std::mutex mutex_;
   std::multimap<std::size_t, std::byte*> free_;  // capacity -> buffer
   buffer_pool_stats stats_;

@@ -1,4 +1,5 @@
 #include "net/message.hpp"
+#include "net/buffer_pool.hpp"
 
 #include "net/protocol.hpp"
 
@@ -81,10 +82,36 @@ std::size_t message::bytes() const {
 
 bool message::framed() const { return state_ && state_->framed; }
 
+namespace {
+
+struct pooled_segment {
+  std::shared_ptr<pooled_buffer> buffer;
+};
+
+/// A builder whose first segment is a buffer of the send pool, handed back
+/// (zero again: the builder's destructor zeroes what it used) with the message.
+class pooled_builder : private pooled_segment, public capnp::MallocMessageBuilder {
+public:
+  pooled_builder(std::shared_ptr<pooled_buffer> b, std::size_t words)
+      : pooled_segment{std::move(b)},
+        capnp::MallocMessageBuilder(kj::arrayPtr(reinterpret_cast<capnp::word*>(buffer->data()), words)) {}
+};
+
+/// First segments of large messages: reused instead of fresh from malloc,
+/// whose large blocks come and go as mapped pages (a page fault per 4 KiB).
+const std::shared_ptr<buffer_pool>& send_pool() {
+  static const std::shared_ptr<buffer_pool> pool = buffer_pool::create(std::size_t(64) << 20, true);
+  return pool;
+}
+
+} // namespace
+
 std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes) {
   // Headers: a few words per tensor (its pointer, shape and struct); 64 per 8 KiB is ample.
-  const std::size_t words = payload_bytes / 8 + payload_bytes / 1024 + 1024;
-  return std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(std::min<std::size_t>(words, 1u << 28)));
+  const std::size_t words = std::min<std::size_t>(payload_bytes / 8 + payload_bytes / 1024 + 1024, 1u << 28);
+  if (payload_bytes >= pooled_payload_bytes)
+    return std::make_unique<pooled_builder>(send_pool()->acquire(words * sizeof(capnp::word)), words);
+  return std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(words));
 }
 
 wire::Envelope::Builder init_envelope(capnp::MallocMessageBuilder& b, const address& source,

@@ -76,8 +76,10 @@ private:
 };
 
 /// A builder whose first segment holds `payload_bytes` and the message around
-/// them, so that a message is one segment (a gather-write of one buffer).
+/// them, so that a message is one segment (a gather-write of one buffer). From
+/// pooled_payload_bytes on, that segment comes from a process-wide pool.
 std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes = 0);
+constexpr std::size_t pooled_payload_bytes = std::size_t(64) << 10;
 
 /// Starts a message in `b`: schema version, source and destination. Set one
 /// member of the union on the result.

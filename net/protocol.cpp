@@ -1,6 +1,8 @@
 #include "net/protocol.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace troupe::net {
 
@@ -13,7 +15,15 @@ void check_finite(const float* data, int64_t n, const std::string& what, const r
   if (l.finite_scan) {
     finite = l.finite_scan(l.scan_context, data, n);
   } else {
-    for (int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(data[i]);
+    // The floats whose exponent bits are all ones, by blocks: an integer
+    // reduction over the bits vectorizes where std::isfinite does not.
+    const auto* bits = reinterpret_cast<const uint32_t*>(data);
+    for (int64_t b = 0; b < n && finite; b += 4096) {
+      uint32_t bad = 0;
+      for (int64_t i = b, e = std::min<int64_t>(n, b + 4096); i < e; ++i)
+        bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+      finite = bad == 0;
+    }
   }
   if (!finite) throw message_error(reject_reason::non_finite, what + ": NaN or Inf in the payload");
 }

@@ -1,5 +1,6 @@
 #include "train/profile_cache.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,7 +12,16 @@ namespace troupe::train {
 
 namespace {
 
-constexpr const char* magic = "troupe-profile 1";
+// Version 2 holds several entries, one per key; version 1 (one entry) reads the same way.
+constexpr const char* magic = "troupe-profile 2";
+constexpr const char* magic_v1 = "troupe-profile 1";
+/// The most entries a file keeps: the oldest goes when a new key comes.
+constexpr std::size_t max_entries = 32;
+
+struct entry {
+  std::string key;
+  std::vector<model::layer_cost> costs;
+};
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -38,39 +48,85 @@ std::string profile_key(const std::string& architecture, const std::string& meas
   return key;
 }
 
+namespace {
+
+/// One entry's costs, after its key line; a reason in `why` when unreadable.
+bool read_costs(std::istream& in, std::vector<model::layer_cost>& costs, std::string& why) {
+  std::size_t count = 0;
+  if (!(in >> count) || count > (std::size_t(1) << 20)) {
+    why = "truncated or not a layer count";
+    return false;
+  }
+  costs.assign(count, {});
+  for (std::size_t i = 0; i < count; ++i) {
+    model::layer_cost& c = costs[i];
+    if (!(in >> c.fwd_s >> c.bwd_s >> c.param_bytes >> c.act_bytes)) {
+      why = "truncated or not a number at layer " + std::to_string(i);
+      return false;
+    }
+    if (!std::isfinite(c.fwd_s) || !std::isfinite(c.bwd_s) || c.fwd_s < 0 || c.bwd_s < 0 || c.param_bytes < 0 ||
+        c.act_bytes < 0) {
+      why = "a negative or non-finite cost at layer " + std::to_string(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Every entry of `path`, in the order written: none for a missing file;
+/// nothing, with the reason in `why`, for a file that is not a profile.
+std::optional<std::vector<entry>> read_entries(const std::string& path, std::string* why) {
+  std::vector<entry> out;
+  std::ifstream in(path);
+  if (!in) return out;  // not measured yet
+  std::string first, what;
+  if (!std::getline(in, first) || (first != magic && first != magic_v1)) what = "not a troupe profile (first line)";
+  for (entry e; what.empty() && std::getline(in >> std::ws, e.key);) {
+    if (!read_costs(in, e.costs, what)) break;
+    out.push_back(std::move(e));
+  }
+  if (what.empty() && out.empty()) what = "truncated before its key";
+  if (what.empty()) return out;
+  if (why) *why = "profile cache " + path + ": " + what;
+  return std::nullopt;
+}
+
+} // namespace
+
 std::optional<std::vector<model::layer_cost>> read_profile(const std::string& path, const std::string& key,
                                                            std::size_t layers, std::string* why) {
   if (why) why->clear();
-  std::ifstream in(path);
-  if (!in) return std::nullopt;  // not measured yet
-  std::string first, saved_key;
-  if (!std::getline(in, first) || first != magic) return fail(why, path, "not a troupe profile (first line)");
-  if (!std::getline(in, saved_key)) return fail(why, path, "truncated before its key");
-  if (saved_key != key) return std::nullopt;  // another model, batch, thread count or machine
-  std::size_t count = 0;
-  if (!(in >> count) || count != layers)
-    return fail(why, path, "holds " + std::to_string(count) + " layers, the model has " + std::to_string(layers));
-  std::vector<model::layer_cost> costs(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    model::layer_cost& c = costs[i];
-    if (!(in >> c.fwd_s >> c.bwd_s >> c.param_bytes >> c.act_bytes))
-      return fail(why, path, "truncated or not a number at layer " + std::to_string(i));
-    if (!std::isfinite(c.fwd_s) || !std::isfinite(c.bwd_s) || c.fwd_s < 0 || c.bwd_s < 0 || c.param_bytes < 0 ||
-        c.act_bytes < 0)
-      return fail(why, path, "a negative or non-finite cost at layer " + std::to_string(i));
+  std::optional<std::vector<entry>> entries = read_entries(path, why);
+  if (!entries) return std::nullopt;
+  for (entry& e : *entries) {
+    if (e.key != key) continue;
+    if (e.costs.size() != layers)
+      return fail(why, path,
+                  "holds " + std::to_string(e.costs.size()) + " layers, the model has " + std::to_string(layers));
+    return std::move(e.costs);
   }
-  return costs;
+  return std::nullopt;  // another model, batch, thread count or machine
 }
 
 void write_profile(const std::string& path, const std::string& key, const std::vector<model::layer_cost>& costs) {
+  // The other keys' entries stay (a file that cannot be read is replaced);
+  // this key's goes last, and the oldest go beyond max_entries.
+  std::vector<entry> entries = read_entries(path, nullptr).value_or(std::vector<entry>{});
+  entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const entry& e) { return e.key == key; }),
+                entries.end());
+  entries.push_back({key, costs});
+  if (entries.size() > max_entries) entries.erase(entries.begin(), entries.end() - max_entries);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) throw error("--profile-cache: cannot write " + tmp);
-    out << magic << "\n" << key << "\n" << costs.size() << "\n";
+    out << magic << "\n";
     out.precision(17);
-    for (const model::layer_cost& c : costs)
-      out << c.fwd_s << " " << c.bwd_s << " " << c.param_bytes << " " << c.act_bytes << "\n";
+    for (const entry& e : entries) {
+      out << e.key << "\n" << e.costs.size() << "\n";
+      for (const model::layer_cost& c : e.costs)
+        out << c.fwd_s << " " << c.bwd_s << " " << c.param_bytes << " " << c.act_bytes << "\n";
+    }
     out.flush();
     if (!out) throw error("--profile-cache: cannot write " + tmp);
   }

@@ -16,8 +16,9 @@
 namespace troupe::train {
 
 /// What a profile was measured for: the model's architecture, the
-/// micro-batch, the threads and this machine's CPU. A file of another key
-/// is measured again and overwritten.
+/// micro-batch, the threads and this machine's CPU. A file holds one entry
+/// per key (up to 32, the oldest dropped first): a key it does not hold is
+/// measured and added, and the others stay.
 std::string profile_key(const std::string& architecture, const std::string& measured_for);
 
 /// The costs saved in `path` under `key` for a model of `layers` layers;
@@ -27,9 +28,10 @@ std::string profile_key(const std::string& architecture, const std::string& meas
 std::optional<std::vector<model::layer_cost>> read_profile(const std::string& path, const std::string& key,
                                                            std::size_t layers, std::string* why = nullptr);
 
-/// Saves `costs` under `key` to `path` (written to a temporary file, then
-/// renamed: a reader never sees half a file). Throws troupe::error naming
-/// the path when it cannot be written.
+/// Saves `costs` under `key` to `path`, beside the other keys' entries there
+/// (written to a temporary file, then renamed: a reader never sees half a
+/// file; two processes writing at once may lose one's entry, never corrupt
+/// the file). Throws troupe::error naming the path when it cannot be written.
 void write_profile(const std::string& path, const std::string& key, const std::vector<model::layer_cost>& costs);
 
 /// Measured layer costs kept in memory by key (model, micro-batch, threads),

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <iterator>
 
 #include "tests/test_util.hpp"
 #include "train/profile_cache.hpp"
@@ -73,4 +74,54 @@ TEST_CASE("a file that is not a profile is measured again, with the reason", "[t
 TEST_CASE("a profile that cannot be written is an error naming the file", "[train][placement]") {
   CHECK_THROWS_WITH(train::write_profile("/nonexistent-dir/costs.txt", "k", some_costs()),
                     Contains("/nonexistent-dir/costs.txt"));
+}
+
+TEST_CASE("a profile file keeps one entry per key, the oldest dropped beyond 32", "[train][placement]") {
+  testing::temp_dir dir;
+  const std::string path = dir.file("costs.txt");
+  auto costs_of = [](int i) {
+    auto c = some_costs();
+    c[0].fwd_s = 1e-4 * (i + 1);
+    return c;
+  };
+  auto key_of = [](int i) { return train::profile_key("model " + std::to_string(i), "64x4|1"); };
+  // Two jobs taking turns (troupe_plan's key, then the trainer's): neither measures again.
+  train::write_profile(path, key_of(0), costs_of(0));
+  train::write_profile(path, key_of(1), costs_of(1));
+  std::string why;
+  for (int i : {0, 1}) {
+    const auto back = train::read_profile(path, key_of(i), 3, &why);
+    REQUIRE(back);
+    CHECK((*back)[0].fwd_s == costs_of(i)[0].fwd_s);
+  }
+  // A key written again replaces its entry, the others stay.
+  train::write_profile(path, key_of(0), costs_of(7));
+  CHECK((*train::read_profile(path, key_of(0), 3, &why))[0].fwd_s == costs_of(7)[0].fwd_s);
+  CHECK((*train::read_profile(path, key_of(1), 3, &why))[0].fwd_s == costs_of(1)[0].fwd_s);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find(key_of(0)) == text.rfind(key_of(0)));  // once
+  // Beyond 32 keys the oldest go: key 1 (written before key 0's rewrite) first.
+  for (int i = 2; i < 33; ++i) train::write_profile(path, key_of(i), costs_of(i));
+  CHECK_FALSE(train::read_profile(path, key_of(1), 3, &why));
+  CHECK(why.empty());
+  CHECK(train::read_profile(path, key_of(0), 3, &why));
+  CHECK(train::read_profile(path, key_of(32), 3, &why));
+}
+
+TEST_CASE("a profile file of version 1 (one entry) is read, and kept when another key is added",
+          "[train][placement]") {
+  testing::temp_dir dir;
+  const std::string path = dir.file("costs.txt");
+  const std::string key = train::profile_key("mlp", "64x1|1");
+  write_text(path, "troupe-profile 1\n" + key + "\n2\n1e-4 2e-4 10 20\n3e-4 4e-4 30 40\n");
+  std::string why;
+  auto back = train::read_profile(path, key, 2, &why);
+  REQUIRE(back);
+  CHECK((*back)[1].bwd_s == 4e-4);
+  CHECK((*back)[1].act_bytes == 40);
+  train::write_profile(path, train::profile_key("cnn", "64x1|1"), some_costs());
+  back = train::read_profile(path, key, 2, &why);
+  REQUIRE(back);
+  CHECK((*back)[0].param_bytes == 10);
 }

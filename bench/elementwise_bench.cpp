@@ -1,7 +1,8 @@
 // The elementwise kernels per kernel set (issue 25): each set's loop
 // (kernels/cpu/elementwise_set.cpp) against the loop the library ran before
 // the sets ("old": main at 4a343d6, kept below, compiled at the baseline like
-// the library's files), on the tensors of the zoo's models, each call split
+// the library's files; for tanh and sigmoid forward, main's libm loop at
+// 784be23), on the tensors of the zoo's models, each call split
 // over the threads as the kernels split it (detail::parallel_ranges).
 // Candidates take turns within each round (bench/interleaved.hpp); medians over
 // the rounds. Warm (the default): each timed call follows four untimed ones of
@@ -16,6 +17,7 @@
 // --elements N runs every kernel on N floats instead (e.g. 65536: in L2).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -95,6 +97,11 @@ std::vector<kernel_case> cases() {
        [](const set_table& s) { return unary(s.relu_forward); }},
       {"relu_backward", c, 2, old_loop([](float v, float g) { return v > 0.0f ? g : 0.0f; }),
        [](const set_table& s) { return binary(s.relu_backward); }},
+      // tanh and sigmoid forward before their sets (elementwise.cpp's map_each at 784be23): libm per element.
+      {"tanh_forward", c, 1, old_loop([](float v, float) { return std::tanh(v); }),
+       [](const set_table& s) { return unary(s.tanh_forward); }},
+      {"sigmoid_forward", c, 1, old_loop([](float v, float) { return 1.0f / (1.0f + std::exp(-v)); }),
+       [](const set_table& s) { return unary(s.sigmoid_forward); }},
       {"tanh_backward", c, 2, old_loop([](float v, float g) { return g * (1.0f - v * v); }),
        [](const set_table& s) { return binary(s.tanh_backward); }},
       {"sigmoid_backward", c, 2, old_loop([](float v, float g) { return g * v * (1.0f - v); }),

@@ -9,17 +9,6 @@ namespace troupe::kernels {
 
 namespace {
 
-// y[i] = f(x[i]) over a whole tensor, one element at a time (tanh and sigmoid: a library call each).
-template <class F>
-void map_each(const context& ctx, const tensor& x, tensor& y, F f) {
-  ensure_shape(y, x.shape());
-  const float* a = x.data();
-  float* o = y.data();
-  detail::parallel_ranges(ctx, x.numel(), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) o[i] = f(a[i]);
-  });
-}
-
 const detail::simd_kernel_set& set() { return detail::active_simd_kernels(); }
 
 // splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter).
@@ -86,13 +75,13 @@ void relu_backward(const context& ctx, const tensor& y, const tensor& dy, tensor
   detail::apply_ranges(ctx, y, dy, dx, "relu_backward", "y", "dy", set().relu_backward);
 }
 void tanh_forward(const context& ctx, const tensor& x, tensor& y) {
-  map_each(ctx, x, y, [](float v) { return std::tanh(v); });
+  detail::apply_ranges(ctx, x, y, set().tanh_forward);
 }
 void tanh_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
   detail::apply_ranges(ctx, y, dy, dx, "tanh_backward", "y", "dy", set().tanh_backward);
 }
 void sigmoid_forward(const context& ctx, const tensor& x, tensor& y) {
-  map_each(ctx, x, y, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+  detail::apply_ranges(ctx, x, y, set().sigmoid_forward);
 }
 void sigmoid_backward(const context& ctx, const tensor& y, const tensor& dy, tensor& dx) {
   detail::apply_ranges(ctx, y, dy, dx, "sigmoid_backward", "y", "dy", set().sigmoid_backward);

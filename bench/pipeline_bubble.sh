@@ -17,8 +17,19 @@
 # (the trainer's placement table for SPEEDS, one step): a stage k predicted
 # at t_k ms gets speed SPEEDS_k x t_k / max(t). PROFILE is then required, so
 # that the runs hold their actions to the costs the speeds were computed from.
+# KEEP_AWAKE=1: one busy loop per core at the lowest priority there is
+# (SCHED_IDLE: it runs only when nothing else wants the core, and a waking
+# thread preempts it at once), so that the cores never go idle while the
+# emulated devices hold their actions. On a virtual machine an idle core is
+# halted, and waking it again (a timer, a message) takes the hypervisor up to
+# milliseconds, which lands on the pipeline's critical path
+# (docs/experiments.md, "The GPT as a 4-stage pipeline").
 #   bench/pipeline_bubble.sh [BUILD_DIR] [--wait spin]
 set -euo pipefail
+awake=()
+if [ "${KEEP_AWAKE:-0}" = 1 ]; then
+  for _ in $(seq "$(nproc)"); do chrt -i 0 sh -c 'while :; do :; done' & awake+=($!); done
+fi
 build=${1:-build}
 shift || true
 extra=("$@")
@@ -60,7 +71,7 @@ fi
 stats=$(dirname "$0")/trace_stats.py
 [ "$bin" = gpt_stages ] || [ -x "$bin" ] || { echo "pipeline_bubble.sh: $bin not built (cmake --build $build)" >&2; exit 1; }
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+trap 'rm -rf "$dir"; [ ${#awake[@]} -eq 0 ] || kill "${awake[@]}" 2>/dev/null || true' EXIT
 echo "| K | M | schedule | mini-batches | ideal (K-1)/(N+K-1) | measured idle per stage (min-max) | window ms |"
 echo "|---|---|---|---|---|---|---|"
 for K in "${ks[@]}"; do

@@ -59,6 +59,12 @@ struct simd_kernel_set {
   /// GELU's tanh approximation, and (a, b) = (x, dy) its derivative times dy.
   unary gelu_forward;
   binary gelu_backward;
+  /// all_finite's scan of x[0, n): false when a float has its exponent bits all ones (NaN or an infinity); a block
+  /// of floats at a time, stopping after the first block with one.
+  bool (*all_finite)(const float* x, int64_t n);
+  /// dropout_forward on [0, n): mask[i] = keep where splitmix64(counter + i) >= threshold, else 0, and y[i] =
+  /// x[i] mask[i]: the hash of the loop before the sets, the same mask bits on every set.
+  void (*dropout)(const float* x, uint64_t counter, uint64_t threshold, float keep, float* mask, float* y, int64_t n);
 
   /// Rows [i0, i1) of p [t_len, t_len] (attention_forward's probabilities, sequence_set.cpp): row i
   /// becomes the softmax of its entries j <= i, e^(p - max) by simd_math.hpp's exp_approx, summed in 16
@@ -86,6 +92,8 @@ void sigmoid_backward(const float* y, const float* dy, float* dx, int64_t n);
 void multiply(const float* a, const float* b, float* y, int64_t n);
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+bool all_finite(const float* x, int64_t n);
+void dropout(const float* x, uint64_t counter, uint64_t threshold, float keep, float* mask, float* y, int64_t n);
 // sequence_set.cpp's.
 void causal_softmax(float* p, int64_t t_len, int64_t i0, int64_t i1);
 } // namespace TROUPE_ISA

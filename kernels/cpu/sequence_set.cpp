@@ -116,6 +116,11 @@ namespace {
 /// one without AVX): the lanes of layer norm's row sums on every set.
 using lanes8 = float __attribute__((vector_size(32)));
 
+// Where the flags have no AVX (a baseline below x86-64-v3), GCC warns that load8 returns its 32 bytes by
+// another ABI: it does not leave this file (internal linkage, inlined), up to row_backward.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 inline lanes8 load8(const float* p) {
   lanes8 v;
   std::memcpy(&v, p, sizeof v);
@@ -133,7 +138,7 @@ inline float mul_add(float a, float b, float c) {
 }
 
 /// The lanes added one after another, from +0.
-inline float total(lanes8 s) {
+inline float total(const lanes8& s) {
   float t = 0.0f;
   for (int k = 0; k < 8; ++k) t += s[k];
   return t;
@@ -206,6 +211,8 @@ void row_backward(const float* x, const float* dy, const float* gamma, float mea
     simd::store(dx + c, f(simd::load(x + c), simd::load(dy + c), simd::load(gamma + c)));
   for (; c < n; ++c) dx[c] = f(x[c], dy[c], gamma[c]);
 }
+
+#pragma GCC diagnostic pop
 
 /// Half a vector of floats (the low 2 of 4 on the generic set), and as many doubles in GCC's vector type (x86's
 /// __m128d ... would not go in a std::vector without its attributes dropped).

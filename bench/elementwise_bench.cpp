@@ -2,8 +2,10 @@
 // (kernels/cpu/elementwise_set.cpp) against the loop the library ran before
 // the sets ("old": main at 4a343d6, kept below, compiled at the baseline like
 // the library's files; for tanh and sigmoid forward, main's libm loop at
-// 784be23), on the tensors of the zoo's models, each call split
-// over the threads as the kernels split it (detail::parallel_ranges).
+// 784be23; for all_finite and dropout_forward, main's loops at e613a43), on
+// the tensors of the zoo's models, each call split over the threads as the
+// kernels split it (detail::parallel_ranges); e613a43's dropout_forward ran on
+// one thread whatever the context, and so does its "old" here.
 // Candidates take turns within each round (bench/interleaved.hpp); medians over
 // the rounds. Warm (the default): each timed call follows four untimed ones of
 // the same candidate, which leave its arrays in the caches as far as they fit
@@ -11,7 +13,7 @@
 // candidate after another kernel's arrays still ran up to 2x slower than the
 // next, with the same loop). --cold 1: a write of 256 MiB comes before each
 // timed call instead, so that the arrays come from memory. One JSON line per
-// kernel: each candidate's ms and GB/s (inputs read and output written once),
+// kernel: each candidate's ms and GB/s (inputs read and outputs written once),
 // and old / avx2+fma, avx2+fma / avx512.
 //   troupe_elementwise_bench [--threads T] [--reps R] [--elements N] [--only NAME] [--cold 1]
 // --elements N runs every kernel on N floats instead (e.g. 65536: in L2).
@@ -63,6 +65,38 @@ void old_gelu_backward(const float* a, const float* g, float* o, int64_t n) {
   }
 }
 
+// ---------------------------------------------------------------- e613a43's all_finite and dropout_forward
+
+/// One thread's range of all_finite (its omp parallel region's body): 1 into y[0] where a float's exponent bits
+/// are all ones.
+void old_all_finite(const float* a, const float*, float* y, int64_t n) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(a);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  if (n > 0) y[0] = static_cast<float>(bad);
+}
+
+uint64_t old_splitmix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// The bench's dropout: p = 0.1 (keep 1 / 0.9), the mask into b's array (an input of the other kernels), y = a mask.
+constexpr float dropout_p = 0.1f;
+const uint64_t dropout_base = old_splitmix(7 ^ old_splitmix(3));
+const uint64_t dropout_threshold = static_cast<uint64_t>(static_cast<double>(dropout_p) * 18446744073709551616.0);
+
+void old_dropout(const float* a, const float* b, float* o, int64_t n) {
+  const float keep = 1.0f / (1.0f - dropout_p);
+  float* m = const_cast<float*>(b);
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = old_splitmix(dropout_base + static_cast<uint64_t>(i)) >= dropout_threshold ? keep : 0.0f;
+    o[i] = a[i] * m[i];
+  }
+}
+
 /// The old map1 and map2: a loop of f over one element (of a, or of a and b).
 template <class F>
 range_fn old_loop(F f) {
@@ -79,12 +113,22 @@ struct kernel_case {
   int inputs;
   range_fn old;
   std::function<range_fn(const set_table&)> of_set;
+  int outputs = 1;
+  bool old_on_one_thread = false;  ///< the old loop ignored the context's threads
 };
 
 range_fn unary(set_table::unary f) {
   return [f](const float* a, const float*, float* y, int64_t n) { f(a, y, n); };
 }
 range_fn binary(set_table::binary f) { return f; }
+/// A range of dropout_forward, the mask into b's array; every range hashes from dropout_base (the kernel's
+/// work, not its mask: the library hashes from base + the range's start).
+std::function<void(const float*, const float*, float*, int64_t)> dropout_of(const set_table& s) {
+  const float keep = 1.0f / (1.0f - dropout_p);
+  return [f = s.dropout, keep](const float* a, const float* b, float* y, int64_t n) {
+    f(a, dropout_base, dropout_threshold, keep, const_cast<float*>(b), y, n);
+  };
+}
 
 std::vector<kernel_case> cases() {
   const int64_t c = cnn_activation;
@@ -110,6 +154,12 @@ std::vector<kernel_case> cases() {
        [](const set_table& s) { return binary(s.multiply); }},
       {"gelu_forward", gpt_hidden, 1, old_gelu_forward, [](const set_table& s) { return unary(s.gelu_forward); }},
       {"gelu_backward", gpt_hidden, 2, old_gelu_backward, [](const set_table& s) { return binary(s.gelu_backward); }},
+      {"all_finite", c, 1, old_all_finite,
+       [](const set_table& s) {
+         return range_fn([f = s.all_finite](auto a, auto, auto y, auto n) { y[0] = static_cast<float>(!f(a, n)); });
+       },
+       0},
+      {"dropout_forward", c, 1, old_dropout, [](const set_table& s) { return range_fn(dropout_of(s)); }, 2, true},
   };
 }
 
@@ -156,7 +206,7 @@ struct setup {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
-  const k::context ctx = k::context::with_threads(o.threads);
+  const k::context ctx = k::context::with_threads(o.threads), one = k::context::with_threads(1);
   const auto sets = k::detail::runnable_simd_kernels();
   std::vector<setup> ss;
   for (const kernel_case& c : cases()) {
@@ -169,12 +219,14 @@ int main(int argc, char** argv) {
   for (setup& s : ss) {
     std::vector<range_fn> candidates{s.c.old};
     for (const auto& set : sets) candidates.push_back(s.c.of_set(*set.second));
-    for (const range_fn& f : candidates)
-      fs.push_back([&s, f, &ctx] {
-        k::detail::parallel_ranges(ctx, s.n, [&](int64_t lo, int64_t hi) {
+    for (std::size_t j = 0; j < candidates.size(); ++j) {
+      const k::context* run_on = j == 0 && s.c.old_on_one_thread ? &one : &ctx;
+      fs.push_back([&s, f = candidates[j], run_on] {
+        k::detail::parallel_ranges(*run_on, s.n, [&](int64_t lo, int64_t hi) {
           f(s.a.data() + lo, s.b.data() + lo, s.y.data() + lo, hi - lo);
         });
       });
+    }
   }
   std::vector<float> flush(64 << 20);
   const std::vector<double> t = troupe::bench::median_interleaved(fs, o.reps, [&](std::size_t i) {
@@ -188,7 +240,7 @@ int main(int argc, char** argv) {
   const std::size_t per = 1 + sets.size();
   for (std::size_t i = 0; i < ss.size(); ++i) {
     const setup& s = ss[i];
-    const double bytes = 4.0 * s.n * (s.c.inputs + 1);
+    const double bytes = 4.0 * s.n * (s.c.inputs + s.c.outputs);
     std::printf("{\"bench\":\"elementwise\",\"kernel\":\"%s\",\"elements\":%lld,\"threads\":%d,\"reps\":%d,"
                 "\"caches\":\"%s\"",
                 s.c.name.c_str(), static_cast<long long>(s.n), o.threads, o.reps, o.cold ? "cold" : "warm");

@@ -1,11 +1,17 @@
 // Timing for the kernel benchmarks (conv, GEMM, elementwise): candidates take
 // turns within each round, so that a slow phase of a shared machine falls on
-// all of them; each candidate's median over the rounds.
+// all of them; each candidate's median over the rounds. And the integer
+// options of the kernel benchmarks' command lines.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace troupe::bench {
@@ -36,6 +42,20 @@ inline std::vector<double> median_interleaved(const std::vector<std::function<vo
   std::vector<double> out;
   for (auto& t : times) out.push_back(median(t));
   return out;
+}
+
+/// Reads `--name value` pairs into the integers of `flags`; an unknown name, or one without a value, prints
+/// `usage` and exits with 2.
+inline void parse_int_flags(int argc, char** argv, const std::vector<std::pair<std::string, int64_t*>>& flags,
+                            const char* usage) {
+  for (int i = 1; i < argc; i += 2) {
+    auto f = std::find_if(flags.begin(), flags.end(), [&](const auto& p) { return p.first == argv[i]; });
+    if (f == flags.end() || i + 1 == argc) {
+      std::fprintf(stderr, "usage: %s\n", usage);
+      std::exit(2);
+    }
+    *f->second = std::atoll(argv[i + 1]);
+  }
 }
 
 } // namespace troupe::bench

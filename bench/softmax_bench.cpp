@@ -59,16 +59,9 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  const std::vector<std::pair<std::string, int64_t*>> flags{
-      {"--threads", &o.threads}, {"--reps", &o.reps}, {"--time", &o.time}, {"--pairs", &o.pairs}};
-  for (int i = 1; i < argc; i += 2) {
-    auto f = std::find_if(flags.begin(), flags.end(), [&](const auto& p) { return p.first == argv[i]; });
-    if (f == flags.end() || i + 1 == argc) {
-      std::fprintf(stderr, "usage: troupe_softmax_bench [--threads T] [--reps R] [--time T] [--pairs P]\n");
-      std::exit(2);
-    }
-    *f->second = std::atoll(argv[i + 1]);
-  }
+  troupe::bench::parse_int_flags(
+      argc, argv, {{"--threads", &o.threads}, {"--reps", &o.reps}, {"--time", &o.time}, {"--pairs", &o.pairs}},
+      "troupe_softmax_bench [--threads T] [--reps R] [--time T] [--pairs P]");
   return o;
 }
 

@@ -11,7 +11,8 @@ namespace {
 
 const detail::simd_kernel_set& set() { return detail::active_simd_kernels(); }
 
-// splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter).
+// splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter); the sets' dropout
+// hashes each element's index with it the same way (elementwise_set.cpp).
 inline uint64_t splitmix(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -55,17 +56,16 @@ void add(const context& ctx, const tensor& a, const tensor& b, tensor& y, bool r
 }
 
 bool all_finite(const context& ctx, const float* data, int64_t n) {
-  // The floats whose exponent bits are all ones: an integer reduction over
-  // the bits vectorizes where std::isfinite does not.
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(data);
-  uint32_t bad = 0;
-#pragma omp parallel reduction(| : bad) if (detail::split(ctx, n)) num_threads(detail::threads(ctx))
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-    for (int64_t i = begin; i < end; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
+  // The set's scan of the floats' exponent bits, one range per thread.
+  const auto scan = set().all_finite;
+  bool ok = true;
+  detail::parallel_ranges(ctx, n, [&](int64_t lo, int64_t hi) {
+    if (!scan(data + lo, hi - lo)) {
+#pragma omp atomic write
+      ok = false;
+    }
+  });
+  return ok;
 }
 
 void relu_forward(const context& ctx, const tensor& x, tensor& y) {
@@ -100,23 +100,18 @@ void dropout_forward(const context& ctx, const tensor& x, float p, uint64_t seed
   float* m = mask.data();
   float* o = y.data();
   const float* a = x.data();
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = splitmix(base + static_cast<uint64_t>(i)) >= threshold ? keep : 0.0f;
-    o[i] = a[i] * m[i];
-  }
+  // Element i's hash is splitmix(base + i) on any thread and set.
+  const auto kernel = set().dropout;
+  detail::parallel_ranges(ctx, n, [&](int64_t lo, int64_t hi) {
+    kernel(a + lo, base + static_cast<uint64_t>(lo), threshold, keep, m + lo, o + lo, hi - lo);
+  });
 }
 
 void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, tensor& dx) {
   detail::apply_ranges(ctx, mask, dy, dx, "dropout_backward", "mask", "dy", set().multiply);
 }
 
-bool all_finite(const context& ctx, const tensor& t) {
-  const float* a = t.data();
-  const int64_t n = t.numel();
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(a[i]);
-  return ok;
-}
+bool all_finite(const context& ctx, const tensor& t) { return all_finite(ctx, t.data(), t.numel()); }
 
 } // namespace troupe::kernels
 

@@ -1,9 +1,11 @@
 // The elementwise kernels' loops over a range of flat arrays (simd_set.hpp's
-// add ... gelu_backward), compiled once per kernel set like conv_direct.cpp.
-// Each kernel's function of an element is a generic lambda, run on a vector
-// at a time and then on the floats left: the same expression on a float
-// (simd_math.hpp), so an element gets the same bits in the tail as in a vector.
+// add ... gelu_backward, all_finite's scan and dropout_forward's mask),
+// compiled once per kernel set like conv_direct.cpp. Each kernel's function of
+// an element is a generic lambda, run on a vector at a time and then on the
+// floats left: the same expression on a float (simd_math.hpp), so an element
+// gets the same bits in the tail as in a vector.
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/simd_math.hpp"
 #include "kernels/cpu/simd_set.hpp"
@@ -51,6 +53,44 @@ V sigmoid_of(V v) {
   return 1.0f / (1.0f + h * h);
 }
 
+/// The exponent bits of v (its sign and mantissa cleared), as a float: +inf where v is NaN or an infinity, else a
+/// finite float or +0; never NaN, so that max keeps an infinity whichever operand it is.
+inline simd::vec exponent_bits(simd::vec v) { return (simd::vec)((simd::ivec)v & 0x7f800000); }
+inline bool exponent_all_ones(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+/// splitmix64 (dropout_forward's counter-based hash) on a uint64_t or on GCC's vector of them: the same
+/// arithmetic modulo 2^64 lane by lane.
+template <class U>
+inline U splitmix(U z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Half a vector's lanes as 64-bit integers (a vector's size): the hashes of a vector of floats are two of them.
+using u64vec = uint64_t __attribute__((vector_size(sizeof(simd::vec))));
+using i64vec = int64_t __attribute__((vector_size(sizeof(simd::vec))));
+
+/// from, from + 1, ... in the lanes of a u64vec.
+inline u64vec counting(uint64_t from) {
+  u64vec v;
+  for (int l = 0; l < simd::width / 2; ++l) v[l] = from + static_cast<uint64_t>(l);
+  return v;
+}
+
+/// The int32 lanes 0, 2, 4, ... of (a, b) viewed as one: each 64-bit lane of a and b (all ones or all zeros) as
+/// one 32-bit lane.
+inline simd::ivec even_lanes(i64vec a, i64vec b) {
+  simd::ivec pick;
+  for (int l = 0; l < simd::width; ++l) pick[l] = 2 * l;
+  return __builtin_shuffle((simd::ivec)a, (simd::ivec)b, pick);
+}
+
 } // namespace
 
 void add(const float* a, const float* b, float* y, int64_t n, bool relu) {
@@ -96,6 +136,44 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
     const auto dinner = gelu_k * (1.0f + 3.0f * gelu_c * v * v);
     return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
   });
+}
+
+bool all_finite(const float* x, int64_t n) {
+  // The floats' exponent bits, their largest by blocks of 16 vectors in 4 independent maxima (infinite: one is
+  // NaN or an infinity); a block at a time, so that a bad float ends the scan within a block.
+  constexpr int64_t block = 16 * simd::width;
+  const float inf = __builtin_inff();
+  int64_t i = 0;
+  for (; i + block <= n; i += block) {
+    simd::vec m[4] = {simd::zero(), simd::zero(), simd::zero(), simd::zero()};
+    for (int v = 0; v < 16; ++v) m[v % 4] = simd::max(m[v % 4], exponent_bits(simd::load(x + i + v * simd::width)));
+    if (simd::max_lane(simd::max(simd::max(m[0], m[1]), simd::max(m[2], m[3]))) == inf) return false;
+  }
+  simd::vec m = simd::zero();
+  for (; i + simd::width <= n; i += simd::width) m = simd::max(m, exponent_bits(simd::load(x + i)));
+  bool bad = simd::max_lane(m) == inf;
+  for (; i < n; ++i) bad |= exponent_all_ones(x[i]);
+  return !bad;
+}
+
+void dropout(const float* x, uint64_t counter, uint64_t threshold, float keep, float* mask, float* y, int64_t n) {
+  // A vector's hashes in two halves of 64-bit lanes; lane l of the floats is hash l (the compare's all-ones or
+  // zeros, narrowed to 32 bits), and keep's bits where it is kept.
+  constexpr int half = simd::width / 2;
+  const simd::ivec kept_bits = (simd::ivec)simd::splat(keep);
+  const u64vec low = counting(0), high = counting(half);
+  int64_t i = 0;
+  for (; i + simd::width <= n; i += simd::width) {
+    const uint64_t at = counter + static_cast<uint64_t>(i);
+    const i64vec a = splitmix(low + at) >= threshold, b = splitmix(high + at) >= threshold;
+    const simd::vec m = (simd::vec)(kept_bits & even_lanes(a, b));
+    simd::store(mask + i, m);
+    simd::store(y + i, simd::load(x + i) * m);
+  }
+  for (; i < n; ++i) {
+    mask[i] = splitmix(counter + static_cast<uint64_t>(i)) >= threshold ? keep : 0.0f;
+    y[i] = x[i] * mask[i];
+  }
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

@@ -34,51 +34,14 @@ int loop_threads(const context& ctx, int64_t items, int64_t work) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(detail::threads(ctx), items)));
 }
 
-float row_mean(const float* x, int64_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += x[i];
-  return s / static_cast<float>(n);
-}
-
-float row_rstd(const float* x, int64_t n, float mean, float eps) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
-  return 1.0f / std::sqrt(s / static_cast<float>(n) + eps);
-}
-
-/// dx of one row: rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
-void layer_norm_row_backward(const float* x, const float* dy, const float* gamma, float mean, float rstd,
-                             int64_t n, float* dx) {
-  float sg = 0.0f, sgx = 0.0f;
-#pragma omp simd reduction(+ : sg, sgx)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = dy[i] * gamma[i];
-    sg += g;
-    sgx += g * (x[i] - mean) * rstd;
-  }
-  const float mg = sg / static_cast<float>(n), mgx = sgx / static_cast<float>(n);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dx[i] = rstd * (dy[i] * gamma[i] - mg - (x[i] - mean) * rstd * mgx);
-}
-
-/// Columns [lo, hi) of dgamma and dbeta, summed over all rows in row order.
-void layer_norm_param_columns(const float* x, const float* dy, const float* mean, const float* rstd,
-                              row_view d, int64_t lo, int64_t hi, float* dgamma, float* dbeta) {
-  std::vector<double> sg(static_cast<std::size_t>(hi - lo), 0.0), sb(sg.size(), 0.0);
-  for (int64_t r = 0; r < d.rows; ++r) {
-    const float* xr = x + r * d.cols;
-    const float* gr = dy + r * d.cols;
-    const float m = mean[r], s = rstd[r];
-    for (int64_t c = lo; c < hi; ++c) {
-      sg[c - lo] += double(gr[c]) * ((xr[c] - m) * s);
-      sb[c - lo] += gr[c];
-    }
-  }
-  for (int64_t c = lo; c < hi; ++c) {
-    dgamma[c] = static_cast<float>(sg[c - lo]);
-    dbeta[c] = static_cast<float>(sb[c - lo]);
+/// body(lo, hi) over [0, items) on loop_threads(ctx, items, work) threads, one contiguous range each.
+template <class B>
+void item_ranges(const context& ctx, int64_t items, int64_t work, B body) {
+  const int n = loop_threads(ctx, items, work);
+#pragma omp parallel num_threads(n) if (n > 1)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    body(items * t / nt, items * (t + 1) / nt);
   }
 }
 
@@ -104,22 +67,11 @@ void layer_norm_forward(const context& ctx, const tensor& x, const tensor& gamma
   ensure_shape(y, x.shape());
   ensure_shape(mean, {d.rows});
   ensure_shape(rstd, {d.rows});
-  const float* xp = x.data();
-  const float* gp = gamma.data();
   const float* bp = beta.defined() ? beta.data() : nullptr;
-  float* yp = y.data();
-  float* mp = mean.data();
-  float* sp = rstd.data();
-#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, d.rows, x.numel()))
-  for (int64_t r = 0; r < d.rows; ++r) {
-    const float* xr = xp + r * d.cols;
-    float* yr = yp + r * d.cols;
-    const float m = row_mean(xr, d.cols), s = row_rstd(xr, d.cols, m, eps);
-    mp[r] = m;
-    sp[r] = s;
-#pragma omp simd
-    for (int64_t c = 0; c < d.cols; ++c) yr[c] = (xr[c] - m) * s * gp[c] + (bp ? bp[c] : 0.0f);
-  }
+  const detail::layer_norm_args a{x.data(), d.rows, d.cols, gamma.data(), bp, eps, nullptr, nullptr, nullptr};
+  float *yp = y.data(), *mp = mean.data(), *sp = rstd.data();
+  const auto kernel = detail::active_simd_kernels().layer_norm_forward;  // the set's (sequence_set.cpp)
+  item_ranges(ctx, d.rows, x.numel(), [&](int64_t r0, int64_t r1) { kernel(a, r0, r1, yp, mp, sp); });
 }
 
 void layer_norm_backward(const context& ctx, const tensor& x, const tensor& gamma, const tensor& mean,
@@ -133,19 +85,18 @@ void layer_norm_backward(const context& ctx, const tensor& x, const tensor& gamm
   ensure_shape(dx, x.shape());
   ensure_shape(dgamma, {d.cols});
   ensure_shape(dbeta, {d.cols});
-  const float *xp = x.data(), *gp = dy.data(), *mp = mean.data(), *sp = rstd.data();
+  const detail::layer_norm_args a{x.data(), d.rows,    d.cols,      gamma.data(), nullptr,
+                                  0.0f,     dy.data(), mean.data(), rstd.data()};
+  const detail::simd_kernel_set& set = detail::active_simd_kernels();  // the set's loops (sequence_set.cpp)
   float* dxp = dx.data();
-#pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, d.rows, x.numel()))
-  for (int64_t r = 0; r < d.rows; ++r)
-    layer_norm_row_backward(xp + r * d.cols, gp + r * d.cols, gamma.data(), mp[r], sp[r], d.cols,
-                            dxp + r * d.cols);
+  item_ranges(ctx, d.rows, x.numel(), [&](int64_t r0, int64_t r1) { set.layer_norm_backward(a, r0, r1, dxp); });
   // dgamma, dbeta: one block of columns per thread, so that the sums do not depend on the thread count.
   const int parts = loop_threads(ctx, (d.cols + 15) / 16, x.numel());
   float *dg = dgamma.data(), *db = dbeta.data();
 #pragma omp parallel num_threads(parts)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    layer_norm_param_columns(xp, gp, mp, sp, d, part_start(d.cols, t, nt), part_start(d.cols, t + 1, nt), dg, db);
+    set.layer_norm_params(a, part_start(d.cols, t, nt), part_start(d.cols, t + 1, nt), dg, db);
   }
 }
 

@@ -18,6 +18,19 @@
 
 namespace troupe::kernels::detail {
 
+/// Layer norm's operands (sequence.cpp's layer_norm_forward and _backward): x [rows, cols], gamma and beta [cols]
+/// (beta null: 0), eps; for the backward pass dy [rows, cols] and the forward pass's mean and rstd [rows].
+struct layer_norm_args {
+  const float* x;
+  int64_t rows, cols;
+  const float* gamma;
+  const float* beta;
+  float eps;
+  const float* dy;
+  const float* mean;
+  const float* rstd;
+};
+
 /// One instruction set's compilation of the vector kernels.
 struct simd_kernel_set {
   using conv_forward = void (*)(const context&, const tensor& x, const tensor& w, const tensor& bias,
@@ -59,12 +72,27 @@ struct simd_kernel_set {
   /// GELU's tanh approximation, and (a, b) = (x, dy) its derivative times dy.
   unary gelu_forward;
   binary gelu_backward;
+  /// all_finite's scan of x[0, n): false when a float has its exponent bits all ones (NaN or an infinity); a block
+  /// of floats at a time, stopping after the first block with one.
+  bool (*all_finite)(const float* x, int64_t n);
+  /// dropout_forward on [0, n): mask[i] = keep where splitmix64(counter + i) >= threshold, else 0, and y[i] =
+  /// x[i] mask[i]: the hash of the loop before the sets, the same mask bits on every set.
+  void (*dropout)(const float* x, uint64_t counter, uint64_t threshold, float keep, float* mask, float* y, int64_t n);
 
   /// Rows [i0, i1) of p [t_len, t_len] (attention_forward's probabilities, sequence_set.cpp): row i
   /// becomes the softmax of its entries j <= i, e^(p - max) by simd_math.hpp's exp_approx, summed in 16
   /// lanes in a fixed order (the same bits on every set); entries j > i become 0. A row with a NaN or
   /// +inf, or all -inf, becomes NaN up to i.
   void (*causal_softmax)(float* p, int64_t t_len, int64_t i0, int64_t i1);
+  /// Layer norm forward of rows [r0, r1) (sequence_set.cpp): each row's mean and rstd = 1 / sqrt(variance + eps),
+  /// y = (x - mean) rstd gamma + beta. The row's sums in 8 lanes in the order of the loop before the sets at the
+  /// baseline (GCC's `omp simd` reduction at AVX2): its bits, on every set.
+  void (*layer_norm_forward)(const layer_norm_args& a, int64_t r0, int64_t r1, float* y, float* mean, float* rstd);
+  /// dx of rows [r0, r1): rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma, xhat = (x - mean) rstd; the sums
+  /// as the forward pass's.
+  void (*layer_norm_backward)(const layer_norm_args& a, int64_t r0, int64_t r1, float* dx);
+  /// dgamma and dbeta of columns [c0, c1): the sums over the rows, in row order and in double, of dy xhat and dy.
+  void (*layer_norm_params)(const layer_norm_args& a, int64_t c0, int64_t c1, float* dgamma, float* dbeta);
 };
 
 /// y = f(x) for a tensor, by ranges over ctx's threads (elementwise.cpp).
@@ -86,8 +114,13 @@ void sigmoid_backward(const float* y, const float* dy, float* dx, int64_t n);
 void multiply(const float* a, const float* b, float* y, int64_t n);
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+bool all_finite(const float* x, int64_t n);
+void dropout(const float* x, uint64_t counter, uint64_t threshold, float keep, float* mask, float* y, int64_t n);
 // sequence_set.cpp's.
 void causal_softmax(float* p, int64_t t_len, int64_t i0, int64_t i1);
+void layer_norm_forward(const layer_norm_args& a, int64_t r0, int64_t r1, float* y, float* mean, float* rstd);
+void layer_norm_backward(const layer_norm_args& a, int64_t r0, int64_t r1, float* dx);
+void layer_norm_params(const layer_norm_args& a, int64_t c0, int64_t c1, float* dgamma, float* dbeta);
 } // namespace TROUPE_ISA
 #endif
 

@@ -19,6 +19,7 @@
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
 #include "tests/gradcheck.hpp"
+#include "tests/kernels/set_fma.hpp"
 #include "tests/kernels/special_floats.hpp"
 
 using namespace troupe;
@@ -152,16 +153,8 @@ TEST_CASE("the causal softmax touches only the rows from i0 up to i1", "[kernels
 
 namespace {
 
-/// Whether a set contracts a * b + c into an FMA where this file does: the wider sets are compiled with -mfma;
-/// generic, like the tests, with the baseline's flags (x86-64-v3, the default, has FMA; x86-64-v2 has not).
-bool contracts_like_tests(const std::string& set) {
-#ifdef __FMA__
-  static_cast<void>(set);
-  return true;
-#else
-  return set == "generic";
-#endif
-}
+/// Whether a set contracts a * b + c into an FMA where this file does (set_fma.hpp).
+bool contracts_like_tests(const std::string& set) { return set_fuses(set) == tests_fuse; }
 
 } // namespace
 

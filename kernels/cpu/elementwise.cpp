@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/cpu/simd_set.hpp"
+#include "kernels/cpu/splitmix.hpp"
 #include "kernels/kernels.hpp"
 
 namespace troupe::kernels {
@@ -10,15 +11,6 @@ namespace troupe::kernels {
 namespace {
 
 const detail::simd_kernel_set& set() { return detail::active_simd_kernels(); }
-
-// splitmix64: a counter-based generator, so a mask is reproducible from (seed, counter); the sets' dropout
-// hashes each element's index with it the same way (elementwise_set.cpp).
-inline uint64_t splitmix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 } // namespace
 
@@ -96,7 +88,7 @@ void dropout_forward(const context& ctx, const tensor& x, float p, uint64_t seed
   const int64_t n = x.numel();
   const float keep = 1.0f / (1.0f - p);
   const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-  const uint64_t base = splitmix(seed ^ splitmix(counter));
+  const uint64_t base = detail::splitmix(seed ^ detail::splitmix(counter));
   float* m = mask.data();
   float* o = y.data();
   const float* a = x.data();

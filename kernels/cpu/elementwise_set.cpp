@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/simd_math.hpp"
 #include "kernels/cpu/simd_set.hpp"
+#include "kernels/cpu/splitmix.hpp"
 
 namespace troupe::kernels::detail::TROUPE_ISA {
 
@@ -60,16 +61,6 @@ inline bool exponent_all_ones(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   return (bits & 0x7f800000u) == 0x7f800000u;
-}
-
-/// splitmix64 (dropout_forward's counter-based hash) on a uint64_t or on GCC's vector of them: the same
-/// arithmetic modulo 2^64 lane by lane.
-template <class U>
-inline U splitmix(U z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 /// Half a vector's lanes as 64-bit integers (a vector's size): the hashes of a vector of floats are two of them.

@@ -33,22 +33,11 @@ std::string cpu_model() {
   return "unknown cpu";
 }
 
-std::optional<std::vector<model::layer_cost>> fail(std::string* why, const std::string& path, const std::string& what) {
+/// Nothing, with why the file at `path` cannot be used in `why`.
+std::nullopt_t fail(std::string* why, const std::string& path, const std::string& what) {
   if (why) *why = "profile cache " + path + ": " + what;
   return std::nullopt;
 }
-
-} // namespace
-
-std::string profile_key(const std::string& architecture, const std::string& measured_for) {
-  // One line: the architecture's own line breaks would end the key early.
-  std::string key = architecture + " | " + measured_for + " | " + cpu_model();
-  for (char& c : key)
-    if (c == '\n' || c == '\r') c = ' ';
-  return key;
-}
-
-namespace {
 
 /// One entry's costs, after its key line; a reason in `why` when unreadable.
 bool read_costs(std::istream& in, std::vector<model::layer_cost>& costs, std::string& why) {
@@ -86,12 +75,19 @@ std::optional<std::vector<entry>> read_entries(const std::string& path, std::str
     out.push_back(std::move(e));
   }
   if (what.empty() && out.empty()) what = "truncated before its key";
-  if (what.empty()) return out;
-  if (why) *why = "profile cache " + path + ": " + what;
-  return std::nullopt;
+  if (!what.empty()) return fail(why, path, what);
+  return out;
 }
 
 } // namespace
+
+std::string profile_key(const std::string& architecture, const std::string& measured_for) {
+  // One line: the architecture's own line breaks would end the key early.
+  std::string key = architecture + " | " + measured_for + " | " + cpu_model();
+  for (char& c : key)
+    if (c == '\n' || c == '\r') c = ' ';
+  return key;
+}
 
 std::optional<std::vector<model::layer_cost>> read_profile(const std::string& path, const std::string& key,
                                                            std::size_t layers, std::string* why) {

@@ -91,7 +91,7 @@ struct collective_options {
 /// buffer; the payload is `data` (f32) or `bf16`, the other one empty, or an
 /// f32 payload held elsewhere (`view`, `view_count`; `data` then empty): the
 /// sender's buffer (collective_options::send_views) or a received frame
-/// (from_wire), valid only as long as that memory is. A core that keeps a
+/// (view_from_wire), valid only as long as that memory is. A core that keeps a
 /// message past accept() keeps its own copy (own()).
 struct collective_message {
   uint64_t epoch = 0;

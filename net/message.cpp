@@ -1,6 +1,6 @@
 #include "net/message.hpp"
-#include "net/buffer_pool.hpp"
 
+#include "net/buffer_pool.hpp"
 #include "net/protocol.hpp"
 
 #include "net/tensor_codec.hpp"

@@ -1,7 +1,6 @@
 #include "net/protocol.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 namespace troupe::net {

@@ -6,8 +6,10 @@
 
 #include <caf/all.hpp>
 
+#include <iomanip>
 #include <optional>
 #include <ostream>
+#include <sstream>
 
 #include "actors/node_actor.hpp"
 #include "actors/spawn_roles.hpp"
@@ -105,6 +107,16 @@ node_context context_of(const job& j, const train::cluster_spec& c, uint32_t sel
   return ctx;
 }
 
+/// What crossed this node's links, for the log (and a cost model's check).
+void log_traffic(const std::string& node, const net::transport_stats& s, std::ostream& log) {
+  const auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  std::ostringstream line;  // the log's own format stays as it is
+  line << "node " << node << ": sent " << std::fixed << std::setprecision(1) << mib(s.bytes_sent) << " MiB in "
+       << s.frames_sent << " frames, received " << mib(s.bytes_received) << " MiB in " << s.frames_received
+       << " frames\n";
+  log << line.str();
+}
+
 } // namespace
 
 history run_node(const job& j, const train::cluster_spec& c, uint32_t self, std::ostream& log) {
@@ -137,7 +149,10 @@ history run_node(const job& j, const train::cluster_spec& c, uint32_t self, std:
     *node_actor = *ctx.dir->local({self, net::role::node, 0});
     if (link) link->start();
     wait_for(sys, last, *ctx.dir);
-    if (link) link->stop();
+    if (link) {
+      link->stop();
+      log_traffic(c.nodes.at(self).name, link->stats(), log);
+    }
     if (ctx.rejections)
       for (const std::string& line : ctx.rejections->flush()) log << line << "\n";
     if (ctx.trace) ctx.trace->write();

@@ -82,6 +82,14 @@ allreduce)
     fail "train losses differ: $(loss "$tmp/one.jsonl") and $(loss "$tmp/nodes.jsonl")"
   grep -q "allreduce with 3 worker(s), no shards" "$tmp/c/node0.log" || fail "not an allreduce"
   grep -q '"algorithm":"allreduce"' "$tmp/nodes.jsonl" || fail "the metrics record"
+  # Each node's log says what crossed its links: a ring sends 2 (N - 1) / N of the gradient per step from
+  # every node (100 steps each of 235 146 floats: 119.6 MiB), and a little more (reports, heartbeats, pulls).
+  for i in 0 1 2; do
+    sent=$(sed -n "s/^node node$i: sent \([0-9.]*\) MiB in [0-9]* frames, received [0-9.]* MiB in .*/\1/p" "$tmp/c/node$i.log")
+    [ -n "$sent" ] || fail "node$i logged no traffic line"
+    awk -v s="$sent" 'BEGIN { exit !(s >= 119.6 && s <= 1.15 * 119.6) }' ||
+      fail "node$i sent $sent MiB, not the ring's 119.6 MiB (to 15 %)"
+  done
   ;;
 allreduce_kill)
   # An allreduce's worker node killed mid-run: the group re-forms with the two others (the step in flight

@@ -23,12 +23,13 @@ buffer_pool::~buffer_pool() {
 std::size_t buffer_pool::capacity_for(std::size_t bytes) {
   constexpr std::size_t mib = std::size_t(1) << 20;
   if (bytes <= 256) return 256;
-  if (bytes <= mib) {
-    std::size_t c = 512;
-    while (c < bytes) c <<= 1;
-    return c;
-  }
-  return (bytes + mib - 1) / mib * mib;
+  if (bytes > 4 * mib) return (bytes + mib - 1) / mib * mib;
+  // Four sizes per octave: in (2^k, 2^(k+1)], multiples of 2^(k-2) (at least 64
+  // bytes), so that a frame a little over a power of two wastes at most a quarter.
+  std::size_t octave = 256;
+  while (octave * 2 < bytes) octave <<= 1;
+  const std::size_t step = octave / 4;
+  return (bytes + step - 1) / step * step;
 }
 
 std::shared_ptr<pooled_buffer> buffer_pool::acquire(std::size_t bytes) {

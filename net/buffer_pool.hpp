@@ -40,8 +40,9 @@ struct buffer_pool_stats {
   uint64_t cached_bytes = 0; ///< free bytes the pool holds now
 };
 
-/// A thread-safe pool of aligned buffers. Sizes are rounded up (powers of two
-/// up to 1 MiB, then whole MiB) so that messages of one size share buffers.
+/// A thread-safe pool of aligned buffers. Sizes are rounded up (up to 4 MiB to
+/// four sizes per octave, a quarter of a power of two apart; then to whole
+/// MiB) so that messages of one size share buffers and waste little.
 class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
 public:
   /// At most `max_cached_bytes` of free buffers are kept; more are freed.

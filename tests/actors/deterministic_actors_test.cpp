@@ -538,7 +538,7 @@ actors::shard_source_config two_shards() {
   c.self = worker_addr(0);
   c.layout = tiny_model().layout();
   const auto ranges = model::plan_shards(c.layout, 2);
-  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
+  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s], {}, -1});
   return c;
 }
 

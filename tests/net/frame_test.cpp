@@ -160,6 +160,23 @@ TEST_CASE("frames: receive buffers go back to the pool and are reused", "[net][f
   CHECK(tensor_message_intact(held[0].msg, 1 << 20));
 }
 
+TEST_CASE("frames: a pooled buffer wastes at most a quarter of what it holds", "[net][frame]") {
+  constexpr std::size_t mib = std::size_t(1) << 20;
+  std::size_t last = 0;
+  for (std::size_t bytes = 1; bytes <= 70 * mib; bytes += bytes < 4096 ? 1 : bytes / 97) {
+    const std::size_t c = buffer_pool::capacity_for(bytes);
+    INFO("bytes " << bytes << ", capacity " << c);
+    CHECK(c >= bytes);
+    CHECK(c % 64 == 0);
+    CHECK(c >= last);  // a larger request never gets a smaller buffer
+    if (bytes > 256) CHECK(c - bytes < bytes / 4 + 64);
+    last = c;
+  }
+  // A collective's piece of 65 536 floats with its envelope: 320 KiB, not 512.
+  CHECK(buffer_pool::capacity_for(262144 + 200) == 320 * 1024);
+  CHECK(buffer_pool::capacity_for(64 * mib + 100) == 65 * mib);
+}
+
 TEST_CASE("frames: several frames in one read, control frames, bodies", "[net][frame]") {
   bytes all;
   auto append = [&](const out_frame& f) {

@@ -34,7 +34,7 @@ packages=(
   python3 gnuplot-nox iproute2
 )
 # Only the tests: a one-machine Slurm (tests/scripts/slurm.sh: slurmctld, slurmd, munged, srun; pgrep),
-# the libFuzzer target's clang (scripts/fuzz_frame.sh).
+# the libFuzzer targets' clang (scripts/fuzz.sh).
 test_packages=(slurm-wlm munge procps clang libclang-rt-14-dev)
 [ "$with_test" = 1 ] && packages+=("${test_packages[@]}")
 # bench/: the libtorch baseline, PyTorch with Gloo for the DDP baseline (bench/ddp_baseline.py, /usr/bin/python3), iperf3.

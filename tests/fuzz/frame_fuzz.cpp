@@ -1,6 +1,6 @@
 // libFuzzer target: the frame reader (net/frame.hpp), the envelope reader
 // (net::envelope_reader) and the handshake decoders (net/auth.hpp) on
-// arbitrary bytes. Built and run by scripts/fuzz_frame.sh (clang++
+// arbitrary bytes. Built and run by scripts/fuzz.sh (clang++
 // -fsanitize=fuzzer,address); CTest runs it for a bounded time.
 //
 // The first input byte steers: bit 0 wraps the rest in a valid frame header

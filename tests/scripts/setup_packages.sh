@@ -2,7 +2,7 @@
 # Every program that a script, a test script or a README command runs comes from a minimal Debian 12
 # (debootstrap minbase: the packages of priority "required") or from scripts/setup.sh:
 #   * the README's commands and the user's scripts (local_cluster.sh, setup.sh): `scripts/setup.sh`'s own list;
-#   * the test scripts (tests/scripts/, scripts/test.sh, scripts/fuzz_frame.sh, scripts/troupe.sbatch):
+#   * the test scripts (tests/scripts/, scripts/test.sh, scripts/fuzz.sh, scripts/troupe.sbatch):
 #     that list or `scripts/setup.sh --test`'s;
 # and what only the tests need (Slurm, munge, clang and its fuzzer runtime) is not in the first list.
 # A program is a word in a command's position (the start of a line, after | && || ; $( then do ! exec
@@ -49,7 +49,7 @@ main_all=$(closure "$main"); test_all=$(closure "$test")
 {
   awk '/^```(sh|bash)$/ { f = 1; next } /^```/ { f = 0 } f' README.md | commands | sed 's/^/main\tREADME.md\t/'
   commands < scripts/local_cluster.sh | sed 's/^/main\tscripts\/local_cluster.sh\t/'
-  for f in tests/scripts/*.sh scripts/test.sh scripts/fuzz_frame.sh scripts/troupe.sbatch .ci/run; do
+  for f in tests/scripts/*.sh scripts/test.sh scripts/fuzz.sh scripts/troupe.sbatch .ci/run; do
     commands < "$f" | sed "s|^|test\t$f\t|"
   done
 } > "$tmp/uses0"

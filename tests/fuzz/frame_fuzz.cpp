@@ -1,6 +1,7 @@
 // libFuzzer target: the frame reader (net/frame.hpp), the envelope reader
-// (net::envelope_reader) and the handshake decoders (net/auth.hpp) on
-// arbitrary bytes. Built and run by scripts/fuzz.sh (clang++
+// (net::envelope_reader), what the roles read of each kind (tensors viewed,
+// ranges checked, the protocol table) and the handshake decoders
+// (net/auth.hpp) on arbitrary bytes. Built and run by scripts/fuzz.sh (clang++
 // -fsanitize=fuzzer,address); CTest runs it for a bounded time.
 //
 // The first input byte steers: bit 0 wraps the rest in a valid frame header
@@ -14,6 +15,8 @@
 
 #include "net/auth.hpp"
 #include "net/frame.hpp"
+#include "net/protocol.hpp"
+#include "net/tensor_codec.hpp"
 
 using namespace troupe::net;
 
@@ -48,15 +51,51 @@ std::vector<std::byte> wrapped(const uint8_t* data, std::size_t size) {
   return out;
 }
 
+/// What the roles read of each kind: tensors viewed in place, ranges checked
+/// against a layout of two tensors ([2, 3] at 0, [2] at 6), lists read.
+void read_fields(troupe::wire::Envelope::Reader root) {
+  using troupe::wire::Envelope;
+  const std::vector<troupe::shape> layout{troupe::shape({2, 3}), troupe::shape({2})};
+  auto flat = [&](troupe::wire::FlatTensors::Reader f) {
+    const flat_view v = view(f, "range");
+    float sum = 0;
+    for (int64_t i = 0; i < v.numel; ++i) sum += v.data[i];  // every element is inside the frame
+    (void)sum;
+    require_range(v, 0, 0, layout, "range");
+  };
+  switch (root.which()) {
+    case Envelope::BATCH: {
+      const tensor_view t = view(root.getBatch().getImages(), "images");
+      if (t.numel() > 0) (void)(t.data[0] + t.data[t.numel() - 1]);
+      (void)root.getBatch().getLabels().size();
+      break;
+    }
+    case Envelope::PARAMS:
+      flat(root.getParams().getValues());
+      (void)decode(root.getParams().getRuleState(), "rule state");
+      break;
+    case Envelope::PUSH_GRADIENT: flat(root.getPushGradient().getValues()); break;
+    case Envelope::ACTIVATION: (void)view(root.getActivation().getTensor(), "activation"); break;
+    case Envelope::GRADIENT: (void)view(root.getGradient().getTensor(), "gradient"); break;
+    case Envelope::CONTROL: (void)root.getControl().getDetail().size(); break;
+    case Envelope::COLLECTIVE: (void)root.getCollective().getPayload().size(); break;
+    case Envelope::REGROUP: (void)root.getRegroup().getMembers().size(); break;
+    default: break;
+  }
+}
+
 void open_envelope(const message& m) {
   reader_limits limits;
   limits.max_bytes = 1 << 20;
   try {
     envelope_reader r(m, limits);
     (void)read_header(m);
-    auto root = r.root();
-    if (root.which() == troupe::wire::Envelope::PARAMS) (void)view(root.getParams().getValues(), "params");
-    if (root.which() == troupe::wire::Envelope::CONTROL) (void)root.getControl().getDetail().size();
+    for (auto role : {troupe::wire::Role::WORKER, troupe::wire::Role::SHARD, troupe::wire::Role::STAGE})
+      try {
+        require_accepted(role, r, "fuzz");
+      } catch (const message_error&) {
+      }
+    read_fields(r.root());
   } catch (const message_error&) {
   }
 }

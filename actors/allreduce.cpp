@@ -169,6 +169,8 @@ public:
     backward_done_ = false;
   }
   bool pushes_during_backward() const override { return buckets_.size() > 1; }
+  /// A bucket's reduction under way: its pieces move it on, and the next bucket starts when it is over.
+  bool wants_messages() const override { return active_ && !held_; }
   void after_layer(std::size_t layer, uint64_t, std::vector<outgoing>& out) override {
     while (filled_ < buckets_.size() && buckets_[filled_].first_layer >= layer) ++filled_;
     start_filled(out);
@@ -362,7 +364,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
     filled_ = started_ = kept_ = 0;
     syncing_ = true;
     sync_step_ = g.step;
-  } else if (in_step_ && backward_done_) {
+  } else if (in_step_) {
     redo_from_local();
   }
   if (!g.joiners.empty()) {
@@ -383,11 +385,14 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   for (collective_message& m : early) route(std::move(m), out);
 }
 
-/// The step in flight (or rolled back) reduced again, from this worker's own gradient.
+/// The step in flight (or rolled back) reduced again, from this worker's own
+/// gradient: the buckets whose reduction had started get it back (g_local_), the
+/// others still hold it. A step still in its backward (the group re-formed while
+/// it let messages in) goes on filling buckets as before.
 void allreduce_source::redo_from_local() {
-  keep_local(buckets_.size());
-  g_ = g_local_;
-  filled_ = buckets_.size();
+  for (std::size_t b = 0; b < kept_; ++b)
+    std::copy(g_local_.begin() + buckets_[b].begin, g_local_.begin() + buckets_[b].end, g_.begin() + buckets_[b].begin);
+  if (backward_done_) filled_ = buckets_.size();
   started_ = 0;
 }
 

@@ -19,6 +19,7 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using go_on_atom = caf::atom_constant<caf::atom("go_on")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 
@@ -132,26 +133,38 @@ void worker_send(worker_actor_t* self, std::vector<outgoing>& pushes, bool sent_
 }
 
 /// Steps while the weights and batches allow: a new step, or the paused one
-/// once its next layer's weights are here (receiving per layer).
-void worker_try_step(worker_actor_t* self) {
+/// once its next layer's weights are here (receiving per layer), or, on its
+/// go_on message (`go_on`), the one whose backward let messages in: that
+/// message comes after those that arrived meanwhile, which are handled first.
+void worker_try_step(worker_actor_t* self, bool go_on = false) {
   auto& st = self->state;
   while (!st.busy) {
-    const bool resume = st.core->paused();
-    if (resume ? !st.core->can_resume() : !st.core->can_step() || st.batches.empty()) break;
-    if (st.idle) {  // the trace's "wait": for parameters or a batch
-      st.idle = false;
-      st.core->trace_span("wait", st.idle_since, clock_type::now());
-    }
-    const auto t0 = clock_type::now();
     worker_core::step_out out;
-    if (resume) {
-      out = st.core->resume();
+    const auto t0 = clock_type::now();
+    if (st.core->yielded()) {
+      if (!go_on) break;
+      go_on = false;
+      out = st.core->go_on();
     } else {
-      net::opened_message b = std::move(st.batches.front());
-      st.batches.pop_front();
-      const net::address& me = st.core->address();
-      send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, 1));
-      out = st.core->step(b);
+      const bool resume = st.core->paused();
+      if (resume ? !st.core->can_resume() : !st.core->can_step() || st.batches.empty()) break;
+      if (st.idle) {  // the trace's "wait": for parameters or a batch
+        st.idle = false;
+        st.core->trace_span("wait", st.idle_since, clock_type::now());
+      }
+      if (resume) {
+        out = st.core->resume();
+      } else {
+        net::opened_message b = std::move(st.batches.front());
+        st.batches.pop_front();
+        const net::address& me = st.core->address();
+        send_to(*st.dir, st.loader, make_control(me, st.loader, wire::Control::Kind::CREDIT, 1));
+        out = st.core->step(b);
+      }
+    }
+    if (out.yielded) {
+      self->send(self, go_on_atom::value);
+      return;
     }
     if (out.paused) break;  // until the next layer's weights arrive
     const float speed = st.core->plan().speed;
@@ -166,9 +179,23 @@ void worker_try_step(worker_actor_t* self) {
     }
     worker_send(self, out.pushes, out.sent_during_backward > 0);
   }
-  if (!st.idle && !st.busy) {
+  if (!st.idle && !st.busy && !st.core->yielded()) {
     st.idle = true;
     st.idle_since = clock_type::now();
+  }
+}
+
+/// Runs `f`, a step or a message's handling: one that throws fails the worker
+/// loudly (a malformed reply or a diverged step cannot be trained on) rather
+/// than let the run hang.
+template <class F>
+void worker_guarded(worker_actor_t* self, F&& f) {
+  auto& st = self->state;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what(),
+         failure_of(e));
   }
 }
 
@@ -231,6 +258,8 @@ caf::behavior worker_actor(worker_actor_t* self, std::shared_ptr<worker_core> co
   st.loader = loader;
   st.coordinator = coordinator;
   st.prefetch = prefetch;
+  // A slowed worker's hold is timed over its whole step: it does not let messages in during backward.
+  st.core->yield_in_backward(st.core->plan().speed <= 1.0f);
   return {
       [self](retry_atom, uint64_t push) {
         auto& st = self->state;
@@ -242,24 +271,10 @@ caf::behavior worker_actor(worker_actor_t* self, std::shared_ptr<worker_core> co
         auto& st = self->state;
         st.busy = false;
         worker_send(self, st.held);
-        try {
-          worker_try_step(self);
-        } catch (const std::exception& e) {
-          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what(),
-               failure_of(e));
-        }
+        worker_guarded(self, [self] { worker_try_step(self); });
       },
-      [self](const net::message& m) {
-        auto& st = self->state;
-        try {
-          worker_on_message(self, m);
-        } catch (const std::exception& e) {
-          // A malformed reply or a diverged step cannot be trained on: the
-          // worker fails loudly rather than hang.
-          fail(self, *st.dir, st.core->address(), st.coordinator, net::to_string(st.core->address()) + ": " + e.what(),
-               failure_of(e));
-        }
-      },
+      [self](go_on_atom) { worker_guarded(self, [self] { worker_try_step(self, true); }); },
+      [self](const net::message& m) { worker_guarded(self, [self, &m] { worker_on_message(self, m); }); },
   };
 }
 

@@ -321,6 +321,12 @@ struct worker_core::running {
   tensor x;
   std::size_t next = 0;          // the next layer to run forward
   const tensor* act = nullptr;   // the output of the layer before `next`
+  bool forward_done = false;     // forward and the loss are done: backward from `back`
+  double loss = 0;
+  std::size_t back = 0;          // backward's next layer is back - 1; 0: done
+  const tensor* grad = nullptr;  // d(loss)/d(the output of layer back - 1)
+  bool yielded = false;          // backward let messages in: go_on() goes on
+  int sent = 0;                  // pushes handed to the sender during backward
 };
 
 worker_core::worker_core(const train::worker_plan& p, std::shared_ptr<replica_pool> pool,
@@ -335,7 +341,9 @@ worker_core::~worker_core() = default;
 
 bool worker_core::can_step() const { return !run_ && (receive_ ? source_->has_layer(0) : ready()); }
 
-bool worker_core::can_resume() const { return run_ && source_->has_layer(run_->next); }
+bool worker_core::can_resume() const { return run_ && !run_->forward_done && source_->has_layer(run_->next); }
+
+bool worker_core::yielded() const { return run_ && run_->yielded; }
 
 net::opened_message worker_core::open(const net::message& m) const {
   auto r = std::make_shared<const net::envelope_reader>(m, receiver_limits(ctx_));
@@ -381,6 +389,12 @@ worker_core::step_out worker_core::resume() {
   return advance();
 }
 
+worker_core::step_out worker_core::go_on() {
+  if (!yielded()) throw error(net::to_string(p_.address) + ": go_on() without a step that let messages in");
+  run_->yielded = false;
+  return advance();
+}
+
 worker_core::step_out worker_core::advance() {
   try {
     return advance_step();
@@ -394,20 +408,30 @@ worker_core::step_out worker_core::advance_step() {
   running& s = *run_;
   model::model& net = s.replica->net;
   step_out out;
-  {
-    train::trace_span span(trace_.get(), track_, "forward");
-    for (; s.next < net.size(); ++s.next) {
-      if (!source_->has_layer(s.next)) {
-        out.paused = true;
-        return out;
+  if (!s.forward_done) {
+    {
+      train::trace_span span(trace_.get(), track_, "forward");
+      for (; s.next < net.size(); ++s.next) {
+        if (!source_->has_layer(s.next)) {
+          out.paused = true;
+          return out;
+        }
+        s.act = &net.forward_layer(ctx_, s.next == 0 ? s.x : *s.act, s.next, true);
       }
-      s.act = &net.forward_layer(ctx_, s.next == 0 ? s.x : *s.act, s.next, true);
+      s.loss = model::cross_entropy(ctx_, *s.act, labels_, &dlogits_);
     }
-    out.loss = model::cross_entropy(ctx_, *s.act, labels_, &dlogits_);
+    s.forward_done = true;
+    s.back = net.size();
+    s.grad = &dlogits_;
+    ++steps_;
   }
-  ++steps_;
-  backward(s, out);
-  loss_sum_ += out.loss;
+  if (!backward(s)) {
+    out.yielded = s.yielded = true;
+    return out;
+  }
+  out.loss = s.loss;
+  out.sent_during_backward = s.sent;
+  loss_sum_ += s.loss;
   ++loss_n_;
   samples_ += static_cast<uint64_t>(s.x.dim(0));
   {
@@ -418,32 +442,38 @@ worker_core::step_out worker_core::advance_step() {
   return out;
 }
 
-void worker_core::backward(running& s, step_out& out) {
+bool worker_core::backward(running& s) {
   model::model& net = s.replica->net;
   if (!send_ || !source_->pushes_during_backward()) {
     train::trace_span span(trace_.get(), track_, "backward");
     net.backward(ctx_, dlogits_);
-    return;
+    return true;
   }
   std::vector<outgoing> early;
   auto span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
-  net.backward(ctx_, dlogits_, [&](std::size_t layer) {
+  while (s.back > 0) {
+    const std::size_t layer = --s.back;
+    s.grad = &net.backward_layer(ctx_, *s.grad, layer);
     source_->after_layer(layer, steps_, early);
-    if (early.empty()) return;
-    // The backward span is cut around each send: the trace shows where the pushes went out.
-    span.reset();
-    {
-      train::trace_span push(trace_.get(), track_, "push");
-      for (outgoing& o : early) {
-        // A shard's index is its place in the layout: the first layers' shards go first.
-        if (receive_) o.priority = static_cast<int>(o.to.index);
-        send_(std::move(o));
+    if (!early.empty()) {
+      // The backward span is cut around each send: the trace shows where the pushes went out.
+      span.reset();
+      {
+        train::trace_span push(trace_.get(), track_, "push");
+        for (outgoing& o : early) {
+          // A shard's index is its place in the layout: the first layers' shards go first.
+          if (receive_) o.priority = static_cast<int>(o.to.index);
+          send_(std::move(o));
+        }
       }
+      s.sent += static_cast<int>(early.size());
+      early.clear();
+      span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
     }
-    out.sent_during_backward += static_cast<int>(early.size());
-    early.clear();
-    span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
-  });
+    if (!net.layer_needs_input_grad(layer)) s.back = 0;  // nothing before it learns
+    if (yield_ && s.back > 0 && source_->wants_messages()) return false;
+  }
+  return true;
 }
 
 train::step_report worker_core::report() {

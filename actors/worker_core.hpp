@@ -135,6 +135,10 @@ public:
   /// During backward, once layer `layer` (and every layer after it) is done:
   /// appends the pushes of the shards whose gradients are complete to `out`.
   virtual void after_layer(std::size_t layer, uint64_t step, std::vector<outgoing>& out) {}
+  /// During backward: an operation is under way that messages to this worker
+  /// move on (an allreduce's pieces), so the step lets them in between layers
+  /// (worker_core::yield_in_backward).
+  virtual bool wants_messages() const { return false; }
   /// True when an update was applied, or a push answered by every shard, since the last report.
   bool report_due() const { return report_due_; }
   /// The tally since the last report; starts a new one.
@@ -197,20 +201,32 @@ public:
   bool can_step() const;
   /// A step waits for a shard's weights (receiving per layer).
   bool paused() const { return run_ != nullptr; }
-  /// The paused step's next layer has its weights.
+  /// The paused step's next layer has its weights (a forward pass paused for them).
   bool can_resume() const;
+  /// The step's backward let messages in: go_on() once they are handled.
+  bool yielded() const;
 
   struct step_out {
     double loss = 0;
     std::vector<outgoing> pushes;  ///< empty between pushes (and those sent during backward)
     int sent_during_backward = 0;  ///< pushes handed to the sender while backward went on
     bool paused = false;           ///< the forward pass waits for weights: resume() once can_resume()
+    bool yielded = false;          ///< backward lets messages in: go_on() once those that came are handled
   };
   /// Trains on one Batch message. Requires can_step().
   step_out step(const net::opened_message& batch);
   step_out step(const net::message& batch) { return step(open(batch)); }
   /// Goes on with a paused step. Requires can_resume().
   step_out resume();
+  /// Goes on with the backward of a step that let messages in. Requires yielded().
+  step_out go_on();
+  /// With overlap's sender: after each layer of backward while the weight
+  /// source has an operation under way that messages move on (an allreduce's
+  /// pieces of a bucket reduced during backward), the step returns with
+  /// step_out::yielded, so that the worker's actor handles the messages that
+  /// have come (the operation goes on, the next bucket starts) before go_on().
+  /// Without it those messages wait for the whole backward. Off by default.
+  void yield_in_backward(bool on) { yield_ = on; }
   /// Pipelined execution: each parameter shard's push goes to `send` as soon
   /// as backward has produced its gradients, while backward goes on with the
   /// layers before (P3's overlap of communication with backward). Without a
@@ -248,8 +264,9 @@ private:
   /// Runs the step's forward pass on as far as the weights allow, then the rest of the step.
   step_out advance();
   step_out advance_step();
-  /// backward, with the pushes sent during it when overlapping.
-  void backward(running& s, step_out& out);
+  /// Backward from where the step is, with the pushes sent during it when
+  /// overlapping; false when it lets messages in before it is done.
+  bool backward(running& s);
 
   train::worker_plan p_;
   std::shared_ptr<replica_pool> pool_;
@@ -264,6 +281,7 @@ private:
   uint64_t samples_ = 0, loss_n_ = 0;
   std::function<void(outgoing&&)> send_;
   bool receive_ = false;
+  bool yield_ = false;
   std::unique_ptr<running> run_;
   std::shared_ptr<train::tracer> trace_;
   std::string track_;

@@ -65,6 +65,14 @@ public:
   /// i = 0): forward() one layer at a time, so that a data-parallel worker can
   /// run each parameter shard's layers as soon as that shard's weights arrive.
   const tensor& forward_layer(const kernels::context& ctx, const tensor& x, std::size_t i, bool training);
+  /// Layer i's backward pass alone, on d(loss)/d(layer i's output) (the
+  /// loss gradient for the last layer), with the activations of the last
+  /// forward(): backward() one layer at a time, last first, so that a worker
+  /// can let messages in between layers. Returns d(loss)/d(layer i's input),
+  /// undefined when layer_needs_input_grad(i) is false (nothing before it learns).
+  const tensor& backward_layer(const kernels::context& ctx, const tensor& dout, std::size_t i);
+  /// Whether layer i computes its input gradient (a layer before it learns).
+  bool layer_needs_input_grad(std::size_t i) const;
   /// Backward pass from d(loss)/d(output) in `ctx`; fills every parameter's
   /// grad. Returns d(loss)/d(input), valid until the next backward call, or an
   /// undefined tensor when no layer needs it (nothing before this model learns).

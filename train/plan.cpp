@@ -68,7 +68,7 @@ std::vector<shard_plan> plan::parameter_holders() const {
   // Every stage of the first replica (the others hold the same after an allreduce), those without
   // parameters too: index k is stage k.
   std::vector<shard_plan> out;
-  for (int k = 0; k < stages_per_replica(); ++k) out.push_back({stages[k].address, stages[k].params});
+  for (int k = 0; k < stages_per_replica(); ++k) out.push_back({stages[k].address, stages[k].params, {}, -1});
   return out;
 }
 
@@ -414,7 +414,7 @@ void plan_data_shards(plan& p, const settings& s, const topology& t, const model
   } else if (traits(a.kind).collective) {
     // Every replica holds the same values after each step: the first worker's answers a snapshot.
     const model::shard_range all{0, static_cast<uint32_t>(layout.size()), 0, layout.numel()};
-    p.worker_holders.push_back({p.workers.front().address, all});
+    p.worker_holders.push_back({p.workers.front().address, all, {}, -1});
   } else if (t.nodes.size() != 1) {
     throw error(std::string("--algorithm ") + to_string(a.kind) +
                 " shares one buffer in one process: it runs on one node, the topology has " +

@@ -35,7 +35,7 @@ evaluator_core::config two_shard_config(const std::string& checkpoint = {}) {
   evaluator_core::config c;
   c.self = evaluator_addr();
   const auto ranges = model::plan_shards(tiny_model().layout(), 2);
-  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
+  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s], {}, -1});
   c.data = test_data();
   c.batch_size = 2;
   c.checkpoint = checkpoint;

@@ -61,7 +61,7 @@ shard_source_config two_shards() {
   c.self = worker_addr(0);
   c.layout = tiny_model().layout();
   const auto ranges = model::plan_shards(c.layout, 2);
-  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s]});
+  for (uint32_t s = 0; s < 2; ++s) c.shards.push_back({shard_addr(s), ranges[s], {}, -1});
   return c;
 }
 
@@ -337,7 +337,7 @@ TEST_CASE("worker: with shard weights, the forward pass reads the Params payload
   shard_source_config c;
   c.self = worker_addr(0);
   c.layout = layout;
-  c.shards = {{shard_addr(0), model::plan_shards(layout, 1)[0]}};
+  c.shards = {{shard_addr(0), model::plan_shards(layout, 1)[0], {}, -1}};
   worker_core w(worker_plan_of(0), pool, shard_weights(c));
   // Weights other than the model's initial ones: the forward pass must read these.
   std::vector<float> wv{0.5f, -1, 0.25f, 1, 0, -0.5f, 0.1f, -0.2f, 0.75f};

@@ -113,6 +113,32 @@ TEST_CASE("layers before the first learning layer skip their input gradient, gra
   check_model_gradients(net, x, labels);
 }
 
+TEST_CASE("backward one layer at a time gives backward()'s bits", "[model][grad]") {
+  auto net = sequential(conv2d(2, 3, 3).padding(1), batch_norm(3), relu(), max_pool2d(2), flatten(), dense(12, 5),
+                        relu(), dense(5, 3));
+  net.build({2, 4, 4}, 3);
+  const tensor x = testing::random_tensor({3, 2, 4, 4}, 5);
+  const std::vector<int32_t> labels{0, 2, 1};
+  tensor dlogits;
+  kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), labels, &dlogits);
+  net.backward(ctx, dlogits);
+  std::vector<std::vector<float>> whole;
+  for (auto* p : net.parameters()) whole.push_back(p->grad.to_vector());
+  kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), labels, &dlogits);
+  const tensor* g = &dlogits;
+  for (std::size_t i = net.size(); i-- > 0;) {
+    g = &net.backward_layer(ctx, *g, i);
+    CHECK(g->defined() == net.layer_needs_input_grad(i));
+    if (!net.layer_needs_input_grad(i)) break;
+  }
+  const auto params = net.parameters();
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    INFO("parameter " << params[k]->name);
+    CHECK(params[k]->grad.to_vector() == whole[k]);
+  }
+  CHECK_THROWS_WITH(net.backward_layer(ctx, dlogits, net.size()), Contains("backward_layer: layer 8 of a model of 8"));
+}
+
 TEST_CASE("dropout is identity at evaluation and scales kept units in training", "[model]") {
   auto net = sequential(dropout(0.5f));
   net.build({1000}, 1);

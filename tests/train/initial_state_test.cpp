@@ -12,7 +12,7 @@ namespace {
 /// A plan with `shards` shards, or with the stages `stage_shards` (a stage's shard, -1: it updates its own).
 train::plan plan_with(int shards, std::vector<int> stage_shards = {}) {
   train::plan p;
-  for (int i = 0; i < shards; ++i) p.shards.push_back({{0, net::role::shard, static_cast<uint32_t>(i)}, {}});
+  for (int i = 0; i < shards; ++i) p.shards.push_back({{0, net::role::shard, static_cast<uint32_t>(i)}, {}, {}, -1});
   for (std::size_t i = 0; i < stage_shards.size(); ++i) {
     train::stage_plan sp;
     sp.address = {0, net::role::stage, static_cast<uint32_t>(i)};

@@ -324,7 +324,8 @@ struct worker_core::running {
   bool forward_done = false;     // forward and the loss are done: backward from `back`
   double loss = 0;
   std::size_t back = 0;          // backward's next layer is back - 1; 0: done
-  const tensor* grad = nullptr;  // d(loss)/d(the output of layer back - 1)
+  std::size_t parts = 0;         // of layer back - 1's parts, those still to run (0: none begun)
+  const tensor* grad = nullptr;  // d(loss)/d(the output of the next part)
   bool yielded = false;          // backward let messages in: go_on() goes on
   int sent = 0;                  // pushes handed to the sender during backward
 };
@@ -452,8 +453,15 @@ bool worker_core::backward(running& s) {
   std::vector<outgoing> early;
   auto span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
   while (s.back > 0) {
-    const std::size_t layer = --s.back;
-    s.grad = &net.backward_layer(ctx_, *s.grad, layer);
+    const std::size_t layer = s.back - 1;
+    if (s.parts == 0) s.parts = net.layer_backward_parts(layer);
+    s.grad = &net.backward_part(ctx_, *s.grad, layer, --s.parts);
+    if (s.parts > 0 && s.grad->defined()) {  // inside a block (a transformer's): its next part
+      if (yield_ && source_->wants_messages()) return false;
+      continue;
+    }
+    s.parts = 0;
+    s.back = layer;
     source_->after_layer(layer, steps_, early);
     if (!early.empty()) {
       // The backward span is cut around each send: the trace shows where the pushes went out.

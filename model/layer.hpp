@@ -69,6 +69,19 @@ public:
     return forward(ctx, x, training, own_state());
   }
   const tensor& backward(const kernels::context& ctx, const tensor& dy) { return backward(ctx, dy, own_state()); }
+  /// A block whose backward is a chain of parts run last first (a transformer
+  /// block: its attention, then its MLP): how many; 1 for any other layer.
+  /// backward() is backward_part() from the last part down to the first, on
+  /// each part's output gradient, stopping at a part that returns none.
+  virtual std::size_t backward_parts() const { return 1; }
+  /// Part `part`'s backward on the gradient of its output (the layer's dy for
+  /// the last part); its input's gradient, undefined when it needs none. A
+  /// plain layer's one part is backward(): a worker lets messages in between parts.
+  virtual const tensor& backward_part(const kernels::context& ctx, const tensor& dy, layer_state& s,
+                                      std::size_t part) {
+    (void)part;
+    return backward(ctx, dy, s);
+  }
   virtual std::vector<parameter*> parameters() { return {}; }
   /// The size of the table its input indexes (an embedding's vocabulary: its
   /// input holds token ids in [0, size)); 0 for an input of real values.

@@ -165,15 +165,18 @@ const tensor& model::backward(const kernels::context& ctx, const tensor& dout) {
   return backward(ctx, dout, own_activations());
 }
 
-const tensor& model::backward_layer(const kernels::context& ctx, const tensor& dout, std::size_t i) {
-  require_built("backward_layer");
-  if (i >= layers_.size())
-    throw error("backward_layer: layer " + std::to_string(i) + " of a model of " + std::to_string(layers_.size()) +
-                " layers");
+const tensor& model::backward_part(const kernels::context& ctx, const tensor& dout, std::size_t i, std::size_t part) {
+  require_built("backward_part");
+  if (i >= layers_.size() || part >= layers_[i]->backward_parts())
+    throw error("backward_part: part " + std::to_string(part) + " of layer " + std::to_string(i) + " of a model of " +
+                std::to_string(layers_.size()) + " layers");
   activations& a = own_activations();
-  if (i + 1 == layers_.size()) lend(a.states_.front()->dx, nullptr, a.lent_dx_);  // as backward() begins
-  return layers_[i]->backward(ctx, dout, *a.states_[i]);
+  if (i + 1 == layers_.size() && part + 1 == layers_[i]->backward_parts())
+    lend(a.states_.front()->dx, nullptr, a.lent_dx_);  // as backward() begins
+  return layers_[i]->backward_part(ctx, dout, *a.states_[i], part);
 }
+
+std::size_t model::layer_backward_parts(std::size_t i) const { return layers_.at(i)->backward_parts(); }
 
 bool model::layer_needs_input_grad(std::size_t i) const { return layers_.at(i)->needs_input_grad(); }
 

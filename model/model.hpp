@@ -65,12 +65,16 @@ public:
   /// i = 0): forward() one layer at a time, so that a data-parallel worker can
   /// run each parameter shard's layers as soon as that shard's weights arrive.
   const tensor& forward_layer(const kernels::context& ctx, const tensor& x, std::size_t i, bool training);
-  /// Layer i's backward pass alone, on d(loss)/d(layer i's output) (the
-  /// loss gradient for the last layer), with the activations of the last
-  /// forward(): backward() one layer at a time, last first, so that a worker
-  /// can let messages in between layers. Returns d(loss)/d(layer i's input),
-  /// undefined when layer_needs_input_grad(i) is false (nothing before it learns).
-  const tensor& backward_layer(const kernels::context& ctx, const tensor& dout, std::size_t i);
+  /// Layer i's backward pass alone, in its parts (layer::backward_parts: a
+  /// transformer block has two, its attention and its MLP; other layers one),
+  /// with the activations of the last forward(): part `part` on d(loss)/d(its
+  /// output) (for layer i's last part, of layer i's output; the loss gradient
+  /// for the model's last layer). backward() one part at a time, last layer and
+  /// last part first, so that a worker can let messages in between them.
+  /// Returns the part's input gradient, undefined when it needs none (then
+  /// nothing before it learns: stop there).
+  const tensor& backward_part(const kernels::context& ctx, const tensor& dout, std::size_t i, std::size_t part);
+  std::size_t layer_backward_parts(std::size_t i) const;
   /// Whether layer i computes its input gradient (a layer before it learns).
   bool layer_needs_input_grad(std::size_t i) const;
   /// Backward pass from d(loss)/d(output) in `ctx`; fills every parameter's

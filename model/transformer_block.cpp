@@ -61,6 +61,11 @@ public:
     return backward_chain(ctx, chain_, s.chain, dy);
   }
 
+  std::size_t backward_parts() const override { return chain_.size(); }
+  const tensor& backward_part(const k::context& ctx, const tensor& dy, layer_state& s, std::size_t part) override {
+    return chain_.at(part)->backward(ctx, dy, *static_cast<chain_state&>(s).chain.at(part));
+  }
+
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> out;
     for (std::size_t i = 0; i < chain_.size(); ++i)

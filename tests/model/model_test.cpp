@@ -113,21 +113,22 @@ TEST_CASE("layers before the first learning layer skip their input gradient, gra
   check_model_gradients(net, x, labels);
 }
 
-TEST_CASE("backward one layer at a time gives backward()'s bits", "[model][grad]") {
-  auto net = sequential(conv2d(2, 3, 3).padding(1), batch_norm(3), relu(), max_pool2d(2), flatten(), dense(12, 5),
-                        relu(), dense(5, 3));
-  net.build({2, 4, 4}, 3);
-  const tensor x = testing::random_tensor({3, 2, 4, 4}, 5);
-  const std::vector<int32_t> labels{0, 2, 1};
-  tensor dlogits;
-  kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), labels, &dlogits);
-  net.backward(ctx, dlogits);
+namespace {
+/// Every parameter's gradient from backward(dout), then from backward_part one part at a time (last
+/// layer, last part first), of the same forward: the same bits. Returns the parts run.
+std::size_t check_parts(model::model& net, const tensor& x, const tensor& dout) {
+  net.forward(ctx, x, true);
+  net.backward(ctx, dout);
   std::vector<std::vector<float>> whole;
   for (auto* p : net.parameters()) whole.push_back(p->grad.to_vector());
-  kernels::softmax_cross_entropy(ctx, net.forward(ctx, x, true), labels, &dlogits);
-  const tensor* g = &dlogits;
+  net.forward(ctx, x, true);
+  const tensor* g = &dout;
+  std::size_t parts = 0;
   for (std::size_t i = net.size(); i-- > 0;) {
-    g = &net.backward_layer(ctx, *g, i);
+    for (std::size_t p = net.layer_backward_parts(i); p-- > 0 && g->defined();) {
+      g = &net.backward_part(ctx, *g, i, p);
+      ++parts;
+    }
     CHECK(g->defined() == net.layer_needs_input_grad(i));
     if (!net.layer_needs_input_grad(i)) break;
   }
@@ -136,7 +137,24 @@ TEST_CASE("backward one layer at a time gives backward()'s bits", "[model][grad]
     INFO("parameter " << params[k]->name);
     CHECK(params[k]->grad.to_vector() == whole[k]);
   }
-  CHECK_THROWS_WITH(net.backward_layer(ctx, dlogits, net.size()), Contains("backward_layer: layer 8 of a model of 8"));
+  return parts;
+}
+} // namespace
+
+TEST_CASE("backward one part at a time gives backward()'s bits", "[model][grad]") {
+  auto net = sequential(conv2d(2, 3, 3).padding(1), batch_norm(3), relu(), max_pool2d(2), flatten(), dense(12, 5),
+                        relu(), dense(5, 3));
+  net.build({2, 4, 4}, 3);
+  CHECK(check_parts(net, testing::random_tensor({3, 2, 4, 4}, 5), testing::random_tensor({3, 3}, 6)) == 8);
+  // A transformer block's backward is its two parts: attention, MLP.
+  model::model gpt = zoo::gpt(11, 6, 8, 2, 2, 2);
+  gpt.build({6}, 1);
+  CHECK(gpt.layer_backward_parts(2) == 2);
+  std::vector<float> ids(2 * 6);
+  for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<float>((k * 7) % 11);
+  const std::size_t parts = check_parts(gpt, tensor::from({2, 6}, ids), testing::random_tensor({2, 6, 11}, 8));
+  CHECK(parts == gpt.size() + 2);  // embedding, position, 2 blocks of 2 parts, norm, head
+  CHECK_THROWS_WITH(gpt.backward_part(ctx, tensor(), 2, 2), Contains("backward_part: part 2 of layer 2"));
 }
 
 TEST_CASE("dropout is identity at evaluation and scales kept units in training", "[model]") {

@@ -147,7 +147,7 @@ public:
                   std::to_string(c.layout.numel()));
     if (!c.state.empty()) opt_.restore(c.state.data(), static_cast<int64_t>(c.state.size()), "allreduce");
     for (std::size_t i = 0; i < c.members.size(); ++i) group_.push_back(static_cast<int32_t>(i));
-    core_ = std::make_unique<collective_core>(group_, c.member, 0, collective_options(c.options).views());
+    new_core();
   }
   bool ready() const override { return !in_step_ && !syncing_; }
   /// The replica's own values: all there, but for a step that waits for its reduction.
@@ -223,6 +223,10 @@ public:
 
 private:
   const net::address& self() const { return c_.members[static_cast<std::size_t>(c_.member)]; }
+  /// The collective core of the group as it is now (group_, epoch_); its pieces view the buffer.
+  void new_core() {
+    core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, collective_options(c_.options).views());
+  }
   std::string name() const { return net::to_string(self()); }
   void route(collective_message in, std::vector<outgoing>& out) {
     if (in.epoch > epoch_) {  // a group this worker has not heard of yet
@@ -357,7 +361,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   epoch_ = g.epoch;
   snapshots_.clear();  // kept before a step that may be redone in the new group
   group_.assign(g.members.begin(), g.members.end());
-  core_ = std::make_unique<collective_core>(group_, c_.member, epoch_, collective_options(c_.options).views());
+  new_core();
   held_ = active_ = false;
   if (joiner) {
     in_step_ = backward_done_ = false;  // its step in flight was on other parameters: dropped

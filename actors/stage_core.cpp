@@ -299,7 +299,7 @@ void stage_core::backward(int64_t mb, result& out) {
     net_.backward(ctx_, dy, f.act);
   } else {  // the first layer writes d(loss)/d(input) into the Gradient's payload
     tensor_message m = start_tensor_message(wire::Envelope::GRADIENT, c_.previous, mb, f.in.x.dims, nullptr);
-    if (net_.backward(ctx_, dy, f.act, {}, &m.payload).defined())
+    if (net_.backward(ctx_, dy, f.act, &m.payload).defined())
       out.messages.push_back({c_.previous, net::message::from_builder(std::move(m.builder))});
   }
   // A micro-batch's gradient is the mean over its samples: summed weighted by

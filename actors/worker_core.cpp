@@ -456,13 +456,12 @@ bool worker_core::backward(running& s) {
     const std::size_t layer = s.back - 1;
     if (s.parts == 0) s.parts = net.layer_backward_parts(layer);
     s.grad = &net.backward_part(ctx_, *s.grad, layer, --s.parts);
-    if (s.parts > 0 && s.grad->defined()) {  // inside a block (a transformer's): its next part
-      if (yield_ && source_->wants_messages()) return false;
-      continue;
+    // The layer is done once its last part (a transformer block has two) has run, or one that needed no input gradient.
+    if (s.parts == 0 || !s.grad->defined()) {
+      s.parts = 0;
+      s.back = net.layer_needs_input_grad(layer) ? layer : 0;  // 0: nothing before it learns
+      source_->after_layer(layer, steps_, early);
     }
-    s.parts = 0;
-    s.back = layer;
-    source_->after_layer(layer, steps_, early);
     if (!early.empty()) {
       // The backward span is cut around each send: the trace shows where the pushes went out.
       span.reset();
@@ -478,7 +477,6 @@ bool worker_core::backward(running& s) {
       early.clear();
       span = std::make_unique<train::trace_span>(trace_.get(), track_, "backward");
     }
-    if (!net.layer_needs_input_grad(layer)) s.back = 0;  // nothing before it learns
     if (yield_ && s.back > 0 && source_->wants_messages()) return false;
   }
   return true;

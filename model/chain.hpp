@@ -4,7 +4,6 @@
 // the model's own chain, and the chains inside its blocks (residual,
 // transformer_block) run the same way.
 
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,10 +30,8 @@ state_list make_states(const layer_list& chain);
 const tensor& forward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& x,
                             bool training);
 
-/// The backward passes from the chain's end, `after_layer(i)` called (when
-/// set) once layer i's parameter gradients are written; the gradient of the
-/// chain's input, undefined when a layer needs none (nothing before it learns).
-const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy,
-                             const std::function<void(std::size_t)>& after_layer = {});
+/// The backward passes from the chain's end; the gradient of the chain's
+/// input, undefined when a layer needs none (nothing before it learns).
+const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy);
 
 } // namespace troupe::model

@@ -42,13 +42,11 @@ const tensor& forward_chain(const kernels::context& ctx, layer_list& chain, stat
   return *cur;
 }
 
-const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy,
-                             const std::function<void(std::size_t)>& after_layer) {
+const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy) {
   static const tensor none;
   const tensor* cur = &dy;
   for (std::size_t i = chain.size(); i-- > 0;) {
     cur = &chain[i]->backward(ctx, *cur, *states[i]);
-    if (after_layer) after_layer(i);
     if (!chain[i]->needs_input_grad()) return none;  // nothing before it learns
   }
   return *cur;
@@ -180,17 +178,11 @@ std::size_t model::layer_backward_parts(std::size_t i) const { return layers_.at
 
 bool model::layer_needs_input_grad(std::size_t i) const { return layers_.at(i)->needs_input_grad(); }
 
-const tensor& model::backward(const kernels::context& ctx, const tensor& dout,
-                              const std::function<void(std::size_t)>& after_layer) {
-  return backward(ctx, dout, own_activations(), after_layer);
-}
-
-const tensor& model::backward(const kernels::context& ctx, const tensor& dout, activations& a,
-                              const std::function<void(std::size_t)>& after_layer, tensor* dx) {
+const tensor& model::backward(const kernels::context& ctx, const tensor& dout, activations& a, tensor* dx) {
   require_built("backward");
   check_activations(a, "backward");
   lend(a.states_.front()->dx, dx, a.lent_dx_);
-  return into(backward_chain(ctx, layers_, a.states_, dout, after_layer), dx, "backward");
+  return into(backward_chain(ctx, layers_, a.states_, dout), dx, "backward");
 }
 
 model::layer_profile model::profile() const {

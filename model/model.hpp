@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,16 +80,10 @@ public:
   /// grad. Returns d(loss)/d(input), valid until the next backward call, or an
   /// undefined tensor when no layer needs it (nothing before this model learns).
   const tensor& backward(const kernels::context& ctx, const tensor& dout);
-  /// The same, calling `after_layer(i)` once layer i's parameter gradients are
-  /// written (last layer first): a data-parallel worker sends a parameter
-  /// shard's gradients while backward goes on with the layers before it.
-  const tensor& backward(const kernels::context& ctx, const tensor& dout,
-                         const std::function<void(std::size_t)>& after_layer);
-  /// The backward pass of the call whose forward filled `a` (`after_layer`
-  /// as above, when set). With `dx` (of the input's shape) d(loss)/d(input)
-  /// is written there, and `dx` returned, unless no layer needs it.
-  const tensor& backward(const kernels::context& ctx, const tensor& dout, activations& a,
-                         const std::function<void(std::size_t)>& after_layer = {}, tensor* dx = nullptr);
+  /// The backward pass of the call whose forward filled `a`. With `dx` (of
+  /// the input's shape) d(loss)/d(input) is written there, and `dx` returned,
+  /// unless no layer needs it.
+  const tensor& backward(const kernels::context& ctx, const tensor& dout, activations& a, tensor* dx = nullptr);
 
   /// Layers [first, last) of this built model as a model of their own (a
   /// pipeline stage): they move out of this model, which is left empty.

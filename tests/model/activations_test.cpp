@@ -143,7 +143,7 @@ TEST_CASE("a call writes its output and its input gradient into the caller's mem
   CHECK(out_mem == ref.y);
   tensor dlogits;
   model::cross_entropy(ctx, y, s.labels, &dlogits);
-  const tensor& g = net.backward(ctx, dlogits, a, {}, &dx);
+  const tensor& g = net.backward(ctx, dlogits, a, &dx);
   CHECK(g.data() == dx_mem.data());
   CHECK(dx_mem == ref.dx);
   CHECK(grads_of(net) == ref.grads);

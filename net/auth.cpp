@@ -134,7 +134,7 @@ link_keys derive_keys(const std::string& secret, const std::array<uint8_t, nonce
   salt.insert(salt.end(), acceptor_nonce.begin(), acceptor_nonce.end());
   std::vector<std::byte> info_bytes;
   writer w(info_bytes);
-  const char label[] = "troupe link keys v1";
+  const char label[] = "troupe link keys v2";
   w.put(label, sizeof label - 1);
   w.put<uint32_t>(dialer_node);
   w.put<uint32_t>(acceptor_node);

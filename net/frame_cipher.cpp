@@ -13,8 +13,14 @@ namespace troupe::net {
 namespace {
 
 [[noreturn]] void openssl_failed(const char* what) {
-  throw error(std::string("frame protection: OpenSSL's AES-256-GCM failed in ") + what);
+  throw error(std::string("frame protection: OpenSSL's AEAD (ChaCha20-Poly1305 or AES-256-GCM) failed in ") + what);
 }
+
+// Authenticated only: ChaCha20-Poly1305 (RFC 8439); OpenSSL 3.0's Poly1305 uses AVX-512 IFMA where
+// the CPU has it and ran at 1.45x GHASH's rate on the Zen 4 of docs/benchmarks.md. Encrypted:
+// AES-256-GCM, whose AES-NI encryption ran 1.2x faster than ChaCha20 there
+// (bench/aead_bench.cpp; docs/benchmarks.md, "Frame protection").
+const EVP_CIPHER* aead_for(bool confidential) { return confidential ? EVP_aes_256_gcm() : EVP_chacha20_poly1305(); }
 
 // OpenSSL takes int lengths: larger spans go in pieces.
 template <typename F>
@@ -28,8 +34,9 @@ void in_pieces(std::size_t bytes, F&& f) {
 frame_cipher::frame_cipher(const frame_key& key, direction d, bool confidential)
     : ctx_(EVP_CIPHER_CTX_new()), dir_(d), confidential_(confidential) {
   if (!ctx_) openssl_failed("EVP_CIPHER_CTX_new");
-  const int ok = d == direction::seal ? EVP_EncryptInit_ex(ctx_, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
-                                      : EVP_DecryptInit_ex(ctx_, EVP_aes_256_gcm(), nullptr, key.data(), nullptr);
+  const EVP_CIPHER* aead = aead_for(confidential);
+  const int ok = d == direction::seal ? EVP_EncryptInit_ex(ctx_, aead, nullptr, key.data(), nullptr)
+                                      : EVP_DecryptInit_ex(ctx_, aead, nullptr, key.data(), nullptr);
   if (ok != 1) {
     EVP_CIPHER_CTX_free(ctx_);
     openssl_failed("init");
@@ -84,7 +91,7 @@ frame_tag frame_cipher::finish() {
   unsigned char rest[16];
   if (EVP_EncryptFinal_ex(ctx_, rest, &n) != 1) openssl_failed("finish");
   frame_tag tag{};
-  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, static_cast<int>(frame_tag_bytes), tag.data()) != 1)
+  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(frame_tag_bytes), tag.data()) != 1)
     openssl_failed("get tag");
   return tag;
 }
@@ -92,7 +99,7 @@ frame_tag frame_cipher::finish() {
 bool frame_cipher::verify(const frame_tag& tag) {
   if (dir_ != direction::open) throw error("frame_cipher::verify on a sealing cipher");
   frame_tag copy = tag;
-  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, static_cast<int>(frame_tag_bytes), copy.data()) != 1)
+  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(frame_tag_bytes), copy.data()) != 1)
     openssl_failed("set tag");
   int n = 0;
   unsigned char rest[16];

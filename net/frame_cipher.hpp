@@ -1,9 +1,9 @@
 #pragma once
 
 // Protection of the frames of an authenticated link (docs/protocol.md,
-// "Between nodes: frame protection"): every frame after the handshake carries a 16-byte
-// AES-256-GCM tag over its header, its segment table and its payload, under a
-// key of that link and direction (derived from the handshake: net/auth.hpp),
+// "Between nodes: frame protection"): every frame after the handshake carries a
+// 16-byte tag (ChaCha20-Poly1305; AES-256-GCM when encrypted) over its header,
+// its segment table and its payload, under a key of that link and direction (derived from the handshake: net/auth.hpp),
 // with the frame's number on the link as the nonce. A frame that was altered,
 // forged, replayed or reordered fails its tag and closes the link. With
 // `confidential` the payload (the segments) is also encrypted; the header and
@@ -34,7 +34,8 @@ struct link_keys {
 class frame_cipher {
 public:
   enum class direction { seal, open };
-  /// Throws error when OpenSSL cannot set up AES-256-GCM.
+  /// ChaCha20-Poly1305, or AES-256-GCM when `confidential` (the faster of the two for each
+  /// use on AVX-512 IFMA machines). Throws error when OpenSSL cannot set it up.
   frame_cipher(const frame_key& key, direction d, bool confidential);
   ~frame_cipher();
   frame_cipher(const frame_cipher&) = delete;

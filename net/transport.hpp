@@ -59,8 +59,8 @@ struct transport_options {
   uint64_t max_frame_bytes = uint64_t(1) << 30;     ///< larger frames are rejected (either way)
   uint64_t max_queue_bytes = uint64_t(1) << 30;     ///< per peer, queued and unacknowledged; send() refuses more
   std::size_t pool_bytes = std::size_t(512) << 20;  ///< free receive buffers kept for reuse
-  /// Every frame after the handshake is authenticated (AES-256-GCM, per-link
-  /// keys); with `encrypt` its payload is also encrypted. Both sides must agree.
+  /// Every frame after the handshake is authenticated (ChaCha20-Poly1305, per-link
+  /// keys); with `encrypt` its payload is also encrypted (AES-256-GCM). Both sides must agree.
   bool encrypt = false;
   /// Accepted connections still in their handshake: at most this many in all
   /// and per remote address; a hello that claims a node has its own slots

@@ -1,5 +1,6 @@
 #include <capnp/serialize.h>
 #include <catch2/catch.hpp>
+#include <openssl/evp.h>
 
 #include <cstring>
 #include <random>
@@ -412,6 +413,45 @@ TEST_CASE("protected frames: sealed and opened whole, in pieces, integrity only 
       CHECK(frames[3].header.kind == frame_kind::heartbeat);
       CHECK(frames[3].header.ack == 7);
     }
+  }
+}
+
+TEST_CASE("protected frames: the tag is RFC 8439's ChaCha20-Poly1305 (AES-256-GCM when encrypted), as protocol.md says",
+          "[net][frame]") {
+  // The wire format pinned: frame number 0 of a link is nonce 0; the header and the segment
+  // table are additional data, then the payload (additional data too, or encrypted).
+  for (bool confidential : {false, true}) {
+    frame_cipher seal(key_of(1), frame_cipher::direction::seal, confidential);
+    auto m = tensor_message(from, to, 4096, 5);
+    const out_frame f = make_message_frame(to, m, 1);
+    const bytes plain = on_wire(f), wire = sealed_on_wire(f, seal);
+    std::size_t payload = 0;
+    for (auto& seg : f.segments) payload += seg.size() * sizeof(capnp::word);
+    const std::size_t head = plain.size() - payload;
+    const frame_key k = key_of(1);
+    const unsigned char iv[12] = {};
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    REQUIRE(ctx);
+    const EVP_CIPHER* aead = confidential ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+    bytes expected(plain.size());
+    unsigned char tag[16], rest[16];
+    int n = 0;
+    const auto* in = reinterpret_cast<const unsigned char*>(plain.data());
+    auto* out = reinterpret_cast<unsigned char*>(expected.data());
+    std::memcpy(out, in, head);
+    bool ok = EVP_EncryptInit_ex(ctx, aead, nullptr, k.data(), iv) == 1 &&
+              EVP_EncryptUpdate(ctx, nullptr, &n, in, int(head)) == 1;
+    if (confidential) ok = ok && EVP_EncryptUpdate(ctx, out + head, &n, in + head, int(payload)) == 1;
+    else {
+      ok = ok && EVP_EncryptUpdate(ctx, nullptr, &n, in + head, int(payload)) == 1;
+      std::memcpy(out + head, in + head, payload);
+    }
+    ok = ok && EVP_EncryptFinal_ex(ctx, rest, &n) == 1 && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) == 1;
+    EVP_CIPHER_CTX_free(ctx);
+    REQUIRE(ok);
+    REQUIRE(wire.size() == plain.size() + frame_tag_bytes);
+    CHECK(std::equal(expected.begin(), expected.end(), wire.begin()));
+    CHECK(std::memcmp(tag, wire.data() + plain.size(), 16) == 0);
   }
 }
 

@@ -26,7 +26,7 @@ param_client::param_client(net::address self, std::vector<train::shard_plan> hol
     : self_(self), holders_(std::move(holders)), layout_(layout), version_(holders_.size(), 0),
       push_(holders_.size()), answered_(holders_.size(), false), sent_(holders_.size(), false),
       waiting_(static_cast<int>(holders_.size())) {
-  for (const auto& h : holders_) shapes_.push_back(layout_.shapes(h.range.first, h.range.last));
+  for (const auto& h : holders_) shapes_.push_back(layout_.range_shapes(h.range));
 }
 
 std::vector<outgoing> param_client::pull_all(bool with_state, uint64_t steps) {

@@ -25,26 +25,45 @@ void add_local(node_context& c, const net::address& address, caf::actor a) {
 
 /// AdamW's groups of tensors [first, last) of `net`: their sizes, and whether
 /// weight decay applies to each (train::decays: the matrices only).
-void adamw_groups(model::model& net, uint32_t first, uint32_t last, std::vector<int64_t>& segments,
+void adamw_groups(model::model& net, const model::shard_range& range, std::vector<int64_t>& segments,
                   std::vector<bool>& decays) {
   const std::vector<model::parameter*> params = net.parameters();
-  for (uint32_t t = first; t < last; ++t) {
-    segments.push_back(params[t]->value.numel());
+  const model::param_layout layout = net.layout();
+  for (uint32_t t = range.first; t < range.last; ++t) {
+    segments.push_back(model::part_of(layout, t, range).numel());
     decays.push_back(train::decays(params[t]->name, params[t]->value.shape()));
   }
 }
 
+/// A shard's starting tensors: each tensor of its range, or its part of a cut
+/// one, flat, named "name[begin:end]" by the elements of the tensor it holds.
+std::vector<named_tensor> shard_tensors(model::model& net, const model::shard_range& range) {
+  const std::vector<model::parameter*> params = net.parameters();
+  const model::param_layout layout = net.layout();
+  std::vector<named_tensor> out;
+  for (uint32_t t = range.first; t < range.last; ++t) {
+    const model::tensor_part p = model::part_of(layout, t, range);
+    if (p.whole) {
+      out.push_back({params[t]->name, params[t]->value.clone()});
+      continue;
+    }
+    const int64_t from = p.begin - layout[t].offset, to = p.end - layout[t].offset;
+    tensor part = tensor::empty({p.numel()});
+    std::copy(params[t]->value.data() + from, params[t]->value.data() + to, part.data());
+    out.push_back({params[t]->name + "[" + std::to_string(from) + ":" + std::to_string(to) + "]", std::move(part)});
+  }
+  return out;
+}
+
 void spawn_shards(caf::actor_system& sys, node_context& c) {
   const train::plan& p = c.plan();
-  const auto params = c.start->net.parameters();
   for (std::size_t i = 0; i < p.shards.size(); ++i) {
     const train::shard_plan& sp = p.shards[i];
     if (sp.address.node != c.self) continue;
     const kernels::context ctx = kernels::context::with_threads(p.nodes[c.self].shard_threads);
-    std::vector<named_tensor> mine;
-    for (uint32_t t = sp.range.first; t < sp.range.last; ++t) mine.push_back({params[t]->name, params[t]->value.clone()});
+    const std::vector<named_tensor> mine = shard_tensors(c.start->net, sp.range);
     model::update_config rule = rule_config(c.config());
-    adamw_groups(c.start->net, sp.range.first, sp.range.last, rule.segments, rule.segment_decays);
+    adamw_groups(c.start->net, sp.range, rule.segments, rule.segment_decays);
     auto core = std::make_shared<shard_core>(sp, mine, rule, c.config().schedule, p.total_updates, ctx);
     if (c.start->state.resuming) resume_shard(*core, c.start->state.shards[i], *c.log);
     core->trace(c.trace);
@@ -59,7 +78,12 @@ model::flat_optimizer_options optimizer_of(const node_context& c, uint32_t first
   const settings& s = c.config();
   model::flat_optimizer_options o;
   o.adamw = s.optimizer == optimizer_kind::adamw;
-  if (o.adamw) adamw_groups(c.start->net, first, last, o.segments, o.segment_decays);
+  if (o.adamw) {
+    const model::param_layout layout = c.start->net.layout();
+    const int64_t begin = first < layout.size() ? layout[first].offset : layout.numel();
+    const int64_t end = last < layout.size() ? layout[last].offset : layout.numel();
+    adamw_groups(c.start->net, {first, last, begin, end}, o.segments, o.segment_decays);
+  }
   o.lr = s.lr;
   o.momentum = s.momentum;
   o.weight_decay = s.weight_decay;

@@ -38,7 +38,10 @@ void clip_whole(const kernels::context& ctx, replica& r, float clip) {
 /// Push every step, nothing copied: weights read in place from the shards'
 /// Params (validated when they arrived; read-only), gradients written in place
 /// into the pushes. The Params are let go when the worker pushes, so that the
-/// shard can update them in place.
+/// shard can update them in place. A tensor cut across shards
+/// (model::shard_cut::even) is the exception: its parts are copied from the
+/// Params into the replica's own tensor, and its gradient from the replica's
+/// into each part's push.
 class shard_weights_source final : public weight_source {
 public:
   explicit shard_weights_source(const shard_source_config& c)
@@ -58,8 +61,11 @@ public:
     // The layer holding each shard's first tensor, and the shards holding each layer's tensors.
     const std::vector<std::size_t> layer_of_tensor = layer_of_each_tensor(net);
     layer_shards_.assign(net.size(), {});
+    cut_.assign(x_.holders().size(), {});
     for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       const model::shard_range& range = x_.holders()[s].range;
+      for (uint32_t i = range.first; i < range.last; ++i)
+        if (const model::tensor_part p = model::part_of(x_.layout(), i, range); !p.whole) cut_[s].push_back({i, p});
       first_layer_.push_back(range.first < layer_of_tensor.size() ? layer_of_tensor[range.first] : 0);
       for (uint32_t i = range.first; i < range.last && i < layer_of_tensor.size(); ++i) {
         std::vector<std::size_t>& of = layer_shards_[layer_of_tensor[i]];
@@ -74,30 +80,35 @@ public:
     return true;
   }
   void bind(replica& r, bound_tensors& b) override {
-    const std::vector<model::parameter*> params = r.net.parameters();
+    params_ = r.net.parameters();
     for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       const model::shard_range& range = x_.holders()[s].range;
       float* grads = x_.open_push(s);
       for (uint32_t i = range.first; i < range.last; ++i) {
+        if (is_cut(i)) continue;  // written to the replica's own gradient, copied at the push
         const model::layout_entry& e = x_.layout()[i];
-        b.bind(params[i]->grad, e.dims, grads + (e.offset - range.begin));
+        b.bind(params_[i]->grad, e.dims, grads + (e.offset - range.begin));
       }
     }
     bind_arrived(r, b);
   }
-  void bind_arrived(replica& r, bound_tensors& b) override {
-    const std::vector<model::parameter*> params = r.net.parameters();
+  void bind_arrived(replica&, bound_tensors& b) override {
     for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       if (bound_[s] || !values_[s]) continue;
       const model::shard_range& range = x_.holders()[s].range;
       for (uint32_t i = range.first; i < range.last; ++i) {
         const model::layout_entry& e = x_.layout()[i];
-        b.bind_read_only(params[i]->value, e.dims, values_[s] + (e.offset - range.begin));
+        if (!is_cut(i)) b.bind_read_only(params_[i]->value, e.dims, values_[s] + (e.offset - range.begin));
       }
+      for (const auto& [i, p] : cut_[s])  // the replica's own tensor, its part from this shard
+        std::memcpy(params_[i]->value.data() + (p.begin - x_.layout()[i].offset), values_[s] + (p.begin - range.begin),
+                    static_cast<std::size_t>(p.numel()) * sizeof(float));
       bound_[s] = true;
     }
   }
   void update(const kernels::context& ctx, replica&, uint64_t step, std::vector<outgoing>& out) override {
+    for (std::size_t s = 0; s < x_.holders().size(); ++s)
+      if (!x_.sent(s)) gather_cut(s);
     if (clip_ > 0) {  // the whole gradient's norm: every shard's push, written by this step's backward
       std::vector<std::pair<float*, int64_t>> parts;
       for (std::size_t s = 0; s < x_.holders().size(); ++s) parts.emplace_back(x_.open_push(s), x_.holders()[s].range.numel());
@@ -115,6 +126,7 @@ public:
       // Backward runs from the last layer to the first: once it has passed the
       // layer of a shard's first tensor, every gradient of the shard is written.
       if (x_.sent(s) || x_.holders()[s].range.first == x_.holders()[s].range.last || first_layer_.at(s) < layer) continue;
+      gather_cut(s);
       x_.push_one(s, step, out);
       latest_[s].reset();  // no layer before reads these weights
       values_[s] = nullptr;
@@ -122,9 +134,27 @@ public:
   }
 
 private:
+  bool is_cut(uint32_t tensor) const {
+    for (const auto& of : cut_)
+      for (const auto& c : of)
+        if (c.first == tensor) return true;
+    return false;
+  }
+  /// Shard s's parts of cut tensors, from the replica's gradient into its push.
+  void gather_cut(std::size_t s) {
+    if (cut_[s].empty()) return;
+    float* push = x_.open_push(s);
+    const int64_t begin = x_.holders()[s].range.begin;
+    for (const auto& [i, p] : cut_[s])
+      std::memcpy(push + (p.begin - begin), params_[i]->grad.data() + (p.begin - x_.layout()[i].offset),
+                  static_cast<std::size_t>(p.numel()) * sizeof(float));
+  }
+
   param_client x_;
   std::vector<net::opened_message> latest_;
   std::vector<const float*> values_;
+  std::vector<model::parameter*> params_;               // the replica's, for the step
+  std::vector<std::vector<std::pair<uint32_t, model::tensor_part>>> cut_;  // per shard: its parts of cut tensors
   std::vector<bool> bound_;                             // per shard: its weights bound for this step
   std::vector<std::size_t> first_layer_;                // per shard: the layer of its first tensor
   std::vector<std::vector<std::size_t>> layer_shards_;  // per layer: the shards holding its tensors

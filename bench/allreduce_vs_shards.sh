@@ -7,12 +7,16 @@
 # the medians per configuration.
 #   bench/allreduce_vs_shards.sh [MODEL] [N] [STEPS] [REPS] [RATE]
 #   bench/allreduce_vs_shards.sh mlp 3 200 3 200mbit
+# Environment: CONFIGS (the algorithm options of each configuration, separated
+# by ';'; default "ssgd --shards N;allreduce;asgd --shards N"), LINKS
+# ("loopback netns" by default; netns only as root).
 set -euo pipefail
 model=${1:-mlp} n=${2:-3} steps=${3:-200} reps=${4:-3} rate=${5:-200mbit}
 here=$(cd "$(dirname "$0")" && pwd)
 export TROUPE_TRAINER=${TROUPE_TRAINER:-$here/../build/troupe_trainer}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 configs=("ssgd --shards $n" "allreduce" "asgd --shards $n")
+[ -n "${CONFIGS:-}" ] && IFS=';' read -r -a configs <<< "$CONFIGS"
 run() {  # link (loopback | netns), algorithm options -> samples/s
   local env=()
   [ "$1" = netns ] && env=(TROUPE_NETNS=1 TROUPE_NETNS_RATE="$rate")
@@ -20,8 +24,10 @@ run() {  # link (loopback | netns), algorithm options -> samples/s
     --workers "$n" --algorithm $2 --progress none --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 || { echo 0; return; }
   grep -o '"samples_per_s":[0-9.]*' "$tmp/m.jsonl" | head -1 | cut -d: -f2
 }
-links=(loopback)
-[ "$(id -u)" = 0 ] && command -v ip > /dev/null && links+=(netns)
+links=()
+for l in ${LINKS:-loopback netns}; do
+  if [ "$l" = netns ]; then [ "$(id -u)" = 0 ] && command -v ip > /dev/null && links+=(netns); else links+=("$l"); fi
+done
 echo "model $model, $n workers on $n node processes, $steps global steps, $(nproc) cores; netns links: tbf $rate"
 for link in "${links[@]}"; do
   for i in $(seq 1 "$reps"); do

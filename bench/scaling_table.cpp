@@ -65,8 +65,9 @@ model::link_cost link_of(double bits_per_s, double per_message_s) { return {8.0 
 
 void table(const std::vector<measured>& models, double gbit, double b) {
   std::cout << "\n" << gbit << " Gbit/s, " << b * 1e6 << " us per message; step ms (efficiency)\n\n"
-            << "| model | N | allreduce | SSGD, min(N, tensors) shards | ASGD, same shards | ASGD shards to keep up |\n"
-            << "|---|---|---|---|---|---|\n";
+            << "| model | N | allreduce | SSGD, min(N, tensors) shards | ASGD, same shards | ASGD shards to keep up "
+               "| SSGD, N shards cut evenly | ASGD, same | ASGD, even: shards to keep up |\n"
+            << "|---|---|---|---|---|---|---|---|---|\n";
   for (const measured& m : models)
     for (int n = 8; n <= 1024; n *= 2) {
       model::scaling_inputs in = m.in;
@@ -77,16 +78,20 @@ void table(const std::vector<measured>& models, double gbit, double b) {
           << e.efficiency * 100 << " %)";
         return s.str();
       };
+      model::scaling_inputs even = in;  // --shard-cut even: equal shares
+      even.tensor_bytes.clear();
       std::cout << "| " << m.name << " | " << n << " | " << cell(model::allreduce_estimate(in, n)) << " | "
                 << cell(model::ssgd_estimate(in, n, n)) << " | " << cell(model::asgd_estimate(in, n, n)) << " | "
-                << model::shards_to_keep_up(in, n, n) << " |\n";
+                << model::shards_to_keep_up(in, n, n) << " | " << cell(model::ssgd_estimate(even, n, n)) << " | "
+                << cell(model::asgd_estimate(even, n, n)) << " | " << model::shards_to_keep_up(even, n, n) << " |\n";
     }
 }
 
 void validate(const std::vector<measured>& models) {
   std::cout << "\npredicted samples/s of N workers on N node processes (global batch 64 N) sharing 2 cores "
                "(each worker's compute x max(1, N / 2)), N shards (whole tensors), tbf both ways with a 256 KiB burst\n\n"
-            << "| model | link | N | allreduce | SSGD | ASGD |\n|---|---|---|---|---|---|\n";
+            << "| model | link | N | allreduce | SSGD | ASGD | SSGD, cut evenly | ASGD, cut evenly |\n"
+            << "|---|---|---|---|---|---|---|---|\n";
   for (const measured& m : models)
     for (int mbit : {200, 1000})
       for (int n = 2; n <= 4; ++n) {
@@ -97,9 +102,12 @@ void validate(const std::vector<measured>& models) {
         in.link = link_of(mbit * 1e6, 50e-6);
         in.burst_bytes = 256 * 1024;  // scripts/netns.sh's tbf: burst 256kb
         auto rate = [n](const model::scaling_estimate& e) { return static_cast<int>(64 * n / e.step_s); };
+        model::scaling_inputs even = in;
+        even.tensor_bytes.clear();
         std::cout << "| " << m.name << " | " << mbit << " Mbit/s | " << n << " | "
                   << rate(model::allreduce_estimate(in, n)) << " | " << rate(model::ssgd_estimate(in, n, n)) << " | "
-                  << rate(model::asgd_estimate(in, n, n)) << " |\n";
+                  << rate(model::asgd_estimate(in, n, n)) << " | " << rate(model::ssgd_estimate(even, n, n)) << " | "
+                  << rate(model::asgd_estimate(even, n, n)) << " |\n";
       }
 }
 

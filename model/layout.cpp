@@ -21,6 +21,35 @@ std::vector<shape> param_layout::shapes(std::size_t first, std::size_t last) con
   return out;
 }
 
+std::vector<shape> param_layout::range_shapes(const shard_range& r) const {
+  std::vector<shape> out;
+  for (std::size_t i = r.first; i < r.last; ++i) {
+    const tensor_part p = part_of(*this, i, r);
+    out.push_back(p.whole ? entries_.at(i).dims : shape{p.numel()});
+  }
+  return out;
+}
+
+tensor_part part_of(const param_layout& layout, std::size_t tensor, const shard_range& r) {
+  const layout_entry& e = layout[tensor];
+  const int64_t begin = std::max(e.offset, r.begin), end = std::min(e.offset + e.numel(), r.end);
+  if (end <= begin) return {begin, begin, e.numel() == 0 && r.holds(tensor)};
+  return {begin, end, begin == e.offset && end == e.offset + e.numel()};
+}
+
+const char* to_string(shard_cut c) { return c == shard_cut::even ? "even" : "tensors"; }
+
+shard_cut parse_shard_cut(const std::string& name) {
+  if (name == "tensors") return shard_cut::tensors;
+  if (name == "even") return shard_cut::even;
+  throw error("unknown shard cut '" + name + "' (tensors or even)");
+}
+
+const std::vector<shard_cut>& all_shard_cuts() {
+  static const std::vector<shard_cut> all{shard_cut::tensors, shard_cut::even};
+  return all;
+}
+
 std::string param_layout::describe() const {
   std::ostringstream os;
   for (std::size_t i = 0; i < entries_.size(); ++i)
@@ -68,12 +97,43 @@ std::vector<std::size_t> contiguous_partition(const std::vector<int64_t>& costs,
   return bounds;
 }
 
-std::vector<shard_range> plan_shards(const param_layout& layout, int shards) {
+namespace {
+
+// Equal ranges of elements; each range overlaps the tensors [first, last),
+// an empty tensor going with the range its offset starts.
+std::vector<shard_range> plan_even(const param_layout& layout, int shards) {
+  const int64_t n = layout.numel();
+  if (shards > n)
+    throw error("--shards " + std::to_string(shards) + " exceeds the model's " + std::to_string(n) + " parameters");
+  const int64_t align = n >= 16 * int64_t(shards) ? 16 : 1;
+  std::vector<shard_range> out;
+  std::size_t t = 0;
+  for (int s = 0; s < shards; ++s) {
+    shard_range r;
+    r.begin = s == 0 ? 0 : out.back().end;
+    r.end = s + 1 == shards ? n : (n * (s + 1) / shards + align / 2) / align * align;
+    auto before = [&](const layout_entry& e) {  // ends before the range (an empty tensor at its start does not)
+      return e.offset + e.numel() <= r.begin && !(e.numel() == 0 && e.offset == r.begin);
+    };
+    while (t < layout.size() && before(layout[t])) ++t;
+    r.first = static_cast<uint32_t>(t);
+    std::size_t last = t;
+    while (last < layout.size() && (layout[last].offset < r.end || s + 1 == shards)) ++last;
+    r.last = static_cast<uint32_t>(last);
+    out.push_back(r);
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<shard_range> plan_shards(const param_layout& layout, int shards, shard_cut cut) {
   const int n = static_cast<int>(layout.size());
   if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
+  if (cut == shard_cut::even) return plan_even(layout, shards);
   if (shards > n)
     throw error("--shards " + std::to_string(shards) + " exceeds the model's " + std::to_string(n) +
-                " parameter tensors (a shard holds whole tensors)");
+                " parameter tensors (a shard holds whole tensors; --shard-cut even cuts them)");
   std::vector<int64_t> sizes;
   for (int i = 0; i < n; ++i) sizes.push_back(layout[i].numel());
   const std::vector<std::size_t> b = contiguous_partition(sizes, shards, "--shards");

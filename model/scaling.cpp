@@ -87,26 +87,65 @@ std::vector<double> shard_bytes(const scaling_inputs& in, int shards) {
   return out;
 }
 
+namespace {
+
+/// The bytes (and messages) one direction of a node's link carries in SSGD's push phase and in its reply phase.
+struct phase_bytes {
+  double push = 0, reply = 0;
+  double push_messages = 0, reply_messages = 0;
+};
+
+/// Two phases, each as long as its busiest direction (every node waits for it; b per message), after the compute.
+/// A token bucket (burst_bytes) lets through at once what it refilled while its direction was idle:
+/// during the compute and the other phase's spare time, at most the burst. The steady state of the
+/// steps, found by iterating.
+double two_phases_s(const scaling_inputs& in, const std::vector<phase_bytes>& dirs) {
+  const double a = in.link.a, b = in.link.b;
+  std::vector<double> push_tokens(dirs.size(), in.burst_bytes), reply_tokens(dirs.size(), in.burst_bytes);
+  double push = 0, reply = 0;
+  for (int it = 0; it < 50; ++it) {
+    push = reply = 0;
+    for (std::size_t d = 0; d < dirs.size(); ++d) {
+      push = std::max(push, a * std::max(0.0, dirs[d].push - push_tokens[d]) + b * dirs[d].push_messages);
+      reply = std::max(reply, a * std::max(0.0, dirs[d].reply - reply_tokens[d]) + b * dirs[d].reply_messages);
+    }
+    if (a <= 0) break;
+    for (std::size_t d = 0; d < dirs.size(); ++d) {
+      const double push_busy = a * std::max(0.0, dirs[d].push - push_tokens[d]);
+      const double reply_busy = a * std::max(0.0, dirs[d].reply - reply_tokens[d]);
+      reply_tokens[d] = std::min(in.burst_bytes, (push - push_busy) / a);
+      push_tokens[d] = std::min(in.burst_bytes, (in.compute_s + reply - reply_busy) / a);
+    }
+  }
+  return push + reply;
+}
+
+} // namespace
+
 scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards) {
   check(in, n, "ssgd_estimate");
   const std::vector<double> s = shard_bytes(in, shards);
   const auto S = static_cast<int>(s.size());
   const double all = static_cast<double>(in.param_bytes), largest = *std::max_element(s.begin(), s.end());
-  // The busiest node's bytes in each phase, the larger way: with the shards on the workers' nodes, node j
-  // pushes all but its own shard's share and takes in n - 1 pushes of it; the replies are the same bytes
-  // the other way.
-  double busiest = 0;
+  if (n == 1 && S == 1) return finish(in, 0, in.compute_s + largest_update_s(in, largest));
+  // Each direction of each node's link: with the shards on the workers' nodes, node j pushes all but its
+  // own shard's share and takes in n - 1 pushes of it; the replies are the same bytes the other way.
+  // A message per shard from each worker, a reply per worker from each shard.
+  std::vector<phase_bytes> dirs;
   if (n >= S) {
     for (int j = 0; j < n; ++j) {
-      const double own = j < S ? s[static_cast<std::size_t>(j)] : 0.0;
-      busiest = std::max({busiest, all - own, (n - 1) * own});
+      const bool has = j < S;
+      const double own = has ? s[static_cast<std::size_t>(j)] : 0.0, others = has ? S - 1 : S, peers = has ? n - 1 : 0;
+      dirs.push_back({all - own, (n - 1) * own, others, peers});  // out
+      dirs.push_back({(n - 1) * own, all - own, peers, others});  // in
     }
-  } else {  // a worker's node sends and takes in everything; a shard's node n pushes and n replies
-    busiest = std::max(all, n * largest);
+  } else {  // a worker's node sends and takes in everything; a shard's node takes n pushes, sends n replies
+    dirs.push_back({all, 0, double(S), 0});
+    dirs.push_back({0, all, 0, double(S)});
+    dirs.push_back({n * largest, 0, double(n), 0});
+    dirs.push_back({0, n * largest, 0, double(n)});
   }
-  // Each phase follows the link's idle spell in that direction: a token bucket lets its burst through at once.
-  const double phase = in.link.a * std::max(0.0, busiest - in.burst_bytes) + in.link.b;
-  const double comm = n > 1 || S > 1 ? 2 * phase : 0;
+  const double comm = two_phases_s(in, dirs);
   return finish(in, comm, in.compute_s + comm + largest_update_s(in, largest));
 }
 

@@ -24,12 +24,13 @@ struct scaling_inputs {
   int64_t piece_bytes = 262144;    ///< an allreduce sends a chunk in messages of at most this
   int64_t small_bytes = 8192;      ///< an allreduce of fewer bytes runs by recursive doubling
   /// An emulated link's token bucket (tc's tbf burst): after an idle spell
-  /// this many bytes pass at once. SSGD's phases each start so; 0 for a NIC.
+  /// up to this many bytes pass at once (what the spell refilled at the rate).
+  /// SSGD's phases start with what their direction refilled; 0 for a NIC.
   double burst_bytes = 0;
   /// The gradient's tensors in layout order (bytes each): shards hold whole
   /// tensors, cut as troupe's plan cuts them (model::plan_shards: the largest
   /// as small as it can be; no more shards than tensors). Empty: param_bytes
-  /// in even shares, as many as asked.
+  /// in even shares, as many as asked (model::shard_cut::even).
   std::vector<int64_t> tensor_bytes;
 };
 
@@ -55,9 +56,11 @@ std::vector<double> shard_bytes(const scaling_inputs& in, int shards);
 /// SSGD through `shards` shards (shard_bytes) on as many of the n nodes (on
 /// nodes of their own when there are more shards than workers): every
 /// worker's pushes reach the shards, the shards apply the round, then send it
-/// back. Each phase lasts as long as the busiest node's link, either way (a
-/// shard's node takes in n - 1 pushes of its shard, then sends n - 1 replies;
-/// the largest shard bounds both).
+/// back. Each phase lasts as long as the busiest direction of any node's link
+/// (a shard's node takes in n - 1 pushes of its shard, then sends n - 1
+/// replies; the largest shard bounds both), less the burst its token bucket
+/// refilled while that direction was idle (the compute, the other phase's
+/// spare time), in the steady state of the steps.
 scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards);
 /// ASGD on `shards` shards (as for SSGD): a worker's cycle is its compute, its
 /// push and the replies (less its own node's shard's share); a round of n

@@ -179,7 +179,8 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
   }
   const int64_t word = s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4;
   in.param_bytes = static_cast<int64_t>(net.num_parameters()) * word;
-  for (const model::parameter* q : net.parameters()) in.tensor_bytes.push_back(q->value.numel() * word);
+  if (s.algo.shard_cut == model::shard_cut::tensors)  // else equal shares (model::shard_bytes)
+    for (const model::parameter* q : net.parameters()) in.tensor_bytes.push_back(q->value.numel() * word);
   in.bucket_bytes = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0);
   const auto& lc = s.pipeline.link_cost;
   in.link = lc.size() == 2 ? model::link_cost{lc[0], lc[1]} : model::same_process_link();

@@ -324,6 +324,11 @@ std::vector<job_key> make_algorithm_keys() {
                   [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
       integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
+      choice_key("shard-cut", "CUT",
+                 "how shards cut the parameters: tensors (whole tensors, the largest shard as small as it can be; "
+                 "default) or even (equal ranges of elements, a large tensor cut across shards)",
+                 [](auto& s) -> auto& { return s.train.algo.shard_cut; }, model::parse_shard_cut,
+                 model::all_shard_cuts()),
       integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
       number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default {default} = --lr)",

@@ -50,7 +50,7 @@ std::string plan::describe() const {
        << (workers[i].speed > 1 ? std::to_string(workers[i].speed) + "x slower" : "") << "\n";
   for (const auto& s : shards)
     os << "  " << net::to_string(s.address) << ": tensors [" << s.range.first << ", " << s.range.last << "), "
-       << s.range.numel() << " parameters" << (s.stage >= 0 ? ", of stage " + std::to_string(s.stage) : "")
+       << s.range.numel() << " parameters [" << s.range.begin << ", " << s.range.end << ")" << (s.stage >= 0 ? ", of stage " + std::to_string(s.stage) : "")
        << "\n";
   if (pipeline_replicas > 1)
     for (std::size_t r = 0; r < loaders.size(); ++r)
@@ -361,7 +361,8 @@ void check_hybrid(const settings& s, const std::vector<float>& slowdowns) {
   if (traits(a.kind).shards && s.pipeline.schedule != model::pipeline_schedule::gpipe)
     throw error(with + "a hybrid on shards runs --schedule gpipe (one push per stage and mini-batch), not " +
                 std::string(model::to_string(s.pipeline.schedule)) + " (--algorithm allreduce runs both)");
-  if (a.shards != 1) throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards out");
+  if (a.shards != 1 || a.shard_cut != model::shard_cut::tensors)
+    throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards and --shard-cut out");
   if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
   if (!slowdowns.empty())
     throw error(with + "--worker-speeds sets data-parallel workers' speeds; set a stage's device speed with "
@@ -404,7 +405,7 @@ void plan_data_shards(plan& p, const settings& s, const topology& t, const model
   const algorithm_settings& a = s.algo;
   if (traits(a.kind).shards) {
     const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
-    const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards);
+    const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards, a.shard_cut);
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const uint32_t node = shard_nodes[i % shard_nodes.size()];
       p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(i)}, ranges[i], {}, -1});

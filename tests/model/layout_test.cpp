@@ -103,6 +103,46 @@ TEST_CASE("plan_shards: among the best cuts, the earliest, 1 shard, one tensor p
   CHECK_THROWS_AS(plan_shards(param_layout(), 1), troupe::error);
 }
 
+TEST_CASE("plan_shards, even cut: equal ranges of elements, tensors cut across shards, their parts", "[model][layout]") {
+  using model::shard_cut;
+  // 40 elements in 4 shards: 10 each (fewer than 16 per shard: bounds not aligned).
+  const param_layout l = sized({24, 12, 4});
+  check_ranges(plan_shards(l, 4, shard_cut::even), {{0, 1, 0, 10}, {0, 1, 10, 20}, {0, 2, 20, 30}, {1, 3, 30, 40}});
+  const auto r = plan_shards(l, 4, shard_cut::even);
+  // Shard 2 holds the tail of t0 and the head of t1: both cut, each described as [elements].
+  CHECK(l.range_shapes(r[2]) == std::vector<shape>{{4}, {6}});
+  const model::tensor_part p = model::part_of(l, 0, r[2]);
+  CHECK(p.begin == 20);
+  CHECK(p.end == 24);
+  CHECK_FALSE(p.whole);
+  CHECK(model::part_of(l, 2, r[3]).whole);
+  CHECK(model::part_of(l, 2, r[3]).numel() == 4);
+  CHECK(l.range_shapes(r[3]) == std::vector<shape>{{6}, {4}});
+  // Every element in exactly one shard, in order.
+  int64_t at = 0;
+  for (const auto& x : r) {
+    CHECK(x.begin == at);
+    at = x.end;
+  }
+  CHECK(at == l.numel());
+  // At least 16 per shard: bounds on multiples of 16; more shards than tensors is fine.
+  const param_layout big = sized({1000, 7});
+  const auto b = plan_shards(big, 3, shard_cut::even);
+  check_ranges(b, {{0, 1, 0, 336}, {0, 1, 336, 672}, {0, 2, 672, 1007}});
+  CHECK(big.range_shapes(b[2]) == std::vector<shape>{{328}, {7}});
+  // Whole tensors keep their shapes; a whole-tensor cut's range_shapes are its shapes.
+  const auto w = plan_shards(l, 2);
+  CHECK(l.range_shapes(w[1]) == l.shapes(w[1].first, w[1].last));
+  // An empty tensor goes with the range its offset starts; the last range takes those at the end.
+  const auto e = plan_shards(sized({4, 0, 4, 0}), 2, shard_cut::even);
+  check_ranges(e, {{0, 1, 0, 4}, {1, 4, 4, 8}});
+  CHECK(sized({4, 0, 4, 0}).range_shapes(e[1]) == std::vector<shape>{{0}, {4}, {0}});
+  CHECK_THROWS_MATCHES(plan_shards(sized({1, 2}), 4, shard_cut::even), troupe::error,
+                       testing::message(Contains("--shards 4 exceeds the model's 3 parameters")));
+  CHECK(model::parse_shard_cut("even") == shard_cut::even);
+  CHECK_THROWS_AS(model::parse_shard_cut("rows"), troupe::error);
+}
+
 TEST_CASE("model::layout names every parameter with its shape and offset, in model order", "[model][layout]") {
   model::model m = nn::sequential(nn::dense(3, 4), nn::relu(), nn::dense(4, 2));
   m.build({3}, 1);

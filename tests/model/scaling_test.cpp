@@ -70,6 +70,25 @@ TEST_CASE("scaling: shards carry N pushes, and enough of them keep up", "[model]
   CHECK_THROWS_AS(asgd_estimate(in, 4, 0), error);
 }
 
+TEST_CASE("scaling: SSGD's phases get a token bucket's burst only as far as their direction was idle",
+          "[model][scaling]") {
+  scaling_inputs in = inputs(0.001, 1'000'000, 1e-8, 0);  // 1 ms of compute, 1 MB, 10 ms per MB
+  in.burst_bytes = 250'000;
+  // Even shares on 2 nodes: each direction carries half the model in both phases, never idle but
+  // during the compute, whose 1 ms refills 100 000 bytes before the push phase.
+  CHECK(ssgd_estimate(in, 2, 2).comm_s == Approx((500'000 - 100'000) * 1e-8 + 500'000 * 1e-8));
+  // One shard on node 0: its incoming direction idles through the reply phase and its outgoing one
+  // through the push phase, each refilling the whole burst.
+  CHECK(ssgd_estimate(in, 2, 1).comm_s == Approx(2 * (1'000'000 - 250'000) * 1e-8));
+  // No bucket: the phases are the bytes.
+  in.burst_bytes = 0;
+  CHECK(ssgd_estimate(in, 2, 2).comm_s == Approx(1'000'000 * 1e-8));
+  // b per message: with 8 even shards on 8 nodes each node sends 7 pushes and takes in 7, then the
+  // replies: each phase 7 messages' latency on top of 7/8 of the model.
+  in.link.b = 1e-4;
+  CHECK(ssgd_estimate(in, 8, 8).comm_s == Approx(2 * (7 * 125'000 * 1e-8 + 7 * 1e-4)));
+}
+
 TEST_CASE("scaling: shards hold whole tensors, and the largest bounds the shards' links", "[model][scaling]") {
   // The MLP's tensors: 784x256 and its bias, 256x128 and its bias, 128x10 and its bias (floats).
   scaling_inputs in = inputs(0.001, 0, 1e-8, 0);  // 10 ms per MB

@@ -106,6 +106,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"algorithm", "ddc-asgd", "algorithm"},
       {"workers", "3", "workers"},
       {"shards", "2", "shards"},
+      {"shard-cut", "even", "shard_cut"},
       {"push-every", "4", "push_every"},
       {"worker-lr", "0.05", "worker_lr"},
       {"worker-momentum", "0.5", "worker_momentum"},

@@ -399,14 +399,20 @@ TEST_CASE("one ASGD worker on actors reproduces the sequential loop's losses for
   // (pipelined execution: the next forward pass running each shard's layers
   // as its weights arrive, or waiting for every shard) and after it
   // (linear): the same steps.
+  // Cut evenly (--shard-cut even), 3 and 7 shards cut the MLP's tensors
+  // across shards: their parts are copied in and out, the steps the same.
   struct mode {
     int shards;
     bool overlap, receive;
+    model::shard_cut cut = model::shard_cut::tensors;
   };
-  for (mode m : {mode{1, true, true}, mode{3, true, true}, mode{3, true, false}, mode{3, false, false}}) {
-    INFO(m.shards << " shard(s), overlap " << m.overlap << ", receiving per layer " << m.receive);
+  const model::shard_cut even = model::shard_cut::even;
+  for (mode m : {mode{1, true, true}, mode{3, true, true}, mode{3, true, false}, mode{3, false, false},
+                 mode{3, true, true, even}, mode{7, true, false, even}, mode{7, false, false, even}}) {
+    INFO(m.shards << " shard(s), overlap " << m.overlap << ", receiving per layer " << m.receive << ", cut "
+                  << model::to_string(m.cut));
     job async = seq;
-    async.algorithm(asgd().shards(m.shards).overlap(m.overlap).overlap_receive(m.receive));
+    async.algorithm(asgd().shards(m.shards).overlap(m.overlap).overlap_receive(m.receive).shard_cut(m.cut));
     got.clear();
     async.on_step([&](const step_event& e) { got.push_back(e.loss); });
     fit(async, log);
@@ -614,6 +620,7 @@ TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actor
   };
   fails(mlp_job(d.dir.path(), asgd().workers(2).worker_speeds({4, 2, 1})), "--worker-speeds: 3 speeds for 2 workers");
   fails(mlp_job(d.dir.path(), asgd().workers(2).shards(9)), "exceeds the model's 6");
+  fails(mlp_job(d.dir.path(), allreduce().workers(2).shard_cut(model::shard_cut::even)), "leave --shard-cut out");
   fails(mlp_job(d.dir.path(), sequential_sgd().workers(2)), "need an asynchronous --algorithm");
   fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");
   fails(mlp_job(d.dir.path(), asgd().workers(2000)), "--workers: expected an integer in [1, 1024], got 2000");
@@ -657,6 +664,35 @@ TEST_CASE("an asynchronous run checkpoints the shards' parameters and state, and
   CHECK_THAT(lines[0], StartsWith("{\"epoch\":1,"));
   CHECK_THAT(lines[2], StartsWith("{\"epoch\":2,"));
   CHECK_THAT(lines[3], StartsWith("{\"workers_summary\":"));
+}
+
+TEST_CASE("shards cut evenly: tensors across shards train, checkpoint whole tensors, and resume", "[actors][fit]") {
+  larger_data d;
+  std::ostringstream log;
+  const std::string ckpt = d.dir.file("even.ckpt");
+  job j = mlp_job(d.dir.path(), ddc_asgd().workers(2).shards(3).shard_cut(model::shard_cut::even))
+              .momentum(0).threads(2).epochs(1).checkpoint(ckpt);
+  history first = fit(j, log);
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].train_loss < 2.0);
+  {
+    // The checkpoint holds the model's whole tensors, and each shard's state of its equal range.
+    net::checkpoint c = net::load_checkpoint(ckpt);
+    REQUIRE(c.shard_versions.size() == 3);
+    int64_t total = 0;
+    for (const auto& t : c.params) total += t.value.numel();
+    int64_t v = 0;
+    for (const auto& t : c.optimizer)
+      if (t.name.size() > 2 && t.name.substr(t.name.size() - 2) == "/v") v += t.value.numel();
+    CHECK(v == total);
+    CHECK(evaluate(j, ckpt, log).test_accuracy == first[0].test_accuracy);
+  }
+  history second = fit(j.epochs(2), log);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].epoch == 2);
+  CHECK_THAT(log.str(), Contains("shard 2: resumed at version"));
+  CHECK_THAT(log.str(), !Contains("starts fresh"));
+  CHECK(second[0].train_loss < first[0].train_loss);
 }
 
 TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors", "[train][fit][actors]") {
@@ -950,6 +986,8 @@ TEST_CASE("pipeline options are checked", "[train][fit][pipeline]") {
                        message(Contains("a hybrid's stages push to parameter shards")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).shards(2)).pipeline(2), log), troupe::error,
                        message(Contains("the shards follow the stages")));
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).shard_cut(model::shard_cut::even)).pipeline(2), log),
+                       troupe::error, message(Contains("leave --shards and --shard-cut out")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2).worker_speeds({2, 1})).pipeline(2), log), troupe::error,
                        message(Contains("--device-speeds")));
   CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path()).pipeline(2, 64), log), troupe::error,

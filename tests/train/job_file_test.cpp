@@ -250,7 +250,7 @@ TEST_CASE("the key table has one key per option name, each documented", "[job_fi
       "model",      "epochs",      "batch-size", "lr",        "momentum", "clip-grad-norm",        "weight-decay", "optimizer", "gemm", "lr-schedule", "warmup-steps",
       "seed",       "threads",     "data-dir",   "context",    "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "sample-tokens", "validation-fraction", "evaluate",
-      "progress",   "algorithm",   "workers",    "shards",     "push-every",     "worker-lr",    "worker-momentum",
+      "progress",   "algorithm",   "workers",    "shards",     "shard-cut",  "push-every",     "worker-lr",    "worker-momentum",
       "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay", "bucket-mb", "allreduce-dtype",
       "pipeline-stages", "micro-batches", "schedule", "pipeline-cuts", "stash",
       "placement", "device-speeds", "device-memory", "stage-devices", "link-cost", "profile-cache", "trace"};

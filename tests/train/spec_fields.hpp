@@ -71,6 +71,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"algorithm", to_string(a.kind)},
       {"workers", std::to_string(a.workers)},
       {"shards", std::to_string(a.shards)},
+      {"shard_cut", model::to_string(a.shard_cut)},
       {"push_every", std::to_string(a.push_every)},
       {"worker_lr", exact(a.worker_lr)},
       {"worker_momentum", exact(a.worker_momentum)},
@@ -162,6 +163,7 @@ inline train::job_spec everything_changed() {
   a.kind = algorithm_kind::ddc_asgd;
   a.workers = 4;
   a.shards = 2;
+  a.shard_cut = model::shard_cut::even;
   a.push_every = 3;
   a.worker_lr = 0.05f;
   a.worker_momentum = 0.3f;

@@ -205,7 +205,7 @@ void resume_shard(shard_core& shard, const train::holder_start& h, std::ostream&
   try {
     shard.restore(h.version, h.state);
     log << "shard " << shard.id() << ": resumed at version " << shard.version() << ", rule state digest " << std::hex
-        << net::state_digest(shard.rule_state()) << std::dec << "\n";
+        << net::state_digest(shard.rule_state()) << std::dec << (h.recut.empty() ? "" : " (" + h.recut + ")") << "\n";
   } catch (const error& e) {
     log << fresh << e.what() << "\n";
   }

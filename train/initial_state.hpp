@@ -20,6 +20,8 @@ struct holder_start {
   std::vector<named_tensor> state;   ///< its rule's state (a shard) or its flat optimizer's (a stage); empty: fresh
   /// Why it starts fresh although the run resumes (for the log); empty when it resumes or the run is fresh.
   std::string fresh;
+  /// A shard whose state was cut again from the checkpoint's other shards: how (for the log).
+  std::string recut;
   bool resumes() const { return fresh.empty() && !state.empty(); }
 };
 
@@ -44,7 +46,9 @@ initial_state fresh_start(const plan& p);
 
 /// A run resumed from `c` on plan `p`: shard i takes its version and rule
 /// state ("shard<i>/..." entries) when `c` was written by the same algorithm
-/// with as many shards; stage i that updates its own parameters takes its
+/// with the same shards; with other shards (another count or --shard-cut) its
+/// range of the old shards' states joined (each one value per parameter),
+/// at the largest version among the old shards it overlaps; stage i that updates its own parameters takes its
 /// optimizer's state ("shard<i>/velocity", or "shard<i>/adamw.moments" with
 /// --optimizer adamw) when `c` has one holder per stage; the loaders skip the
 /// samples of the epoch in progress; allreduce's replicas take the one

@@ -24,7 +24,14 @@ namespace {
 /// Where a run of `algorithm` with `shards` shards (small_plan's first) starts from checkpoint `c`.
 train::initial_state start_of(const net::checkpoint& c, const std::string& algorithm, int shards) {
   train::plan p;
-  for (int i = 0; i < shards; ++i) p.shards.push_back(small_plan());
+  for (int i = 0; i < shards; ++i) {  // shards of small_plan()'s size, one after another
+    train::shard_plan sp = small_plan();
+    const model::shard_range r = sp.range;
+    sp.range = {r.first + i * (r.last - r.first), r.last + i * (r.last - r.first), r.begin + i * r.numel(),
+                r.end + i * r.numel()};
+    sp.address.index = static_cast<uint32_t>(i);
+    p.shards.push_back(sp);
+  }
   p.samples_per_epoch = 100;
   settings s;
   s.algo.kind = parse_algorithm(algorithm);

@@ -693,6 +693,13 @@ TEST_CASE("shards cut evenly: tensors across shards train, checkpoint whole tens
   CHECK_THAT(log.str(), Contains("shard 2: resumed at version"));
   CHECK_THAT(log.str(), !Contains("starts fresh"));
   CHECK(second[0].train_loss < first[0].train_loss);
+  // Resumed on two shards cut by whole tensors: each takes its part of the three shards' state.
+  std::ostringstream again;
+  history third = fit(j.epochs(3).algorithm(ddc_asgd().workers(2).shards(2)), again);
+  REQUIRE(third.size() == 1);
+  CHECK_THAT(again.str(), Contains("shard 1: resumed at version"));
+  CHECK_THAT(again.str(), Contains("the checkpoint has 3 shard(s), this run 2: its state cut again"));
+  CHECK_THAT(again.str(), !Contains("starts fresh"));
 }
 
 TEST_CASE("checkpoints between epochs: every N steps, in the loop and on actors", "[train][fit][actors]") {

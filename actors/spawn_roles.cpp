@@ -23,8 +23,9 @@ void add_local(node_context& c, const net::address& address, caf::actor a) {
   c.locals.push_back(std::move(a));
 }
 
-/// AdamW's groups of tensors [first, last) of `net`: their sizes, and whether
-/// weight decay applies to each (train::decays: the matrices only).
+/// AdamW's groups of `range` of `net`'s parameters: the size of its part of each
+/// tensor it overlaps, and whether weight decay applies to it (train::decays:
+/// the matrices only; a cut matrix's part decays as the matrix does).
 void adamw_groups(model::model& net, const model::shard_range& range, std::vector<int64_t>& segments,
                   std::vector<bool>& decays) {
   const std::vector<model::parameter*> params = net.parameters();

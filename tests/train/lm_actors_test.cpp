@@ -71,6 +71,12 @@ TEST_CASE("AdamW at the shards: one ASGD worker reproduces the sequential AdamW 
     INFO(shards << " shard(s)");
     check_same_losses(losses_of(job(seq).algorithm(asgd().shards(shards))), expected, 1e-4);
   }
+  // Cut evenly, matrices cut across shards keep their decay in each part, the others none (a decay
+  // large enough that a part without it, or a bias with it, shows in the losses).
+  INFO("5 shards cut evenly");
+  const job strong = job(seq).weight_decay(3.0f);
+  check_same_losses(losses_of(job(strong).algorithm(asgd().shards(5).shard_cut(model::shard_cut::even))),
+                    losses_of(strong), 1e-4);
   std::ostringstream log;
   const std::string refused = "--optimizer adamw is the sequential loop's, the pipeline's, allreduce's and the asgd "
                               "and sa-asgd shards'";

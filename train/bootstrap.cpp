@@ -179,21 +179,33 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
   }
   const int64_t word = s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4;
   in.param_bytes = static_cast<int64_t>(net.num_parameters()) * word;
-  if (s.algo.shard_cut == model::shard_cut::tensors)  // else equal shares (model::shard_bytes)
-    for (const model::parameter* q : net.parameters()) in.tensor_bytes.push_back(q->value.numel() * word);
+  std::vector<int64_t> tensor_bytes;  // shards of whole tensors; empty: equal shares (model::shard_bytes)
+  for (const model::parameter* q : net.parameters()) tensor_bytes.push_back(q->value.numel() * word);
+  if (s.algo.shard_cut == model::shard_cut::tensors) in.tensor_bytes = tensor_bytes;
   in.bucket_bytes = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0);
   const auto& lc = s.pipeline.link_cost;
   in.link = lc.size() == 2 ? model::link_cost{lc[0], lc[1]} : model::same_process_link();
   const int shards = std::max(1, static_cast<int>(p.shards.size()));
-  const model::scaling_estimate e = t.collective ? model::allreduce_estimate(in, n)
-                                    : t.synchronous ? model::ssgd_estimate(in, n, shards)
-                                                    : model::asgd_estimate(in, n, shards);
+  auto estimate = [&](const model::scaling_inputs& x) {
+    return t.collective ? model::allreduce_estimate(x, n)
+           : t.synchronous ? model::ssgd_estimate(x, n, shards)
+                           : model::asgd_estimate(x, n, shards);
+  };
+  const model::scaling_estimate e = estimate(in);
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(2);
   out << "predicted step (every worker one update, model/scaling.hpp; one worker per node, links "
       << (lc.size() == 2 ? "of --link-cost" : "of one process") << "): " << e.step_s * 1e3 << " ms, of which "
       << e.comm_s * 1e3 << " ms communication; efficiency " << std::setprecision(0) << e.efficiency * 100 << " %\n";
+  if (t.shards && shards > 1) {  // the other cut of the shards, for comparison
+    const bool even = s.algo.shard_cut == model::shard_cut::even;
+    model::scaling_inputs other = in;
+    other.tensor_bytes = even ? tensor_bytes : std::vector<int64_t>{};
+    const model::scaling_estimate o = estimate(other);
+    out << std::setprecision(2) << "  with --shard-cut " << (even ? "tensors" : "even") << ": " << o.step_s * 1e3
+        << " ms, of which " << o.comm_s * 1e3 << " ms communication\n";
+  }
   return out.str();
 }
 

@@ -73,5 +73,16 @@ TEST_CASE("troupe_plan's description of a data-parallel job predicts its step on
   CHECK(efficiency(slow) < 20);
   CHECK(efficiency(fast) > efficiency(slow));
   CHECK_THAT(dp(ssgd().shards(2), {}), Catch::Contains("links of one process"));
+  // Shards: the other cut too. The MLP's first matrix on one shard's link: cut evenly, less communication.
+  auto comm = [](const std::string& d, const std::string& after) {
+    const std::size_t at = d.find(after);
+    return std::stod(d.substr(d.find("ms, of which ", at) + 13));
+  };
+  const std::string whole = dp(asgd().shards(4), {4e-8f, 5e-5f});
+  CHECK_THAT(whole, Catch::Contains("with --shard-cut even: "));
+  CHECK(comm(whole, "with --shard-cut even") < 0.7 * comm(whole, "predicted step"));
+  CHECK_THAT(dp(asgd().shards(4).shard_cut(model::shard_cut::even), {4e-8f, 5e-5f}),
+             Catch::Contains("with --shard-cut tensors: "));
+  CHECK_THAT(dp(allreduce(), {4e-8f, 5e-5f}), !Catch::Contains("--shard-cut"));
   CHECK_THAT(dp(hogwild(), {}), !Catch::Contains("predicted step"));  // one shared buffer: no links
 }

@@ -26,10 +26,9 @@ void add_local(node_context& c, const net::address& address, caf::actor a) {
 /// AdamW's groups of `range` of `net`'s parameters: the size of its part of each
 /// tensor it overlaps, and whether weight decay applies to it (train::decays:
 /// the matrices only; a cut matrix's part decays as the matrix does).
-void adamw_groups(model::model& net, const model::shard_range& range, std::vector<int64_t>& segments,
-                  std::vector<bool>& decays) {
+void adamw_groups(model::model& net, const model::param_layout& layout, const model::shard_range& range,
+                  std::vector<int64_t>& segments, std::vector<bool>& decays) {
   const std::vector<model::parameter*> params = net.parameters();
-  const model::param_layout layout = net.layout();
   for (uint32_t t = range.first; t < range.last; ++t) {
     segments.push_back(model::part_of(layout, t, range).numel());
     decays.push_back(train::decays(params[t]->name, params[t]->value.shape()));
@@ -38,9 +37,9 @@ void adamw_groups(model::model& net, const model::shard_range& range, std::vecto
 
 /// A shard's starting tensors: each tensor of its range, or its part of a cut
 /// one, flat, named "name[begin:end]" by the elements of the tensor it holds.
-std::vector<named_tensor> shard_tensors(model::model& net, const model::shard_range& range) {
+std::vector<named_tensor> shard_tensors(model::model& net, const model::param_layout& layout,
+                                        const model::shard_range& range) {
   const std::vector<model::parameter*> params = net.parameters();
-  const model::param_layout layout = net.layout();
   std::vector<named_tensor> out;
   for (uint32_t t = range.first; t < range.last; ++t) {
     const model::tensor_part p = model::part_of(layout, t, range);
@@ -58,13 +57,14 @@ std::vector<named_tensor> shard_tensors(model::model& net, const model::shard_ra
 
 void spawn_shards(caf::actor_system& sys, node_context& c) {
   const train::plan& p = c.plan();
+  const model::param_layout layout = c.start->net.layout();
   for (std::size_t i = 0; i < p.shards.size(); ++i) {
     const train::shard_plan& sp = p.shards[i];
     if (sp.address.node != c.self) continue;
     const kernels::context ctx = kernels::context::with_threads(p.nodes[c.self].shard_threads);
-    const std::vector<named_tensor> mine = shard_tensors(c.start->net, sp.range);
+    const std::vector<named_tensor> mine = shard_tensors(c.start->net, layout, sp.range);
     model::update_config rule = rule_config(c.config());
-    adamw_groups(c.start->net, sp.range, rule.segments, rule.segment_decays);
+    adamw_groups(c.start->net, layout, sp.range, rule.segments, rule.segment_decays);
     auto core = std::make_shared<shard_core>(sp, mine, rule, c.config().schedule, p.total_updates, ctx);
     if (c.start->state.resuming) resume_shard(*core, c.start->state.shards[i], *c.log);
     core->trace(c.trace);
@@ -73,18 +73,12 @@ void spawn_shards(caf::actor_system& sys, node_context& c) {
 }
 
 /// The optimizer of a stage's or an allreduce replica's flat parameters
-/// (tensors [first, last) of the model), as the job's settings say, over
-/// `total_steps` updates.
-model::flat_optimizer_options optimizer_of(const node_context& c, uint32_t first, uint32_t last, int64_t total_steps) {
+/// (`range` of the model's), as the job's settings say, over `total_steps` updates.
+model::flat_optimizer_options optimizer_of(const node_context& c, const model::shard_range& range, int64_t total_steps) {
   const settings& s = c.config();
   model::flat_optimizer_options o;
   o.adamw = s.optimizer == optimizer_kind::adamw;
-  if (o.adamw) {
-    const model::param_layout layout = c.start->net.layout();
-    const int64_t begin = first < layout.size() ? layout[first].offset : layout.numel();
-    const int64_t end = last < layout.size() ? layout[last].offset : layout.numel();
-    adamw_groups(c.start->net, {first, last, begin, end}, o.segments, o.segment_decays);
-  }
+  if (o.adamw) adamw_groups(c.start->net, c.start->net.layout(), range, o.segments, o.segment_decays);
   o.lr = s.lr;
   o.momentum = s.momentum;
   o.weight_decay = s.weight_decay;
@@ -149,7 +143,7 @@ stage_config stage_config_of(const node_context& c, std::size_t i, int64_t steps
   sc.micro_batches = s.pipeline.micro_batches;
   sc.total_micro_batches = steps * s.pipeline.micro_batches;
   sc.flush_after = flush_points(c, steps);
-  sc.opt = optimizer_of(c, sp.params.first, sp.params.last, p.total_updates);
+  sc.opt = optimizer_of(c, sp.params, p.total_updates);
   sc.opt.clip_grad_norm = 0;  // a norm per stage is not the model's: the stages sum theirs (clip_grad_norm)
   if (s.clip_grad_norm > 0) {  // the norm over this replica's stages
     sc.clip_grad_norm = s.clip_grad_norm;
@@ -224,7 +218,7 @@ allreduce_config allreduce_of(const node_context& c, const train::worker_plan& w
   a.layout = c.start->net.layout();
   a.initial = initial;
   a.elastic = p.nodes.size() > 1;
-  a.opt = optimizer_of(c, 0, static_cast<uint32_t>(a.layout.size()), p.total_updates);
+  a.opt = optimizer_of(c, {0, static_cast<uint32_t>(a.layout.size()), 0, a.layout.numel()}, p.total_updates);
   for (const named_tensor& t : c.start->state.replicas.state)
     if (t.name == model::flat_optimizer::state_name_of(a.opt.adamw)) a.state.assign(t.value.data(), t.value.data() + t.value.numel());
   a.steps_before = c.start->state.replicas.version;

@@ -62,10 +62,14 @@ public:
     const std::vector<std::size_t> layer_of_tensor = layer_of_each_tensor(net);
     layer_shards_.assign(net.size(), {});
     cut_.assign(x_.holders().size(), {});
+    is_cut_.assign(x_.layout().size(), false);
     for (std::size_t s = 0; s < x_.holders().size(); ++s) {
       const model::shard_range& range = x_.holders()[s].range;
       for (uint32_t i = range.first; i < range.last; ++i)
-        if (const model::tensor_part p = model::part_of(x_.layout(), i, range); !p.whole) cut_[s].push_back({i, p});
+        if (const model::tensor_part p = model::part_of(x_.layout(), i, range); !p.whole) {
+          cut_[s].push_back({i, p});
+          is_cut_[i] = true;
+        }
       first_layer_.push_back(range.first < layer_of_tensor.size() ? layer_of_tensor[range.first] : 0);
       for (uint32_t i = range.first; i < range.last && i < layer_of_tensor.size(); ++i) {
         std::vector<std::size_t>& of = layer_shards_[layer_of_tensor[i]];
@@ -85,7 +89,7 @@ public:
       const model::shard_range& range = x_.holders()[s].range;
       float* grads = x_.open_push(s);
       for (uint32_t i = range.first; i < range.last; ++i) {
-        if (is_cut(i)) continue;  // written to the replica's own gradient, copied at the push
+        if (is_cut_[i]) continue;  // written to the replica's own gradient, copied at the push
         const model::layout_entry& e = x_.layout()[i];
         b.bind(params_[i]->grad, e.dims, grads + (e.offset - range.begin));
       }
@@ -98,7 +102,7 @@ public:
       const model::shard_range& range = x_.holders()[s].range;
       for (uint32_t i = range.first; i < range.last; ++i) {
         const model::layout_entry& e = x_.layout()[i];
-        if (!is_cut(i)) b.bind_read_only(params_[i]->value, e.dims, values_[s] + (e.offset - range.begin));
+        if (!is_cut_[i]) b.bind_read_only(params_[i]->value, e.dims, values_[s] + (e.offset - range.begin));
       }
       for (const auto& [i, p] : cut_[s])  // the replica's own tensor, its part from this shard
         std::memcpy(params_[i]->value.data() + (p.begin - x_.layout()[i].offset), values_[s] + (p.begin - range.begin),
@@ -134,12 +138,6 @@ public:
   }
 
 private:
-  bool is_cut(uint32_t tensor) const {
-    for (const auto& of : cut_)
-      for (const auto& c : of)
-        if (c.first == tensor) return true;
-    return false;
-  }
   /// Shard s's parts of cut tensors, from the replica's gradient into its push.
   void gather_cut(std::size_t s) {
     if (cut_[s].empty()) return;
@@ -155,6 +153,7 @@ private:
   std::vector<const float*> values_;
   std::vector<model::parameter*> params_;               // the replica's, for the step
   std::vector<std::vector<std::pair<uint32_t, model::tensor_part>>> cut_;  // per shard: its parts of cut tensors
+  std::vector<bool> is_cut_;                            // per tensor: cut across shards
   std::vector<bool> bound_;                             // per shard: its weights bound for this step
   std::vector<std::size_t> first_layer_;                // per shard: the layer of its first tensor
   std::vector<std::vector<std::size_t>> layer_shards_;  // per layer: the shards holding its tensors

@@ -102,19 +102,20 @@ struct phase_bytes {
 double two_phases_s(const scaling_inputs& in, const std::vector<phase_bytes>& dirs) {
   const double a = in.link.a, b = in.link.b;
   std::vector<double> push_tokens(dirs.size(), in.burst_bytes), reply_tokens(dirs.size(), in.burst_bytes);
+  std::vector<double> push_busy(dirs.size()), reply_busy(dirs.size());
   double push = 0, reply = 0;
   for (int it = 0; it < 50; ++it) {
     push = reply = 0;
-    for (std::size_t d = 0; d < dirs.size(); ++d) {
-      push = std::max(push, a * std::max(0.0, dirs[d].push - push_tokens[d]) + b * dirs[d].push_messages);
-      reply = std::max(reply, a * std::max(0.0, dirs[d].reply - reply_tokens[d]) + b * dirs[d].reply_messages);
+    for (std::size_t d = 0; d < dirs.size(); ++d) {  // each direction's time sending at the rate
+      push_busy[d] = a * std::max(0.0, dirs[d].push - push_tokens[d]);
+      reply_busy[d] = a * std::max(0.0, dirs[d].reply - reply_tokens[d]);
+      push = std::max(push, push_busy[d] + b * dirs[d].push_messages);
+      reply = std::max(reply, reply_busy[d] + b * dirs[d].reply_messages);
     }
     if (a <= 0) break;
     for (std::size_t d = 0; d < dirs.size(); ++d) {
-      const double push_busy = a * std::max(0.0, dirs[d].push - push_tokens[d]);
-      const double reply_busy = a * std::max(0.0, dirs[d].reply - reply_tokens[d]);
-      reply_tokens[d] = std::min(in.burst_bytes, (push - push_busy) / a);
-      push_tokens[d] = std::min(in.burst_bytes, (in.compute_s + reply - reply_busy) / a);
+      reply_tokens[d] = std::min(in.burst_bytes, (push - push_busy[d]) / a);
+      push_tokens[d] = std::min(in.burst_bytes, (in.compute_s + reply - reply_busy[d]) / a);
     }
   }
   return push + reply;

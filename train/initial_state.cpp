@@ -35,16 +35,22 @@ std::vector<int64_t> old_bounds(const std::vector<std::vector<named_tensor>>& ol
   return {};
 }
 
+/// The checkpoint's shards as a resumed run reads them: their states (old_states) and ranges (old_bounds).
+struct old_shards {
+  std::vector<std::vector<named_tensor>> states;
+  std::vector<int64_t> bounds;
+};
+
 /// Shard range `r` from the states of the checkpoint's shards, another cut of
-/// the same layout of `numel` parameters (other shards, or --shard-cut): the
-/// old shards' ranges are where a per-parameter state's parts fall when
-/// joined in their order; each per-parameter state is joined and `r` taken,
-/// each scalar taken from the old shard of the largest version among those
-/// `r` overlaps, which is also the version. `fresh` set (and no state) when
-/// the old states do not fit that.
-holder_start recut_start(const net::checkpoint& c, const model::shard_range& r, int64_t numel, const std::string& why) {
+/// the same layout (other shards, or --shard-cut): each per-parameter state is
+/// joined in the old shards' order and `r` taken, each scalar taken from the
+/// old shard of the largest version among those `r` overlaps, which is also
+/// the version. `fresh` set (and no state) when the old states do not fit that.
+holder_start recut_start(const net::checkpoint& c, const old_shards& from, const model::shard_range& r,
+                         const std::string& why) {
   holder_start h;
-  const std::vector<std::vector<named_tensor>> old = old_states(c);
+  const std::vector<std::vector<named_tensor>>& old = from.states;
+  const std::vector<int64_t>& bounds = from.bounds;
   auto part = [&](uint32_t k, const std::string& name) { return state_of(old[k], name); };
   auto fail = [&](const std::string& what) {
     holder_start f;
@@ -52,7 +58,6 @@ holder_start recut_start(const net::checkpoint& c, const model::shard_range& r, 
     return f;
   };
   if (old.empty() || old[0].empty()) return fail("no state to cut again");
-  const std::vector<int64_t> bounds = old_bounds(old, numel);
   if (bounds.empty()) return fail("no state holds one value per parameter of the model");
   uint32_t newest = 0;  // the overlapped old shard of the largest version
   bool any = false;
@@ -82,28 +87,28 @@ holder_start recut_start(const net::checkpoint& c, const model::shard_range& r, 
 }
 
 /// Shard `i`'s start from `c`, written by `algorithm`: its own shard's state
-/// when the checkpoint's shards are this run's, else its part of theirs.
-holder_start shard_start(const net::checkpoint& c, const plan& p, uint32_t i, const std::string& algorithm) {
+/// when the checkpoint's shards (`old`) are this run's, else its part of theirs.
+holder_start shard_start(const net::checkpoint& c, const old_shards& old, const plan& p, uint32_t i,
+                         const std::string& algorithm) {
   holder_start h;
   if (c.optimizer_kind != algorithm) {
     h.fresh = "the checkpoint was written by '" + c.optimizer_kind + "', not " + algorithm;
     return h;
   }
   const model::shard_range& r = p.shards[i].range;
-  const int64_t numel = p.shards.back().range.end;
   if (c.shard_versions.size() == p.shards.size()) {
     // The same shards (or nothing tells otherwise): shard i's own.
-    const std::vector<int64_t> b = old_bounds(old_states(c), numel);
+    const std::vector<int64_t>& b = old.bounds;
     if (b.empty() || (b[i] == r.begin && b[i + 1] == r.end)) {
       h.version = c.shard_versions[i];
-      h.state = net::shard_state(c, i);
+      h.state = old.states[i];
       return h;
     }
   }
   const std::string why = "the checkpoint has " + std::to_string(c.shard_versions.size()) + " shard(s), this run " +
                           std::to_string(p.shards.size()) +
                           (c.shard_versions.size() == p.shards.size() ? " cut otherwise" : "");
-  return recut_start(c, r, numel, why);
+  return recut_start(c, old, r, why);
 }
 
 /// Stage `i`'s optimizer state `name` from `c` (the evaluator names a holder's
@@ -146,7 +151,11 @@ initial_state resumed_start(const net::checkpoint& c, const plan& p, const setti
     st.epoch_samples = 0;
   }
   const std::string algorithm = to_string(s.algo.kind);
-  for (uint32_t i = 0; i < p.shards.size(); ++i) st.shards[i] = shard_start(c, p, i, algorithm);
+  if (!p.shards.empty()) {
+    old_shards old{old_states(c), {}};
+    old.bounds = old_bounds(old.states, p.shards.back().range.end);
+    for (uint32_t i = 0; i < p.shards.size(); ++i) st.shards[i] = shard_start(c, old, p, i, algorithm);
+  }
   const bool adamw = s.optimizer == optimizer_kind::adamw;  // a flat optimizer's state (model/flat_optimizer.hpp)
   const std::string name = model::flat_optimizer::state_name_of(adamw);
   const bool has_state = adamw || s.momentum != 0.0f;

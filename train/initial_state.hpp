@@ -48,9 +48,10 @@ initial_state fresh_start(const plan& p);
 /// state ("shard<i>/..." entries) when `c` was written by the same algorithm
 /// with the same shards; with other shards (another count or --shard-cut) its
 /// range of the old shards' states joined (each one value per parameter),
-/// at the largest version among the old shards it overlaps; stage i that updates its own parameters takes its
-/// optimizer's state ("shard<i>/velocity", or "shard<i>/adamw.moments" with
-/// --optimizer adamw) when `c` has one holder per stage; the loaders skip the
+/// at the largest version among the old shards it overlaps; stage i that
+/// updates its own parameters takes its optimizer's state
+/// ("shard<i>/velocity", or "shard<i>/adamw.moments" with --optimizer adamw)
+/// when `c` has one holder per stage; the loaders skip the
 /// samples of the epoch in progress; allreduce's replicas take the one
 /// holder's version and optimizer state ("shard0/..."). A holder that cannot
 /// resume starts fresh, its `fresh` saying why.

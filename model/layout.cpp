@@ -37,16 +37,23 @@ tensor_part part_of(const param_layout& layout, std::size_t tensor, const shard_
   return {begin, end, begin == e.offset && end == e.offset + e.numel()};
 }
 
-const char* to_string(shard_cut c) { return c == shard_cut::even ? "even" : "tensors"; }
+const char* to_string(shard_cut c) {
+  switch (c) {
+    case shard_cut::tensors: return "tensors";
+    case shard_cut::even: return "even";
+    case shard_cut::automatic: return "auto";
+  }
+  return "?";
+}
 
 shard_cut parse_shard_cut(const std::string& name) {
-  if (name == "tensors") return shard_cut::tensors;
-  if (name == "even") return shard_cut::even;
-  throw error("unknown shard cut '" + name + "' (tensors or even)");
+  for (shard_cut c : all_shard_cuts())
+    if (name == to_string(c)) return c;
+  throw error("unknown shard cut '" + name + "' (auto, tensors or even)");
 }
 
 const std::vector<shard_cut>& all_shard_cuts() {
-  static const std::vector<shard_cut> all{shard_cut::tensors, shard_cut::even};
+  static const std::vector<shard_cut> all{shard_cut::automatic, shard_cut::tensors, shard_cut::even};
   return all;
 }
 
@@ -127,9 +134,37 @@ std::vector<shard_range> plan_even(const param_layout& layout, int shards) {
 
 } // namespace
 
+std::string shard_cut_choice::describe() const {
+  std::ostringstream os;
+  os.precision(2);
+  os << std::fixed;
+  os << (cut == shard_cut::even ? "cut evenly" : "whole tensors");
+  if (imbalance == 0) os << " (more shards than tensors)";
+  else if (cut == shard_cut::even) os << " (whole tensors would make the largest shard " << imbalance << "x an even share)";
+  else os << " (the largest shard " << imbalance << "x an even share)";
+  return os.str();
+}
+
+shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked) {
+  shard_cut_choice c;
+  if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
+  if (static_cast<std::size_t>(shards) > layout.size()) {
+    c.imbalance = 0;
+  } else {
+    int64_t largest = 0;
+    for (const shard_range& r : plan_shards(layout, shards, shard_cut::tensors)) largest = std::max(largest, r.numel());
+    c.imbalance = layout.numel() > 0 ? static_cast<double>(largest) * shards / static_cast<double>(layout.numel()) : 1;
+  }
+  c.cut = asked != shard_cut::automatic ? asked
+          : c.imbalance == 0 || c.imbalance > auto_cut_imbalance ? shard_cut::even
+                                                                 : shard_cut::tensors;
+  return c;
+}
+
 std::vector<shard_range> plan_shards(const param_layout& layout, int shards, shard_cut cut) {
   const int n = static_cast<int>(layout.size());
   if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
+  if (cut == shard_cut::automatic) cut = choose_shard_cut(layout, shards, cut).cut;
   if (cut == shard_cut::even) return plan_even(layout, shards);
   if (shards > n)
     throw error("--shards " + std::to_string(shards) + " exceeds the model's " + std::to_string(n) +

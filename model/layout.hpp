@@ -69,11 +69,12 @@ struct tensor_part {
 tensor_part part_of(const param_layout& layout, std::size_t tensor, const shard_range& r);
 
 /// How parameter shards cut the layout: into whole tensors, the largest range
-/// as small as it can be (the default: each tensor's values and gradient are
-/// read where they arrive), or into equal ranges of elements, a large tensor
-/// cut across shards (its part copied into and out of messages), so that
-/// every shard's link carries an equal share (as ps-lite slices keys).
-enum class shard_cut { tensors, even };
+/// as small as it can be (each tensor's values and gradient are read where
+/// they arrive), or into equal ranges of elements, a large tensor cut across
+/// shards (its part copied into and out of messages), so that every shard's
+/// link carries an equal share (as ps-lite slices keys); or `automatic` (the
+/// default, "auto"): the one choose_shard_cut() picks for the model.
+enum class shard_cut { tensors, even, automatic };
 const char* to_string(shard_cut c);
 shard_cut parse_shard_cut(const std::string& name);
 const std::vector<shard_cut>& all_shard_cuts();
@@ -89,7 +90,27 @@ std::vector<std::size_t> contiguous_partition(const std::vector<int64_t>& costs,
 /// such cut); throws troupe::error when `shards` exceeds the number of
 /// tensors. shard_cut::even: of equal numbers of elements (bounds at the nearest
 /// multiple of 16 when there are at least 16 per shard); throws when `shards` exceeds the
-/// number of elements. Throws when `shards` < 1.
+/// number of elements. shard_cut::automatic: as choose_shard_cut() resolves it.
+/// Throws when `shards` < 1.
+/// shard_cut::automatic cuts evenly when whole tensors would give the largest
+/// shard more than this many times an even share (its link carries that much
+/// more each step: docs/algorithms.md), else by whole tensors.
+constexpr double auto_cut_imbalance = 1.25;
+
+/// What a cut resolves to, and why.
+struct shard_cut_choice {
+  shard_cut cut = shard_cut::tensors;  ///< tensors or even, never automatic
+  /// The largest shard of the whole-tensor cut over an even share (0 when
+  /// there are more shards than tensors: no such cut).
+  double imbalance = 1;
+  /// "cut evenly (auto: ...)" or "whole tensors (...)", for the log.
+  std::string describe() const;
+};
+/// `asked` resolved for `layout` and `shards`: tensors and even as they are;
+/// automatic to even when the whole-tensor cut's imbalance exceeds
+/// auto_cut_imbalance or there are more shards than tensors, else tensors.
+shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked);
+
 std::vector<shard_range> plan_shards(const param_layout& layout, int shards, shard_cut cut = shard_cut::tensors);
 
 } // namespace troupe::model

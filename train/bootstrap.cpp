@@ -139,7 +139,12 @@ void log_plan(const job& j, const plan& p, const model::param_layout& layout, st
   }
   log << "model " << j.model_name() << ": " << layout.numel() << " parameters; " << to_string(s.algo.kind) << " with "
       << p.workers.size() << " worker(s), "
-      << (!p.worker_holders.empty() ? std::string("no shards (each worker reduces with the others)") : p.shards.empty() ? std::string("one shared buffer") : std::to_string(p.shards.size()) + " shard(s)")
+      << (!p.worker_holders.empty() ? std::string("no shards (each worker reduces with the others)")
+          : p.shards.empty()        ? std::string("one shared buffer")
+                                    : std::to_string(p.shards.size()) + " shard(s)")
+      << (p.shards.size() > 1 ? std::string(" ") + p.shard_cut.describe() +
+                                    (s.algo.shard_cut == model::shard_cut::automatic ? " by --shard-cut auto" : "")
+                              : std::string())
       << ", push every " << s.algo.push_every << ", " << p.workers.front().threads << " thread(s) per worker\n";
 }
 
@@ -181,7 +186,8 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
   in.param_bytes = static_cast<int64_t>(net.num_parameters()) * word;
   std::vector<int64_t> tensor_bytes;  // shards of whole tensors; empty: equal shares (model::shard_bytes)
   for (const model::parameter* q : net.parameters()) tensor_bytes.push_back(q->value.numel() * word);
-  if (s.algo.shard_cut == model::shard_cut::tensors) in.tensor_bytes = tensor_bytes;
+  const bool even = p.shard_cut.cut == model::shard_cut::even;
+  if (!even) in.tensor_bytes = tensor_bytes;
   in.bucket_bytes = static_cast<int64_t>(s.algo.bucket_mb * 1048576.0);
   const auto& lc = s.pipeline.link_cost;
   in.link = lc.size() == 2 ? model::link_cost{lc[0], lc[1]} : model::same_process_link();
@@ -198,8 +204,7 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
   out << "predicted step (every worker one update, model/scaling.hpp; one worker per node, links "
       << (lc.size() == 2 ? "of --link-cost" : "of one process") << "): " << e.step_s * 1e3 << " ms, of which "
       << e.comm_s * 1e3 << " ms communication; efficiency " << std::setprecision(0) << e.efficiency * 100 << " %\n";
-  if (t.shards && shards > 1) {  // the other cut of the shards, for comparison
-    const bool even = s.algo.shard_cut == model::shard_cut::even;
+  if (t.shards && shards > 1 && p.shard_cut.imbalance > 0) {  // the other cut of the shards, for comparison
     model::scaling_inputs other = in;
     other.tensor_bytes = even ? tensor_bytes : std::vector<int64_t>{};
     const model::scaling_estimate o = estimate(other);

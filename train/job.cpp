@@ -191,7 +191,7 @@ void validate(const settings& s) {
         " shares one buffer in this process: --shards and --push-every do not apply");
   if (t.synchronous && a.push_every != 1) bad(std::string("--algorithm ") + t.name + " takes --push-every 1");
   if (t.collective && a.shards != 1) bad(std::string("--algorithm ") + t.name + " has no parameter shards: leave --shards out");
-  if (a.shard_cut != model::shard_cut::tensors && !t.shards)
+  if (a.shard_cut != model::shard_cut::automatic && !t.shards)
     bad(std::string("--algorithm ") + t.name + " has no parameter shards: leave --shard-cut out");
   if (t.shards) model::validate(rule_config(s));
 }

@@ -94,8 +94,9 @@ struct algorithm_settings {
   algorithm_kind kind = algorithm_kind::sequential;
   int workers = 1;              ///< data-parallel workers, each with its own part of the data
   int shards = 1;               ///< parameter shards: contiguous ranges of the parameter layout
-  /// How the shards cut the layout: whole tensors (default) or equal ranges of elements.
-  model::shard_cut shard_cut = model::shard_cut::tensors;
+  /// How the shards cut the layout: whole tensors, equal ranges of elements,
+  /// or (the default) the one model::choose_shard_cut picks for the model.
+  model::shard_cut shard_cut = model::shard_cut::automatic;
   int push_every = 1;           ///< k local steps per push (multi-granular updates)
   float worker_lr = 0;          ///< local optimizer's lr with push_every > 1 (0: the job's lr)
   float worker_momentum = 0;    ///< local optimizer's momentum with push_every > 1
@@ -133,8 +134,10 @@ public:
   algorithm& workers(int n) { s_.workers = n; return *this; }
   algorithm& shards(int n) { s_.shards = n; return *this; }
   /// Equal ranges of elements (model::shard_cut::even: a large tensor is cut
-  /// across shards, so that each shard's link carries its share) or whole
-  /// tensors (the default: weights and gradients read where they arrive).
+  /// across shards, so that each shard's link carries its share), whole
+  /// tensors (weights and gradients read where they arrive), or automatic
+  /// (the default: even when whole tensors would leave one shard more than
+  /// model::auto_cut_imbalance times an even share, see model::choose_shard_cut).
   algorithm& shard_cut(model::shard_cut c) { s_.shard_cut = c; return *this; }
   algorithm& push_every(int k) { s_.push_every = k; return *this; }
   algorithm& worker_lr(float lr) { s_.worker_lr = lr; return *this; }

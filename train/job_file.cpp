@@ -315,6 +315,11 @@ std::string algorithm_help() {
   return h;
 }
 
+const char* const shard_cut_help =
+    "how shards cut the parameters: auto (default: even when whole tensors would leave the largest shard over 1.25x "
+    "an even share, else tensors), tensors (whole tensors, the largest shard as small as it can be) or even (equal "
+    "ranges of elements, a large tensor cut across shards)";
+
 /// The algorithm and its distribution, in the order of --help.
 std::vector<job_key> make_algorithm_keys() {
   return {
@@ -324,11 +329,8 @@ std::vector<job_key> make_algorithm_keys() {
                   [](auto& s) -> auto& { return s.train.algo.workers; }, 1, 1024),
       integer_key("shards", "S", "parameter shards: contiguous ranges of the parameter layout, balanced by size (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.shards; }, 1),
-      choice_key("shard-cut", "CUT",
-                 "how shards cut the parameters: tensors (whole tensors, the largest shard as small as it can be; "
-                 "default) or even (equal ranges of elements, a large tensor cut across shards)",
-                 [](auto& s) -> auto& { return s.train.algo.shard_cut; }, model::parse_shard_cut,
-                 model::all_shard_cuts()),
+      choice_key("shard-cut", "CUT", shard_cut_help, [](auto& s) -> auto& { return s.train.algo.shard_cut; },
+                 model::parse_shard_cut, model::all_shard_cuts()),
       integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
       number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default {default} = --lr)",

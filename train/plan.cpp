@@ -52,6 +52,7 @@ std::string plan::describe() const {
     os << "  " << net::to_string(s.address) << ": tensors [" << s.range.first << ", " << s.range.last << "), "
        << s.range.numel() << " parameters [" << s.range.begin << ", " << s.range.end << ")" << (s.stage >= 0 ? ", of stage " + std::to_string(s.stage) : "")
        << "\n";
+  if (shards.size() > 1 && stages.empty()) os << "  shards: " << shard_cut.describe() << "\n";
   if (pipeline_replicas > 1)
     for (std::size_t r = 0; r < loaders.size(); ++r)
       os << "  pipeline replica " << r << ": samples [" << loaders[r].begin << ", " << loaders[r].end << ")\n";
@@ -361,7 +362,7 @@ void check_hybrid(const settings& s, const std::vector<float>& slowdowns) {
   if (traits(a.kind).shards && s.pipeline.schedule != model::pipeline_schedule::gpipe)
     throw error(with + "a hybrid on shards runs --schedule gpipe (one push per stage and mini-batch), not " +
                 std::string(model::to_string(s.pipeline.schedule)) + " (--algorithm allreduce runs both)");
-  if (a.shards != 1 || a.shard_cut != model::shard_cut::tensors)
+  if (a.shards != 1 || a.shard_cut != model::shard_cut::automatic)
     throw error(with + "the shards follow the stages (one per stage with parameters): leave --shards and --shard-cut out");
   if (a.push_every != 1) throw error(with + "stages push every mini-batch: leave --push-every out");
   if (!slowdowns.empty())
@@ -405,7 +406,8 @@ void plan_data_shards(plan& p, const settings& s, const topology& t, const model
   const algorithm_settings& a = s.algo;
   if (traits(a.kind).shards) {
     const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
-    const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards, a.shard_cut);
+    p.shard_cut = model::choose_shard_cut(layout, a.shards, a.shard_cut);
+    const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards, p.shard_cut.cut);
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const uint32_t node = shard_nodes[i % shard_nodes.size()];
       p.shards.push_back({{node, net::role::shard, static_cast<uint32_t>(i)}, ranges[i], {}, -1});

@@ -97,6 +97,7 @@ struct plan {
   std::vector<loader_plan> loaders;   ///< loaders[i] feeds workers[i]
   std::vector<worker_plan> workers;
   std::vector<shard_plan> shards;     ///< empty for Hogwild! (one shared buffer) and a pipeline alone
+  model::shard_cut_choice shard_cut;  ///< how the workers' shards cut the layout (--shard-cut resolved)
   /// Allreduce: the worker that answers the evaluator's pulls with its
   /// replica (every replica holds the same values), as one holder of the
   /// whole layout; empty otherwise.

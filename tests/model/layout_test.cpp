@@ -143,6 +143,40 @@ TEST_CASE("plan_shards, even cut: equal ranges of elements, tensors cut across s
   CHECK_THROWS_AS(model::parse_shard_cut("rows"), troupe::error);
 }
 
+TEST_CASE("choose_shard_cut: auto cuts evenly where whole tensors leave one shard too large", "[model][layout]") {
+  using model::choose_shard_cut;
+  using model::shard_cut;
+  // One tensor of 85 %: whole tensors give 2 shards 170 and 30 of 200, 1.70x an even share.
+  const param_layout dominant = sized({170, 10, 10, 10});
+  auto c = choose_shard_cut(dominant, 2, shard_cut::automatic);
+  CHECK(c.cut == shard_cut::even);
+  CHECK(c.imbalance == Approx(1.70));
+  CHECK(c.describe() == "cut evenly (whole tensors would make the largest shard 1.70x an even share)");
+  CHECK(plan_shards(dominant, 2, shard_cut::automatic)[0].end == 96);  // cut evenly (at multiples of 16)
+  // Balanced: whole tensors, whose largest shard is at most 1.25x an even share (5 of 4 here).
+  const param_layout balanced = sized({4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4});
+  c = choose_shard_cut(balanced, 5, shard_cut::automatic);
+  CHECK(c.cut == shard_cut::tensors);
+  CHECK(c.imbalance == Approx(12.0 / 48 * 5));  // 3 tensors of 12, 1.25x: not over the line
+  CHECK(c.describe() == "whole tensors (the largest shard 1.25x an even share)");
+  c = choose_shard_cut(balanced, 7, shard_cut::automatic);  // 2 tensors of 12 on the largest: 1.17x
+  CHECK(c.cut == shard_cut::tensors);
+  c = choose_shard_cut(balanced, 9, shard_cut::automatic);  // 2 of 12 again, but an even share is 5.33: 1.5x
+  CHECK(c.cut == shard_cut::even);
+  // More shards than tensors: only an even cut exists.
+  c = choose_shard_cut(dominant, 5, shard_cut::automatic);
+  CHECK(c.cut == shard_cut::even);
+  CHECK(c.imbalance == 0);
+  CHECK(c.describe() == "cut evenly (more shards than tensors)");
+  // Asked for, a cut is kept; the imbalance is still reported.
+  CHECK(choose_shard_cut(dominant, 2, shard_cut::tensors).cut == shard_cut::tensors);
+  CHECK(choose_shard_cut(balanced, 5, shard_cut::even).cut == shard_cut::even);
+  CHECK(choose_shard_cut(dominant, 1, shard_cut::automatic).cut == shard_cut::tensors);  // one shard: 1x
+  CHECK_THROWS_AS(choose_shard_cut(dominant, 0, shard_cut::automatic), troupe::error);
+  CHECK(model::parse_shard_cut("auto") == shard_cut::automatic);
+  CHECK(std::string(model::to_string(shard_cut::automatic)) == "auto");
+}
+
 TEST_CASE("model::layout names every parameter with its shape and offset, in model order", "[model][layout]") {
   model::model m = nn::sequential(nn::dense(3, 4), nn::relu(), nn::dense(4, 2));
   m.build({3}, 1);

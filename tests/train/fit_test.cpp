@@ -619,7 +619,7 @@ TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actor
     CHECK_THROWS_MATCHES(fit(j, log), troupe::error, message(Contains(what)));
   };
   fails(mlp_job(d.dir.path(), asgd().workers(2).worker_speeds({4, 2, 1})), "--worker-speeds: 3 speeds for 2 workers");
-  fails(mlp_job(d.dir.path(), asgd().workers(2).shards(9)), "exceeds the model's 6");
+  fails(mlp_job(d.dir.path(), asgd().workers(2).shards(9).shard_cut(model::shard_cut::tensors)), "exceeds the model's 6");
   fails(mlp_job(d.dir.path(), allreduce().workers(2).shard_cut(model::shard_cut::even)), "leave --shard-cut out");
   fails(mlp_job(d.dir.path(), sequential_sgd().workers(2)), "need an asynchronous --algorithm");
   fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");

@@ -255,8 +255,16 @@ TEST_CASE("plan: Hogwild! shares one buffer on one node, speeds, shard count err
   s.algo.worker_speeds = {4.0f, 2.0f, 1.0f};
   CHECK_THROWS_MATCHES(make_plan(s, topology::local(2), four_tensors(), 10), troupe::error,
                        testing::message(Contains("--worker-speeds: 3 speeds for 2 workers")));
-  CHECK_THROWS_MATCHES(make_plan(with(algorithm_kind::asgd, 1, 5), topology::local(1), four_tensors(), 10),
-                       troupe::error, testing::message(Contains("--shards 5 exceeds the model's 4")));
+  settings five = with(algorithm_kind::asgd, 1, 5);
+  five.algo.shard_cut = model::shard_cut::tensors;
+  CHECK_THROWS_MATCHES(make_plan(five, topology::local(1), four_tensors(), 10), troupe::error,
+                       testing::message(Contains("--shards 5 exceeds the model's 4")));
+  // The default cut (auto) cuts more shards than tensors evenly.
+  five.algo.shard_cut = model::shard_cut::automatic;
+  const plan even = make_plan(five, topology::local(1), four_tensors(), 10);
+  REQUIRE(even.shards.size() == 5);
+  CHECK(even.shard_cut.cut == model::shard_cut::even);
+  CHECK_THAT(even.describe(), Contains("shards: cut evenly (more shards than tensors)"));
 }
 
 TEST_CASE("plan: what differs between one process and a cluster is the plan's values", "[train][plan]") {

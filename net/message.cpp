@@ -28,6 +28,7 @@ const char* to_string(reject_reason r) {
 }
 
 struct message::state {
+  std::shared_ptr<const void> external;                  // a builder's external segment (outlives the builder)
   std::unique_ptr<capnp::MallocMessageBuilder> builder;  // built in process, or
   kj::Array<capnp::word> words;                          // bytes from outside, or
   std::shared_ptr<const void> owner;                     // memory someone else owns (a pooled receive buffer)
@@ -35,8 +36,9 @@ struct message::state {
   bool framed = false;  // words carry the stream framing (segment table first)
 };
 
-message message::from_builder(std::unique_ptr<capnp::MallocMessageBuilder> b) {
+message message::from_builder(std::unique_ptr<capnp::MallocMessageBuilder> b, std::shared_ptr<const void> keep) {
   auto s = std::make_shared<state>();
+  s->external = std::move(keep);
   auto out = b->getSegmentsForOutput();
   s->segs = kj::heapArray<kj::ArrayPtr<const capnp::word>>(out.size());
   for (std::size_t i = 0; i < out.size(); ++i) s->segs[i] = out[i];
@@ -112,6 +114,20 @@ std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_by
   if (payload_bytes >= pooled_payload_bytes)
     return std::make_unique<pooled_builder>(send_pool()->acquire(words * sizeof(capnp::word)), words);
   return std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(words));
+}
+
+external_blob external_payload(capnp::MessageBuilder& b, std::size_t bytes) {
+  // Large payloads come and go at the rate of the links: reused, not zeroed (every byte is written).
+  static const std::shared_ptr<buffer_pool> pool = buffer_pool::create(std::size_t(64) << 20, false);
+  const std::size_t padded = (bytes + 7) / 8 * 8;
+  std::shared_ptr<pooled_buffer> buf = pool->acquire(std::max<std::size_t>(padded, 8));
+  std::memset(buf->data() + bytes, 0, padded - bytes);
+  external_blob e;
+  e.data = buf->data();
+  e.orphan = b.getOrphanage().referenceExternalData(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(buf->data()), bytes));
+  e.buffer = std::move(buf);
+  return e;
 }
 
 wire::Envelope::Builder init_envelope(capnp::MallocMessageBuilder& b, const address& source,

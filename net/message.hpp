@@ -6,6 +6,7 @@
 // an actor touches the contents.
 
 #include <capnp/message.h>
+#include <capnp/orphan.h>
 
 #include <array>
 #include <atomic>
@@ -46,8 +47,9 @@ private:
 class message {
 public:
   message() = default;
-  /// Takes a finished builder; its segments become the message.
-  static message from_builder(std::unique_ptr<capnp::MallocMessageBuilder> b);
+  /// Takes a finished builder; its segments become the message. `keep` (an
+  /// external_payload's buffer) lives as long as the message.
+  static message from_builder(std::unique_ptr<capnp::MallocMessageBuilder> b, std::shared_ptr<const void> keep = nullptr);
   /// Bytes from outside (the network, a file): copied once into word-aligned memory.
   static message from_bytes(const void* data, std::size_t bytes);
   /// Segments read in place where they lie, one after another from `words`
@@ -80,6 +82,20 @@ private:
 /// pooled_payload_bytes on, that segment comes from a process-wide pool.
 std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes = 0);
 constexpr std::size_t pooled_payload_bytes = std::size_t(64) << 10;
+
+/// A blob outside a builder's segments (Cap'n Proto's referenceExternalData:
+/// a segment of its own, written to the wire as it is): a buffer of a pool
+/// whose buffers are not zeroed, so that a large payload is written once,
+/// by its producer, instead of zeroed by the builder, copied in, and zeroed
+/// again when the builder goes. `data` has `bytes` for the caller to fill
+/// (the padding to whole words is zero); adopt `orphan` into the message,
+/// then pass `buffer` to message::from_builder, which keeps it.
+struct external_blob {
+  std::shared_ptr<const void> buffer;
+  capnp::Orphan<capnp::Data> orphan;
+  std::byte* data = nullptr;
+};
+external_blob external_payload(capnp::MessageBuilder& b, std::size_t bytes);
 
 /// Starts a message in `b`: schema version, source and destination. Set one
 /// member of the union on the result.

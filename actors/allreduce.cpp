@@ -16,9 +16,8 @@ namespace troupe::actors {
 net::message to_wire(const collective_message& m, const net::address& from, const net::address& to) {
   const bool bf16 = !m.bf16.empty();
   const std::size_t bytes = bf16 ? m.bf16.size() * sizeof(uint16_t) : m.f32_count() * sizeof(float);
-  // A large payload goes in a segment of its own, written once (net::external_payload).
-  const bool external = bytes >= net::pooled_payload_bytes;
-  auto b = net::make_builder(external ? 0 : bytes);
+  // A large payload goes in a segment of its own, written once (net::written_blob).
+  auto b = net::make_builder(bytes < net::pooled_payload_bytes ? bytes : 0);
   auto c = net::init_envelope(*b, from, to).initCollective();
   c.setEpoch(m.epoch);
   c.setOp(m.op);
@@ -29,16 +28,12 @@ net::message to_wire(const collective_message& m, const net::address& from, cons
   c.setSender(m.sender);
   c.setReceiver(m.receiver);
   c.setBf16(bf16);
-  const void* src = bf16 ? static_cast<const void*>(m.bf16.data()) : m.f32();
-  if (external) {
-    net::external_blob blob = net::external_payload(*b, bytes);
-    std::memcpy(blob.data, src, bytes);
-    c.adoptPayload(kj::mv(blob.orphan));
-    return net::message::from_builder(std::move(b), std::move(blob.buffer));
-  }
-  auto payload = c.initPayload(static_cast<unsigned>(bytes));
-  if (bytes > 0) std::memcpy(payload.begin(), src, bytes);
-  return net::message::from_builder(std::move(b));
+  std::shared_ptr<const void> keep;
+  std::byte* payload = net::written_blob(
+      *b, bytes, keep, [&](std::size_t n) { return c.initPayload(static_cast<unsigned>(n)); },
+      [&](capnp::Orphan<capnp::Data>&& o) { c.adoptPayload(kj::mv(o)); });
+  if (bytes > 0) std::memcpy(payload, bf16 ? static_cast<const void*>(m.bf16.data()) : m.f32(), bytes);
+  return net::message::from_builder(std::move(b), std::move(keep));
 }
 
 void send_collective(const std::vector<collective_message>& msgs, const net::address& from,

@@ -60,12 +60,12 @@ int64_t loader_core::skip_trained(int64_t epoch_samples, int64_t samples_per_epo
   return skipped;
 }
 
-void loader_core::fill(wire::Batch::Builder batch) {
+void loader_core::fill(capnp::MessageBuilder& msg, wire::Batch::Builder batch, std::shared_ptr<const void>& keep) {
   const int64_t n = next_size();
   std::vector<int64_t> dims{n};
   dims.insert(dims.end(), sample_.dims().begin(), sample_.dims().end());
   const shape s(dims);
-  float* images = net::init_tensor(s, batch.initImages());
+  float* images = net::init_tensor(msg, s, batch.initImages(), keep);  // written whole below
   const std::vector<int32_t>* labels = &tmp_.labels;
   if (batches_) {
     tmp_.images = tensor::wrap(s, images);
@@ -91,12 +91,14 @@ net::message loader_core::next() {
   }
   const int64_t n = next_size();
   const int64_t labels = text_ ? n * text_->windows.context : n;
-  auto b = net::make_builder(n * sample_.numel() * static_cast<int64_t>(sizeof(float)) + labels * 4);
+  const auto images = static_cast<std::size_t>(n * sample_.numel()) * sizeof(float);
+  auto b = net::make_builder((images < net::pooled_payload_bytes ? images : 0) + static_cast<std::size_t>(labels) * 4);
   auto batch = net::init_envelope(*b, p_.address, p_.worker).initBatch();
   batch.setEpoch(static_cast<uint32_t>(epoch_));
   batch.setIndex(index_++);
-  fill(batch);
-  return net::message::from_builder(std::move(b));
+  std::shared_ptr<const void> keep;
+  fill(*b, batch, keep);
+  return net::message::from_builder(std::move(b), std::move(keep));
 }
 
 } // namespace troupe::actors

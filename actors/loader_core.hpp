@@ -54,7 +54,8 @@ private:
   void start_epoch();
   int64_t next_size() const;
   /// Fills `batch` (next_size() samples): its images straight into the message.
-  void fill(wire::Batch::Builder batch);
+  /// Writes the next batch into `batch` of `msg`; large images go outside its segments, kept in `keep`.
+  void fill(capnp::MessageBuilder& msg, wire::Batch::Builder batch, std::shared_ptr<const void>& keep);
 
   std::optional<data::batcher> batches_;  // images
   data::batch tmp_;  // its images view the message being built while next() fills it

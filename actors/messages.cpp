@@ -48,11 +48,15 @@ float* open_push(net::message& push, const net::address& from, const net::addres
                  const model::shard_range& range, const std::vector<shape>& shapes) {
   capnp::MallocMessageBuilder* b = push.exclusive_builder();
   if (!b) {
-    auto nb = net::make_builder(range.numel() * sizeof(float) + 64 * shapes.size());
+    // Backward writes every gradient (model::layer::backward: written, not accumulated), cut tensors' parts are
+    // copied in: a large payload need not be zero (net::written_blob).
+    const std::size_t values = static_cast<std::size_t>(range.numel()) * sizeof(float);
+    auto nb = net::make_builder((values < net::pooled_payload_bytes ? values : 0) + 64 * shapes.size());
     auto p = net::init_envelope(*nb, from, shard).initPushGradient();
     p.setShard(shard.index);
-    net::init_flat(p.initValues(), range.first, range.begin, shapes);
-    push = net::message::from_builder(std::move(nb));
+    std::shared_ptr<const void> keep;
+    net::init_flat(*nb, p.initValues(), range.first, range.begin, shapes, keep);
+    push = net::message::from_builder(std::move(nb), std::move(keep));
     b = push.exclusive_builder();
   }
   return net::payload(b->getRoot<wire::Envelope>().getPushGradient().getValues());
@@ -93,15 +97,17 @@ train::step_report read_metrics(const net::envelope_reader& r) {
 net::message make_params(const net::address& from, const net::address& to, const held_params& h) {
   int64_t n = 0;
   for (const shape& d : *h.shapes) n += d.numel();
-  auto b = net::make_builder(static_cast<std::size_t>(n) * sizeof(float) + 64 * h.shapes->size());
+  const std::size_t values = static_cast<std::size_t>(n) * sizeof(float);
+  auto b = net::make_builder((values < net::pooled_payload_bytes ? values : 0) + 64 * h.shapes->size());
   auto p = net::init_envelope(*b, from, to).initParams();
   p.setShard(h.shard);
   p.setVersion(h.version);
-  float* dst = net::init_flat(p.initValues(), h.first, h.offset, *h.shapes);
-  if (n > 0) std::memcpy(dst, h.values, static_cast<std::size_t>(n) * sizeof(float));
+  std::shared_ptr<const void> keep;  // a large payload: external, written whole below
+  float* dst = net::init_flat(*b, p.initValues(), h.first, h.offset, *h.shapes, keep);
+  if (n > 0) std::memcpy(dst, h.values, values);
   if (h.state && !h.state->empty())
     net::encode(*h.state, p.initRuleState(static_cast<unsigned>(h.state->size())));
-  return net::message::from_builder(std::move(b));
+  return net::message::from_builder(std::move(b), std::move(keep));
 }
 
 net::message make_snapshot(const net::address& from, const net::address& to, const snapshot_request& s) {

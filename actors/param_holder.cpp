@@ -20,7 +20,8 @@ param_holder::param_holder(net::address self, uint32_t shard, const model::shard
 
 net::message param_holder::build(const net::address& to, const float* w, uint64_t tau, bool rejected,
                                  const std::vector<named_tensor>* state, float** payload) const {
-  std::size_t bytes = static_cast<std::size_t>(size()) * sizeof(float) + 64 * shapes_.size();
+  const std::size_t values = static_cast<std::size_t>(size()) * sizeof(float);
+  std::size_t bytes = (values < net::pooled_payload_bytes ? values : 0) + 64 * shapes_.size();  // else external
   if (state)
     for (const auto& t : *state) bytes += static_cast<std::size_t>(t.value.numel()) * sizeof(float) + 64 + t.name.size();
   auto b = net::make_builder(bytes);
@@ -29,11 +30,12 @@ net::message param_holder::build(const net::address& to, const float* w, uint64_
   p.setVersion(version_);
   p.setAppliedStaleness(tau);
   p.setRejected(rejected);
-  float* dst = net::init_flat(p.initValues(), range_.first, range_.begin, shapes_);
+  std::shared_ptr<const void> keep;
+  float* dst = net::init_flat(*b, p.initValues(), range_.first, range_.begin, shapes_, keep);
   if (size() > 0) kernels::copy(ctx_, size(), w, dst);
   if (state && !state->empty()) net::encode(*state, p.initRuleState(static_cast<unsigned>(state->size())));
   if (payload) *payload = dst;
-  return net::message::from_builder(std::move(b));
+  return net::message::from_builder(std::move(b), std::move(keep));
 }
 
 float* param_holder::writable() {

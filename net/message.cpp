@@ -241,7 +241,10 @@ void require_range(const flat_view& v, uint32_t first, int64_t offset, const std
                                                           shapes[i].to_string());
 }
 
-float* init_flat(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, const std::vector<shape>& shapes) {
+namespace {
+
+/// Writes the range's header into `b`; returns its payload's bytes.
+uint64_t init_range(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, const std::vector<shape>& shapes) {
   b.setFirst(first);
   b.setOffset(static_cast<uint64_t>(offset));
   auto list = b.initShapes(static_cast<unsigned>(shapes.size()));
@@ -255,10 +258,28 @@ float* init_flat(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, c
   if (bytes >= (uint64_t(1) << 29))
     throw error("init_flat: " + std::to_string(bytes) + " bytes of parameters in one range; one Cap'n Proto blob "
                 "holds fewer than 2^29 bytes (use more shards)");
+  return bytes;
+}
+
+} // namespace
+
+float* init_flat(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, const std::vector<shape>& shapes) {
+  const uint64_t bytes = init_range(b, first, offset, shapes);
   return reinterpret_cast<float*>(b.initPayload(static_cast<unsigned>(bytes)).begin());
 }
 
-float* payload(wire::FlatTensors::Builder b) { return reinterpret_cast<float*>(b.getPayload().begin()); }
+float* init_flat(capnp::MessageBuilder& msg, wire::FlatTensors::Builder b, uint32_t first, int64_t offset,
+                 const std::vector<shape>& shapes, std::shared_ptr<const void>& keep) {
+  const auto bytes = static_cast<std::size_t>(init_range(b, first, offset, shapes));
+  return reinterpret_cast<float*>(written_blob(
+      msg, bytes, keep, [&](std::size_t n) { return b.initPayload(static_cast<unsigned>(n)); },
+      [&](capnp::Orphan<capnp::Data>&& o) { b.adoptPayload(kj::mv(o)); }));
+}
+
+float* payload(wire::FlatTensors::Builder b) {
+  // Through a reader: Cap'n Proto hands out no builder of external data (written_blob's, writable memory of ours).
+  return const_cast<float*>(reinterpret_cast<const float*>(b.asReader().getPayload().begin()));
+}
 
 namespace {
 

@@ -79,7 +79,9 @@ private:
 
 /// A builder whose first segment holds `payload_bytes` and the message around
 /// them, so that a message is one segment (a gather-write of one buffer). From
-/// pooled_payload_bytes on, that segment comes from a process-wide pool.
+/// pooled_payload_bytes on, that segment comes from a process-wide pool (zero,
+/// and zeroed again by the builder when it goes: a payload its producer
+/// writes whole is cheaper outside it, see written_blob).
 std::unique_ptr<capnp::MallocMessageBuilder> make_builder(std::size_t payload_bytes = 0);
 constexpr std::size_t pooled_payload_bytes = std::size_t(64) << 10;
 
@@ -96,6 +98,21 @@ struct external_blob {
   std::byte* data = nullptr;
 };
 external_blob external_payload(capnp::MessageBuilder& b, std::size_t bytes);
+
+/// Where a producer writes a blob of `bytes` that it fills whole: from
+/// pooled_payload_bytes on, while `keep` is empty (one such blob per
+/// message), an external_payload adopted by `adopt` and kept in `keep` (pass
+/// it to message::from_builder); otherwise `init(bytes)`, inside the builder.
+/// The bytes are not zeroed: the caller writes every one of them.
+template <typename Init, typename Adopt>
+std::byte* written_blob(capnp::MessageBuilder& msg, std::size_t bytes, std::shared_ptr<const void>& keep, Init init,
+                        Adopt adopt) {
+  if (bytes < pooled_payload_bytes || keep) return reinterpret_cast<std::byte*>(init(bytes).begin());
+  external_blob e = external_payload(msg, bytes);
+  adopt(kj::mv(e.orphan));
+  keep = std::move(e.buffer);
+  return e.data;
+}
 
 /// Starts a message in `b`: schema version, source and destination. Set one
 /// member of the union on the result.
@@ -183,7 +200,11 @@ void require_range(const flat_view& v, uint32_t first, int64_t offset, const std
 /// Initializes `b` as the range (first, offset, shapes) of a layout; returns
 /// its one payload (zeroed), to be written in place.
 float* init_flat(wire::FlatTensors::Builder b, uint32_t first, int64_t offset, const std::vector<shape>& shapes);
-/// The payload of a range being built or edited in place.
+/// The same for a payload the caller writes whole (not zeroed): a large one
+/// is `msg`'s external blob, kept in `keep` (written_blob).
+float* init_flat(capnp::MessageBuilder& msg, wire::FlatTensors::Builder b, uint32_t first, int64_t offset,
+                 const std::vector<shape>& shapes, std::shared_ptr<const void>& keep);
+/// The payload of a range being built or edited in place (inside the builder or an external blob).
 float* payload(wire::FlatTensors::Builder b);
 
 /// Counts rejected messages by reason (thread-safe).

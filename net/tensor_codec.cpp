@@ -40,6 +40,15 @@ float* init_tensor(const shape& s, wire::Tensor::Builder b) {
   return reinterpret_cast<float*>(b.initData(static_cast<unsigned>(s.numel() * sizeof(float))).begin());
 }
 
+float* init_tensor(capnp::MessageBuilder& msg, const shape& s, wire::Tensor::Builder b, std::shared_ptr<const void>& keep) {
+  check_blob(s);
+  init_shape(s, b);
+  return reinterpret_cast<float*>(written_blob(
+      msg, static_cast<std::size_t>(s.numel()) * sizeof(float), keep,
+      [&](std::size_t n) { return b.initData(static_cast<unsigned>(n)); },
+      [&](capnp::Orphan<capnp::Data>&& o) { b.adoptData(kj::mv(o)); }));
+}
+
 tensor decode(wire::Tensor::Reader r, const std::string& what) {
   // view() validates dtype, dimensions and payload size; the payload, at most
   // 2^29 bytes, bounds the element count.

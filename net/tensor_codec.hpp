@@ -3,6 +3,9 @@
 // tensor <-> Cap'n Proto. Readers copy into troupe tensors (checkpoints) or
 // view the bytes in place.
 
+#include <capnp/message.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,9 @@ tensor decode(wire::Tensor::Reader r, const std::string& what);
 
 /// Initializes `b` as an f32 tensor of shape `s`; returns its payload (zeroed), to be written in place.
 float* init_tensor(const shape& s, wire::Tensor::Builder b);
+/// The same for a payload the caller writes whole (not zeroed): a large one
+/// is `msg`'s external blob, kept in `keep` (net::written_blob).
+float* init_tensor(capnp::MessageBuilder& msg, const shape& s, wire::Tensor::Builder b, std::shared_ptr<const void>& keep);
 
 void encode(const std::vector<named_tensor>& ts, capnp::List<wire::NamedTensor>::Builder b);
 std::vector<named_tensor> decode(capnp::List<wire::NamedTensor>::Reader r, const std::string& what);

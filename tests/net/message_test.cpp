@@ -322,6 +322,39 @@ TEST_CASE("init_flat lays a range out as one payload, payload finds it again", "
   CHECK_THROWS_WITH(init_flat(pb.initValues(), 0, 0, {{int64_t(1) << 27}}), Contains("use more shards"));
 }
 
+TEST_CASE("a payload its producer writes whole goes outside the builder's segments when large", "[net][message]") {
+  // Large: init_flat's and init_tensor's payload is an external blob, the message's second segment, whole words.
+  const int64_t n = int64_t(pooled_payload_bytes / sizeof(float)) + 1;
+  for (const bool flat : {true, false}) {
+    auto b = make_builder();
+    auto env = init_envelope(*b, shard0, worker3);
+    std::shared_ptr<const void> keep;
+    float* data = flat ? init_flat(*b, env.initParams().initValues(), 0, 0, {{n}}, keep)
+                       : init_tensor(*b, shape{1, n}, env.initBatch().initImages(), keep);
+    REQUIRE(keep);
+    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(i % 97) - 3.0f;
+    if (!flat) env.getBatch().initLabels(1).set(0, 4);
+    message m = message::from_builder(std::move(b), std::move(keep));
+    REQUIRE(m.segments().size() == 2);
+    CHECK(reinterpret_cast<const float*>(m.segments()[1].begin()) == data);
+    CHECK(m.segments()[1].size() == static_cast<std::size_t>(n * 4 + 7) / 8);
+    CHECK(reinterpret_cast<const float*>(m.segments()[1].begin())[n] == 0.0f);  // the padding
+    const auto bytes = flat_bytes(m);  // as a frame carries it
+    message copy = message::from_bytes(bytes.data(), bytes.size());
+    envelope_reader r(copy);
+    const float* got = flat ? view(r.root().getParams().getValues(), "test").data
+                            : view(r.root().getBatch().getImages(), "test").data;
+    CHECK(got[0] == -3.0f);
+    CHECK(got[n - 1] == static_cast<float>((n - 1) % 97) - 3.0f);
+  }
+  // Small: inside the builder, one segment, nothing kept.
+  auto b = make_builder(64);
+  std::shared_ptr<const void> keep;
+  init_flat(*b, init_envelope(*b, shard0, worker3).initParams().initValues(), 0, 0, {{4}}, keep);
+  CHECK_FALSE(keep);
+  CHECK(message::from_builder(std::move(b)).segments().size() == 1);
+}
+
 TEST_CASE("large messages are built in first segments that are reused, and zero again each time", "[net][message]") {
   const int64_t n = int64_t(pooled_payload_bytes / sizeof(float)) + 100;
   const void* first = nullptr;

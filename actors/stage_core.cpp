@@ -195,7 +195,8 @@ stage_core::result stage_core::run(int max_actions) {
 stage_core::tensor_message stage_core::start_tensor_message(wire::Envelope::Which kind, const net::address& to,
                                                            int64_t mb, const shape& s,
                                                            const std::vector<int32_t>* labels) const {
-  auto b = net::make_builder(s.numel() * sizeof(float) + (labels ? labels->size() * 4 : 0));
+  const auto values = static_cast<std::size_t>(s.numel()) * sizeof(float);
+  auto b = net::make_builder((values < net::pooled_payload_bytes ? values : 0) + (labels ? labels->size() * 4 : 0));
   auto env = net::init_envelope(*b, c_.plan.address, to);
   wire::Tensor::Builder dst = nullptr;
   if (kind == wire::Envelope::ACTIVATION) {
@@ -214,8 +215,10 @@ stage_core::tensor_message stage_core::start_tensor_message(wire::Envelope::Whic
     g.setStage(static_cast<uint32_t>(c_.index));
     dst = g.initTensor();
   }
-  tensor payload = tensor::wrap(s, net::init_tensor(s, dst));
-  return {std::move(b), std::move(payload)};
+  // A layer writes the whole tensor (its output, or its input's gradient): a large one need not be zero.
+  std::shared_ptr<const void> keep;
+  tensor payload = tensor::wrap(s, net::init_tensor(*b, s, dst, keep));
+  return {std::move(b), std::move(payload), std::move(keep)};
 }
 
 model::activations stage_core::take_activations() {
@@ -272,7 +275,7 @@ void stage_core::forward(int64_t mb, result& out) {
     for (int64_t d : net_.output_shape().dims()) dims.push_back(d);
     tensor_message m = start_tensor_message(wire::Envelope::ACTIVATION, c_.next, mb, shape(dims), &labels);
     net_.forward(ctx_, x, true, f.act, &m.payload);
-    f.sent = net::message::from_builder(std::move(m.builder));
+    f.sent = m.finish();
     out.messages.push_back({c_.next, f.sent});
   }
   flight_[mb] = std::move(f);
@@ -300,7 +303,7 @@ void stage_core::backward(int64_t mb, result& out) {
   } else {  // the first layer writes d(loss)/d(input) into the Gradient's payload
     tensor_message m = start_tensor_message(wire::Envelope::GRADIENT, c_.previous, mb, f.in.x.dims, nullptr);
     if (net_.backward(ctx_, dy, f.act, &m.payload).defined())
-      out.messages.push_back({c_.previous, net::message::from_builder(std::move(m.builder))});
+      out.messages.push_back({c_.previous, m.finish()});
   }
   // A micro-batch's gradient is the mean over its samples: summed weighted by
   // its samples, the update divides by all of them (GPipe: the mini-batch's mean).

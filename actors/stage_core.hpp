@@ -157,7 +157,9 @@ private:
   /// An Activation or Gradient under construction, its tensor left to write.
   struct tensor_message {
     std::unique_ptr<capnp::MallocMessageBuilder> builder;
-    tensor payload;  // the message's tensor, in place
+    tensor payload;                    // the message's tensor, in place (written whole by a layer)
+    std::shared_ptr<const void> keep;  // a large payload's buffer (net::written_blob)
+    net::message finish() { return net::message::from_builder(std::move(builder), std::move(keep)); }
   };
 
   bool first() const { return c_.index == 0; }

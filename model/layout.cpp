@@ -141,12 +141,14 @@ std::string shard_cut_choice::describe() const {
   os << (cut == shard_cut::even ? "cut evenly" : "whole tensors");
   if (imbalance == 0) os << " (more shards than tensors)";
   else if (cut == shard_cut::even) os << " (whole tensors would make the largest shard " << imbalance << "x an even share)";
-  else os << " (the largest shard " << imbalance << "x an even share)";
+  else os << " (the largest shard " << imbalance << "x an even share" << (links ? "" : "; one process: no link to balance")
+          << ")";
   return os.str();
 }
 
-shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked) {
+shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked, bool links) {
   shard_cut_choice c;
+  c.links = links;
   if (shards < 1) throw error("--shards must be at least 1, got " + std::to_string(shards));
   if (static_cast<std::size_t>(shards) > layout.size()) {
     c.imbalance = 0;
@@ -156,8 +158,8 @@ shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_
     c.imbalance = layout.numel() > 0 ? static_cast<double>(largest) * shards / static_cast<double>(layout.numel()) : 1;
   }
   c.cut = asked != shard_cut::automatic ? asked
-          : c.imbalance == 0 || c.imbalance > auto_cut_imbalance ? shard_cut::even
-                                                                 : shard_cut::tensors;
+          : c.imbalance == 0 || (links && c.imbalance > auto_cut_imbalance) ? shard_cut::even
+                                                                            : shard_cut::tensors;
   return c;
 }
 

@@ -103,13 +103,16 @@ struct shard_cut_choice {
   /// The largest shard of the whole-tensor cut over an even share (0 when
   /// there are more shards than tensors: no such cut).
   double imbalance = 1;
+  bool links = true;  ///< whether the shards' traffic crosses links (false: one process)
   /// "cut evenly (auto: ...)" or "whole tensors (...)", for the log.
   std::string describe() const;
 };
 /// `asked` resolved for `layout` and `shards`: tensors and even as they are;
-/// automatic to even when the whole-tensor cut's imbalance exceeds
-/// auto_cut_imbalance or there are more shards than tensors, else tensors.
-shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked);
+/// automatic to even when there are more shards than tensors, or when the
+/// whole-tensor cut's imbalance exceeds auto_cut_imbalance and the shards'
+/// traffic crosses `links` (in one process no link is to balance, and cut
+/// tensors cost their parts' copies), else tensors.
+shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked, bool links = true);
 
 std::vector<shard_range> plan_shards(const param_layout& layout, int shards, shard_cut cut = shard_cut::tensors);
 

@@ -316,9 +316,9 @@ std::string algorithm_help() {
 }
 
 const char* const shard_cut_help =
-    "how shards cut the parameters: auto (default: even when whole tensors would leave the largest shard over 1.25x "
-    "an even share, else tensors), tensors (whole tensors, the largest shard as small as it can be) or even (equal "
-    "ranges of elements, a large tensor cut across shards)";
+    "how shards cut the parameters: auto (default: on several nodes even when whole tensors would leave the largest "
+    "shard over 1.25x an even share, else tensors), tensors (whole tensors, the largest shard as small as it can be) "
+    "or even (equal ranges of elements, a large tensor cut across shards)";
 
 /// The algorithm and its distribution, in the order of --help.
 std::vector<job_key> make_algorithm_keys() {

@@ -406,7 +406,7 @@ void plan_data_shards(plan& p, const settings& s, const topology& t, const model
   const algorithm_settings& a = s.algo;
   if (traits(a.kind).shards) {
     const std::vector<uint32_t> shard_nodes = eligible(t, &node_spec::run_shards, "parameter shards");
-    p.shard_cut = model::choose_shard_cut(layout, a.shards, a.shard_cut);
+    p.shard_cut = model::choose_shard_cut(layout, a.shards, a.shard_cut, t.nodes.size() > 1);
     const std::vector<model::shard_range> ranges = model::plan_shards(layout, a.shards, p.shard_cut.cut);
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const uint32_t node = shard_nodes[i % shard_nodes.size()];

@@ -173,6 +173,13 @@ TEST_CASE("choose_shard_cut: auto cuts evenly where whole tensors leave one shar
   CHECK(choose_shard_cut(balanced, 5, shard_cut::even).cut == shard_cut::even);
   CHECK(choose_shard_cut(dominant, 1, shard_cut::automatic).cut == shard_cut::tensors);  // one shard: 1x
   CHECK_THROWS_AS(choose_shard_cut(dominant, 0, shard_cut::automatic), troupe::error);
+  // In one process no link is to balance: whole tensors (cut ones would only add copies), unless there are more
+  // shards than tensors; asked for, even stays even.
+  c = choose_shard_cut(dominant, 2, shard_cut::automatic, false);
+  CHECK(c.cut == shard_cut::tensors);
+  CHECK(c.describe() == "whole tensors (the largest shard 1.70x an even share; one process: no link to balance)");
+  CHECK(choose_shard_cut(dominant, 5, shard_cut::automatic, false).cut == shard_cut::even);
+  CHECK(choose_shard_cut(dominant, 2, shard_cut::even, false).cut == shard_cut::even);
   CHECK(model::parse_shard_cut("auto") == shard_cut::automatic);
   CHECK(std::string(model::to_string(shard_cut::automatic)) == "auto");
 }

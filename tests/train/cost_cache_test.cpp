@@ -83,10 +83,10 @@ TEST_CASE("troupe_plan's description of a data-parallel job predicts its step on
   CHECK(comm(whole, "with --shard-cut even") < 0.7 * comm(whole, "predicted step"));
   CHECK_THAT(dp(asgd().shards(4).shard_cut(model::shard_cut::even), {4e-8f, 5e-5f}),
              Catch::Contains("with --shard-cut tensors: "));
-  // The default (auto) cuts the MLP evenly: its first matrix would make one shard 3.41x an even share.
+  // The default (auto) in one process keeps whole tensors (no link to balance) and predicts the even cut too.
   const std::string automatic = dp(asgd().shards(4), {4e-8f, 5e-5f});
-  CHECK_THAT(automatic, Catch::Contains("shards: cut evenly (whole tensors would make the largest shard 3.41x"));
-  CHECK_THAT(automatic, Catch::Contains("with --shard-cut tensors: "));
+  CHECK_THAT(automatic, Catch::Contains("shards: whole tensors (the largest shard 3.41x an even share; one process"));
+  CHECK_THAT(automatic, Catch::Contains("with --shard-cut even: "));
   CHECK_THAT(dp(allreduce(), {4e-8f, 5e-5f}), !Catch::Contains("--shard-cut"));
   CHECK_THAT(dp(hogwild(), {}), !Catch::Contains("predicted step"));  // one shared buffer: no links
 }

@@ -17,7 +17,7 @@ net::message to_wire(const collective_message& m, const net::address& from, cons
   const bool bf16 = !m.bf16.empty();
   const std::size_t bytes = bf16 ? m.bf16.size() * sizeof(uint16_t) : m.f32_count() * sizeof(float);
   // A large payload goes in a segment of its own, written once (net::written_blob).
-  auto b = net::make_builder(bytes < net::pooled_payload_bytes ? bytes : 0);
+  auto b = net::make_builder(net::written_inline_bytes(bytes));
   auto c = net::init_envelope(*b, from, to).initCollective();
   c.setEpoch(m.epoch);
   c.setOp(m.op);

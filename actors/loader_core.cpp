@@ -92,7 +92,7 @@ net::message loader_core::next() {
   const int64_t n = next_size();
   const int64_t labels = text_ ? n * text_->windows.context : n;
   const auto images = static_cast<std::size_t>(n * sample_.numel()) * sizeof(float);
-  auto b = net::make_builder((images < net::pooled_payload_bytes ? images : 0) + static_cast<std::size_t>(labels) * 4);
+  auto b = net::make_builder(net::written_inline_bytes(images) + static_cast<std::size_t>(labels) * 4);
   auto batch = net::init_envelope(*b, p_.address, p_.worker).initBatch();
   batch.setEpoch(static_cast<uint32_t>(epoch_));
   batch.setIndex(index_++);

@@ -53,8 +53,8 @@ public:
 private:
   void start_epoch();
   int64_t next_size() const;
-  /// Fills `batch` (next_size() samples): its images straight into the message.
-  /// Writes the next batch into `batch` of `msg`; large images go outside its segments, kept in `keep`.
+  /// Fills `batch` of `msg` (next_size() samples): its images straight into the message, outside
+  /// its segments when large (net::written_blob), kept in `keep`.
   void fill(capnp::MessageBuilder& msg, wire::Batch::Builder batch, std::shared_ptr<const void>& keep);
 
   std::optional<data::batcher> batches_;  // images

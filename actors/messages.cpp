@@ -51,7 +51,7 @@ float* open_push(net::message& push, const net::address& from, const net::addres
     // Backward writes every gradient (model::layer::backward: written, not accumulated), cut tensors' parts are
     // copied in: a large payload need not be zero (net::written_blob).
     const std::size_t values = static_cast<std::size_t>(range.numel()) * sizeof(float);
-    auto nb = net::make_builder((values < net::pooled_payload_bytes ? values : 0) + 64 * shapes.size());
+    auto nb = net::make_builder(net::written_inline_bytes(values) + 64 * shapes.size());
     auto p = net::init_envelope(*nb, from, shard).initPushGradient();
     p.setShard(shard.index);
     std::shared_ptr<const void> keep;
@@ -98,7 +98,7 @@ net::message make_params(const net::address& from, const net::address& to, const
   int64_t n = 0;
   for (const shape& d : *h.shapes) n += d.numel();
   const std::size_t values = static_cast<std::size_t>(n) * sizeof(float);
-  auto b = net::make_builder((values < net::pooled_payload_bytes ? values : 0) + 64 * h.shapes->size());
+  auto b = net::make_builder(net::written_inline_bytes(values) + 64 * h.shapes->size());
   auto p = net::init_envelope(*b, from, to).initParams();
   p.setShard(h.shard);
   p.setVersion(h.version);

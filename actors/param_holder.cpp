@@ -21,7 +21,7 @@ param_holder::param_holder(net::address self, uint32_t shard, const model::shard
 net::message param_holder::build(const net::address& to, const float* w, uint64_t tau, bool rejected,
                                  const std::vector<named_tensor>* state, float** payload) const {
   const std::size_t values = static_cast<std::size_t>(size()) * sizeof(float);
-  std::size_t bytes = (values < net::pooled_payload_bytes ? values : 0) + 64 * shapes_.size();  // else external
+  std::size_t bytes = net::written_inline_bytes(values) + 64 * shapes_.size();
   if (state)
     for (const auto& t : *state) bytes += static_cast<std::size_t>(t.value.numel()) * sizeof(float) + 64 + t.name.size();
   auto b = net::make_builder(bytes);

@@ -196,7 +196,7 @@ stage_core::tensor_message stage_core::start_tensor_message(wire::Envelope::Whic
                                                            int64_t mb, const shape& s,
                                                            const std::vector<int32_t>* labels) const {
   const auto values = static_cast<std::size_t>(s.numel()) * sizeof(float);
-  auto b = net::make_builder((values < net::pooled_payload_bytes ? values : 0) + (labels ? labels->size() * 4 : 0));
+  auto b = net::make_builder(net::written_inline_bytes(values) + (labels ? labels->size() * 4 : 0));
   auto env = net::init_envelope(*b, c_.plan.address, to);
   wire::Tensor::Builder dst = nullptr;
   if (kind == wire::Envelope::ACTIVATION) {

@@ -85,16 +85,9 @@ const std::vector<shard_cut>& all_shard_cuts();
 /// Throws troupe::error when parts < 1 or exceeds the number of items.
 std::vector<std::size_t> contiguous_partition(const std::vector<int64_t>& costs, int parts, const char* what);
 
-/// Cuts `layout` into `shards` contiguous ranges. shard_cut::tensors: of whole
-/// tensors, so that the largest range is as small as it can be (the earliest
-/// such cut); throws troupe::error when `shards` exceeds the number of
-/// tensors. shard_cut::even: of equal numbers of elements (bounds at the nearest
-/// multiple of 16 when there are at least 16 per shard); throws when `shards` exceeds the
-/// number of elements. shard_cut::automatic: as choose_shard_cut() resolves it.
-/// Throws when `shards` < 1.
 /// shard_cut::automatic cuts evenly when whole tensors would give the largest
 /// shard more than this many times an even share (its link carries that much
-/// more each step: docs/algorithms.md), else by whole tensors.
+/// more each step: docs/benchmarks.md, "The default cut"), else by whole tensors.
 constexpr double auto_cut_imbalance = 1.25;
 
 /// What a cut resolves to, and why.
@@ -104,7 +97,7 @@ struct shard_cut_choice {
   /// there are more shards than tensors: no such cut).
   double imbalance = 1;
   bool links = true;  ///< whether the shards' traffic crosses links (false: one process)
-  /// "cut evenly (auto: ...)" or "whole tensors (...)", for the log.
+  /// "cut evenly (...)" or "whole tensors (...)" with the reason, for the log.
   std::string describe() const;
 };
 /// `asked` resolved for `layout` and `shards`: tensors and even as they are;
@@ -114,6 +107,13 @@ struct shard_cut_choice {
 /// tensors cost their parts' copies), else tensors.
 shard_cut_choice choose_shard_cut(const param_layout& layout, int shards, shard_cut asked, bool links = true);
 
+/// Cuts `layout` into `shards` contiguous ranges. shard_cut::tensors: of whole
+/// tensors, so that the largest range is as small as it can be (the earliest
+/// such cut); throws troupe::error when `shards` exceeds the number of
+/// tensors. shard_cut::even: of equal numbers of elements (bounds at the nearest
+/// multiple of 16 when there are at least 16 per shard); throws when `shards` exceeds the
+/// number of elements. shard_cut::automatic: as choose_shard_cut() resolves it.
+/// Throws when `shards` < 1.
 std::vector<shard_range> plan_shards(const param_layout& layout, int shards, shard_cut cut = shard_cut::tensors);
 
 } // namespace troupe::model

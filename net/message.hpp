@@ -104,10 +104,12 @@ external_blob external_payload(capnp::MessageBuilder& b, std::size_t bytes);
 /// message), an external_payload adopted by `adopt` and kept in `keep` (pass
 /// it to message::from_builder); otherwise `init(bytes)`, inside the builder.
 /// The bytes are not zeroed: the caller writes every one of them.
+/// Of a written_blob of `bytes`, what lies inside the builder (for make_builder's size).
+constexpr std::size_t written_inline_bytes(std::size_t bytes) { return bytes < pooled_payload_bytes ? bytes : 0; }
 template <typename Init, typename Adopt>
 std::byte* written_blob(capnp::MessageBuilder& msg, std::size_t bytes, std::shared_ptr<const void>& keep, Init init,
                         Adopt adopt) {
-  if (bytes < pooled_payload_bytes || keep) return reinterpret_cast<std::byte*>(init(bytes).begin());
+  if (written_inline_bytes(bytes) == bytes || keep) return reinterpret_cast<std::byte*>(init(bytes).begin());
   external_blob e = external_payload(msg, bytes);
   adopt(kj::mv(e.orphan));
   keep = std::move(e.buffer);

@@ -72,6 +72,7 @@ net::message make_metrics(const net::address& from, const net::address& to, cons
   m.setMaxStaleness(r.max_staleness);
   m.setRejected(r.rejected);
   m.setStalenessOnly(r.staleness_only);
+  m.setComputeSeconds(r.compute_s);
   return net::message::from_builder(std::move(b));
 }
 
@@ -89,8 +90,10 @@ train::step_report read_metrics(const net::envelope_reader& r) {
   out.max_staleness = m.getMaxStaleness();
   out.rejected = m.getRejected();
   out.staleness_only = m.getStalenessOnly();
-  if (!std::isfinite(out.loss) || !std::isfinite(out.mean_staleness))
-    reject(net::reject_reason::non_finite, "metrics: non-finite loss or staleness");
+  out.compute_s = m.getComputeSeconds();
+  if (!std::isfinite(out.loss) || !std::isfinite(out.mean_staleness) || !std::isfinite(out.compute_s))
+    reject(net::reject_reason::non_finite, "metrics: non-finite loss, staleness or compute time");
+  if (out.compute_s < 0) reject(net::reject_reason::malformed, "metrics: negative compute time");
   return out;
 }
 

@@ -426,6 +426,13 @@ worker_core::step_out worker_core::go_on() {
 }
 
 worker_core::step_out worker_core::advance() {
+  // Busy time, as the step ran (the report's compute_s): every piece of the
+  // step runs here, and none of them waits for a message.
+  struct busy_clock {
+    double& total;
+    std::chrono::steady_clock::time_point begin = std::chrono::steady_clock::now();
+    ~busy_clock() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); }
+  } clock{compute_s_};
   try {
     return advance_step();
   } catch (...) {
@@ -518,7 +525,9 @@ train::step_report worker_core::report() {
   r.step = steps_;
   r.loss = loss_n_ ? loss_sum_ / loss_n_ : 0.0;
   r.samples = samples_;
+  r.compute_s = compute_s_;
   t.fill(r);
+  compute_s_ = 0;
   loss_sum_ = 0;
   loss_n_ = samples_ = 0;
   return r;

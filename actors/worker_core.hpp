@@ -278,6 +278,7 @@ private:
   tensor dlogits_;
   std::vector<int32_t> labels_;
   double loss_sum_ = 0;
+  double compute_s_ = 0;  // busy in advance() since the last report
   uint64_t samples_ = 0, loss_n_ = 0;
   std::function<void(outgoing&&)> send_;
   bool receive_ = false;

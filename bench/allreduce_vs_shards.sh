@@ -10,6 +10,10 @@
 # Environment: CONFIGS (the algorithm options of each configuration, separated
 # by ';'; default "ssgd --shards N;allreduce;asgd --shards N"), LINKS
 # ("loopback netns" by default; netns only as root).
+# For the netns runs it then prints model/scaling.hpp's prediction of each
+# configuration (bench/troupe_scaling_table --row): from the compute measured
+# alone, and from the compute the run's workers measured as they ran (the
+# median over the rounds of their mean compute_ms_per_step).
 set -euo pipefail
 model=${1:-mlp} n=${2:-3} steps=${3:-200} reps=${4:-3} rate=${5:-200mbit}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,11 +21,18 @@ export TROUPE_TRAINER=${TROUPE_TRAINER:-$here/../build/troupe_trainer}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 configs=("ssgd --shards $n" "allreduce" "asgd --shards $n")
 [ -n "${CONFIGS:-}" ] && IFS=';' read -r -a configs <<< "$CONFIGS"
-run() {  # link (loopback | netns), algorithm options -> samples/s
+run() {  # link (loopback | netns), algorithm options -> samples/s; the workers' compute ms to $tmp/compute
   local env=()
   [ "$1" = netns ] && env=(TROUPE_NETNS=1 TROUPE_NETNS_RATE="$rate")
+  rm -f "$tmp/m.jsonl"
   env "${env[@]}" "$here/../scripts/local_cluster.sh" "$n" --model "$model" --epochs 1 --max-steps $((steps * n)) \
     --workers "$n" --algorithm $2 --progress none --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 || { echo 0; return; }
+  python3 -c '
+import json, sys
+ms = [w["compute_ms_per_step"] for l in open(sys.argv[1]) if "workers_summary" in l
+      for w in json.loads(l)["workers_summary"] if "compute_ms_per_step" in w]
+print(sum(ms) / len(ms) if ms else 0)' "$tmp/m.jsonl" >> "$tmp/compute"
+  echo "$1|$2|$(tail -1 "$tmp/compute")" >> "$tmp/computes"
   grep -o '"samples_per_s":[0-9.]*' "$tmp/m.jsonl" | head -1 | cut -d: -f2
 }
 links=()
@@ -42,3 +53,11 @@ awk -F'|' '
   { for (i = 2; i < NF; i += 2) { k = $1 " " $i; c[k]++; v[k, c[k]] = $(i + 1); keys[k] = 1 } }
   END { for (k in keys) { n = c[k]; delete x; for (j = 1; j <= n; j++) x[j] = v[k, j]; printf "median %s: %.0f samples/s\n", k, median(x, n) } }
 ' "$tmp/runs" | sort
+[[ " ${links[*]} " == *" netns "* ]] || exit 0
+mbit=$(echo "$rate" | awk '/gbit$/ { print $0 * 1000; next } { print $0 + 0 }')
+echo "predicted for the netns runs (bench/troupe_scaling_table --row $model $n $mbit MS ...):"
+for c in "${configs[@]}"; do
+  ms=$(awk -F'|' -v c="$c" '$1 == "netns" && $2 == c { print $3 }' "$tmp/computes" | sort -g |
+       awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  echo "$c: run's compute $ms ms a step; $("$here/../build/bench/troupe_scaling_table" --row "$model" "$n" "$mbit" "$ms" $c)"
+done

@@ -3,7 +3,13 @@
 // and efficiency of allreduce, SSGD and ASGD for N workers on links of a
 // given rate. With --validate, the 3-node runs of bench/allreduce_vs_shards.sh
 // (2 cores shared by the node processes: each worker's compute x N / 2).
+// With --row, one run of bench/allreduce_vs_shards.sh: its prediction from the
+// compute measured here (x max(1, N / 2), as --validate) and from the
+// compute the run's workers measured as they ran (their metrics record's
+// compute_ms_per_step), so that the link's model is judged apart from how
+// the processes shared the cores.
 //   troupe_scaling_table [--validate]
+//   troupe_scaling_table --row MODEL N MBIT RUN_COMPUTE_MS ALGORITHM [--shards S] [--shard-cut CUT]
 #include <algorithm>
 #include <cstring>
 #include <iomanip>
@@ -14,8 +20,10 @@
 
 #include "kernels/context.hpp"
 #include "model/cost_profile.hpp"
+#include "model/layout.hpp"
 #include "model/scaling.hpp"
 #include "model/zoo.hpp"
+#include "tensor/error.hpp"
 
 using namespace troupe;
 
@@ -25,6 +33,7 @@ struct measured {
   std::string name;
   model::scaling_inputs in;
   double useful_flop = 0;  ///< per sample, a training step's: see useful_flop_per_sample
+  model::param_layout layout;
 };
 
 /// A training step's useful floating-point operations per sample: 2 per
@@ -49,7 +58,7 @@ measured measure(const std::string& name) {
   model::model m = zoo::by_name(name);
   m.build({1, 28, 28}, 1);
   const auto costs = model::measure_costs(m, 64, 1, kernels::context::with_threads(1), 5, 1);
-  measured out{name, {}};
+  measured out{name, {}, 0, {}};
   for (const auto& c : costs) {
     out.in.compute_s += c.fwd_s + c.bwd_s;  // backward with the update
     out.in.backward_s += c.bwd_s;
@@ -58,10 +67,26 @@ measured measure(const std::string& name) {
   out.in.param_bytes = static_cast<int64_t>(m.num_parameters()) * 4;
   for (const model::parameter* p : m.parameters()) out.in.tensor_bytes.push_back(p->value.numel() * 4);
   out.useful_flop = useful_flop_per_sample(m);
+  out.layout = m.layout();
   return out;
 }
 
 model::link_cost link_of(double bits_per_s, double per_message_s) { return {8.0 / bits_per_s, per_message_s}; }
+
+/// N workers on N node processes sharing 2 cores, links of `mbit` limited by
+/// scripts/netns.sh's tbf (its 256 KiB burst), b = 50 us (this machine's transport).
+model::scaling_inputs validation_inputs(const measured& m, int n, int mbit) {
+  model::scaling_inputs in = m.in;
+  const double share = std::max(1.0, n / 2.0);
+  in.compute_s *= share;
+  in.backward_s *= share;
+  in.link = link_of(mbit * 1e6, 50e-6);
+  in.burst_bytes = 256 * 1024;  // scripts/netns.sh's tbf: burst 256kb
+  return in;
+}
+
+/// Samples/s of `n` workers of batch 64 at `e`'s step.
+int samples_per_s(const model::scaling_estimate& e, int n) { return static_cast<int>(64 * n / e.step_s); }
 
 void table(const std::vector<measured>& models, double gbit, double b) {
   std::cout << "\n" << gbit << " Gbit/s, " << b * 1e6 << " us per message; step ms (efficiency)\n\n"
@@ -95,13 +120,8 @@ void validate(const std::vector<measured>& models) {
   for (const measured& m : models)
     for (int mbit : {200, 1000})
       for (int n = 2; n <= 4; ++n) {
-        model::scaling_inputs in = m.in;
-        const double share = std::max(1.0, n / 2.0);
-        in.compute_s *= share;
-        in.backward_s *= share;
-        in.link = link_of(mbit * 1e6, 50e-6);
-        in.burst_bytes = 256 * 1024;  // scripts/netns.sh's tbf: burst 256kb
-        auto rate = [n](const model::scaling_estimate& e) { return static_cast<int>(64 * n / e.step_s); };
+        const model::scaling_inputs in = validation_inputs(m, n, mbit);
+        auto rate = [n](const model::scaling_estimate& e) { return samples_per_s(e, n); };
         model::scaling_inputs even = in;
         even.tensor_bytes.clear();
         std::cout << "| " << m.name << " | " << mbit << " Mbit/s | " << n << " | "
@@ -111,9 +131,49 @@ void validate(const std::vector<measured>& models) {
       }
 }
 
+/// --row: one run's configuration (allreduce, or ssgd / asgd with --shards and
+/// --shard-cut as the trainer takes them; the default cut resolved as the
+/// trainer's plan resolves it on a cluster), predicted with the compute
+/// measured here and with the run's own.
+int row(int argc, char** argv) {
+  if (argc < 7) throw error("--row MODEL N MBIT RUN_COMPUTE_MS ALGORITHM [--shards S] [--shard-cut CUT]");
+  const measured m = measure(argv[2]);
+  const int n = std::stoi(argv[3]), mbit = std::stoi(argv[4]);
+  const double run_compute_s = std::stod(argv[5]) / 1e3;
+  const std::string algorithm = argv[6];
+  int shards = 0;
+  model::shard_cut asked = model::shard_cut::automatic;
+  for (int i = 7; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--shards") == 0) shards = std::stoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--shard-cut") == 0) asked = model::parse_shard_cut(argv[i + 1]);
+    else throw error(std::string("--row: unknown option ") + argv[i]);
+  }
+  const model::scaling_inputs alone = validation_inputs(m, n, mbit);
+  model::scaling_inputs ran = alone;
+  ran.compute_s = run_compute_s;
+  ran.backward_s = alone.backward_s / alone.compute_s * run_compute_s;
+  std::string cut = "-";
+  auto predict = [&](model::scaling_inputs in) {
+    if (algorithm == "allreduce") return model::allreduce_estimate(in, n);
+    if (shards < 1) throw error("--row: " + algorithm + " needs --shards S");
+    const model::shard_cut_choice c = model::choose_shard_cut(m.layout, shards, asked);
+    cut = model::to_string(c.cut);
+    if (c.cut == model::shard_cut::even) in.tensor_bytes.clear();
+    if (algorithm == "ssgd") return model::ssgd_estimate(in, n, shards);
+    if (algorithm == "asgd") return model::asgd_estimate(in, n, shards);
+    throw error("--row: no model of " + algorithm);
+  };
+  const model::scaling_estimate a = predict(alone), r = predict(ran);
+  std::cout << "predicted " << samples_per_s(a, n) << " samples/s with the compute measured alone ("
+            << std::fixed << std::setprecision(2) << alone.compute_s * 1e3 << " ms a step, x max(1, N / 2)), "
+            << samples_per_s(r, n) << " with the run's (" << run_compute_s * 1e3 << " ms); cut " << cut << "\n";
+  return 0;
+}
+
 } // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
+  if (argc > 1 && std::strcmp(argv[1], "--row") == 0) return row(argc, argv);
   std::vector<measured> models;
   for (const char* name : {"mlp", "cnn", "resnet"}) {
     models.push_back(measure(name));
@@ -130,4 +190,7 @@ int main(int argc, char** argv) {
   }
   for (double gbit : {10.0, 100.0}) table(models, gbit, 20e-6);
   return 0;
+} catch (const std::exception& e) {
+  std::cerr << "troupe_scaling_table: " << e.what() << "\n";
+  return 1;
 }

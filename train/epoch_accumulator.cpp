@@ -16,7 +16,10 @@ epoch_accumulator::verdict epoch_accumulator::add(const step_report& r) {
   ++reports_;
   samples_ += r.samples;
   loss_ += r.loss;
-  if (r.worker < worker_samples_.size()) worker_samples_[r.worker] += r.samples;
+  if (r.worker < worker_samples_.size()) {
+    worker_samples_[r.worker] += r.samples;
+    worker_tau_[r.worker].compute_s += r.compute_s;
+  }
   tally_staleness(r);
   const bool last_step = l_.max_steps > 0 && steps_ >= l_.max_steps;
   const bool epoch_full = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
@@ -89,6 +92,7 @@ std::vector<worker_summary> epoch_accumulator::worker_summaries() const {
       s.p90_staleness = quantile(w.histogram, w.updates, 0.9);
     }
     s.max_staleness = w.tau_max;
+    s.compute_s = w.compute_s;
     out.push_back(s);
   }
   return out;

@@ -21,6 +21,10 @@ struct step_report {
   double mean_staleness = 0;  ///< over the shards that answered its push
   uint32_t max_staleness = 0;
   uint32_t rejected = 0;      ///< pushes of this report the shards rejected
+  /// Seconds the worker was busy with these steps (forward, backward, its
+  /// pushes' hand-off, the update), wall clock as they ran (sharing cores
+  /// included); 0 when not measured (pipeline stages).
+  double compute_s = 0;
   /// The staleness of pushes alone, no step (a hybrid's stages before the
   /// last push to their own shards): epoch_accumulator::add_staleness.
   bool staleness_only = false;
@@ -92,6 +96,7 @@ private:
   std::vector<uint64_t> worker_samples_;
   struct worker_tally {
     uint64_t updates = 0;
+    double compute_s = 0;
     double tau_sum = 0;
     int64_t tau_max = 0;
     std::vector<uint64_t> histogram;  ///< updates per rounded staleness

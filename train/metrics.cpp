@@ -62,10 +62,21 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
 
 std::string to_json(const std::vector<worker_summary>& w, const run_info& r) {
   nlohmann::ordered_json j, list = nlohmann::ordered_json::array();
-  for (const worker_summary& s : w)
-    list.push_back({{"worker", s.worker}, {"samples", s.samples}, {"updates", s.updates},
-                    {"mean_staleness", number(s.mean_staleness)}, {"median_staleness", s.median_staleness},
-                    {"p90_staleness", s.p90_staleness}, {"max_staleness", s.max_staleness}});
+  for (const worker_summary& s : w) {
+    nlohmann::ordered_json e = {{"worker", s.worker},
+                                {"samples", s.samples},
+                                {"updates", s.updates},
+                                {"mean_staleness", number(s.mean_staleness)},
+                                {"median_staleness", s.median_staleness},
+                                {"p90_staleness", s.p90_staleness},
+                                {"max_staleness", s.max_staleness}};
+    if (s.compute_s > 0 && s.samples > 0 && r.batch_size > 0) {
+      e["compute_s"] = number(s.compute_s);
+      e["compute_ms_per_step"] =
+          number(1e3 * s.compute_s * static_cast<double>(r.batch_size) / static_cast<double>(s.samples));
+    }
+    list.push_back(std::move(e));
+  }
   j["workers_summary"] = std::move(list);
   j["algorithm"] = r.algorithm;
   j["workers"] = r.workers;

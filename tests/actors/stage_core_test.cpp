@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -375,14 +376,27 @@ TEST_CASE("a stage's metrics carry whether they are a step or its pushes' stalen
     r.max_staleness = 4;
     r.rejected = 1;
     r.staleness_only = only;
+    r.compute_s = only ? 0.0 : 0.125;
     const net::message m = make_metrics(stage, coordinator, r);
     const train::step_report back = read_metrics(net::envelope_reader(m));
     CHECK(back.staleness_only == only);
+    CHECK(back.compute_s == r.compute_s);
     CHECK(back.step == r.step);
     CHECK(back.samples == r.samples);
     CHECK(back.mean_staleness == Approx(2.5));
     CHECK(back.max_staleness == 4);
     CHECK(back.rejected == 1);
+  }
+}
+
+TEST_CASE("metrics with a negative or non-finite compute time are rejected", "[actors][pipeline]") {
+  const net::address worker{0, net::role::worker, 1}, coordinator{0, net::role::coordinator, 0};
+  for (double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    train::step_report r;
+    r.samples = 64;
+    r.compute_s = bad;
+    const net::message m = make_metrics(worker, coordinator, r);
+    CHECK_THROWS_AS(read_metrics(net::envelope_reader(m)), net::message_error);
   }
 }
 

@@ -209,8 +209,12 @@ TEST_CASE("worker: shard weights push each step's gradient to every shard, repor
   CHECK(rep.mean_staleness == Approx(2.0));
   CHECK(rep.max_staleness == 3u);
   CHECK(rep.rejected == 1u);
+  CHECK(rep.compute_s > 0);  // the step's forward, backward and pushes, timed as they ran
+  CHECK(rep.compute_s < 60);
   CHECK_FALSE(w.report_due());
-  CHECK(w.report().samples == 0u);
+  const train::step_report none = w.report();
+  CHECK(none.samples == 0u);
+  CHECK(none.compute_s == 0);  // counted since the last report
 
   // A batch that does not fit the model, or no batch at all, is refused.
   CHECK_THROWS_AS(w.step(batch_message(tensor::zeros({2, 4}), tiny_labels)), net::message_error);

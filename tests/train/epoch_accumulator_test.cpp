@@ -2,6 +2,7 @@
 // and the run end; partial epochs; stops; resumed runs. Time points are
 // made by hand: nothing is timed.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "train/epoch_accumulator.hpp"
 
@@ -185,6 +186,7 @@ TEST_CASE("epoch accumulator: a hybrid stage's staleness-only report counts its 
   CHECK(w[0].samples == 4);
   CHECK(w[0].mean_staleness == Approx(2.0));
   CHECK(w[0].max_staleness == 4);
+  CHECK(w[0].compute_s == 0);  // none reported: not measured
   CHECK(acc.add(report(0, 4, 3.0)) == verdict::end_run);
   acc.add_staleness(earlier);  // after the run's end: ignored
   const epoch_metrics m = acc.close_epoch(0.1, t0 + seconds(2));
@@ -222,4 +224,33 @@ TEST_CASE("epoch accumulator: each worker's updates and staleness over the run",
   // The summary survives the epochs closing.
   acc.close_epoch(0.1, t0 + seconds(1));
   CHECK(acc.worker_summaries()[0].updates == 5);
+}
+
+TEST_CASE("epoch accumulator: each worker's compute time over the run, in the summary's record",
+          "[train][epochs]") {
+  epoch_accumulator acc(limits_of(1000, 1, 2), t0);
+  for (double c : {0.010, 0.030}) {
+    step_report r = report(0, 64, 1.0);
+    r.compute_s = c;
+    acc.add(r);
+  }
+  step_report other = report(1, 64, 1.0);
+  other.compute_s = 0.005;
+  acc.add(other);
+  step_report staleness = report(1, 0, 0.0, 2.0, 2);
+  staleness.staleness_only = true;
+  staleness.compute_s = 1.0;  // a staleness-only report is no step: its time is not counted
+  acc.add_staleness(staleness);
+  const std::vector<worker_summary> w = acc.worker_summaries();
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].compute_s == Approx(0.040));
+  CHECK(w[1].compute_s == Approx(0.005));
+  run_info info;
+  info.batch_size = 64;
+  const auto j = nlohmann::json::parse(to_json(w, info))["workers_summary"];
+  CHECK(j[0]["compute_s"].get<double>() == Approx(0.04));
+  CHECK(j[0]["compute_ms_per_step"].get<double>() == Approx(20.0));  // 40 ms over 2 steps of 64
+  CHECK(j[1]["compute_ms_per_step"].get<double>() == Approx(5.0));
+  CHECK_FALSE(nlohmann::json::parse(to_json(std::vector<worker_summary>{worker_summary{}}, info))["workers_summary"][0]
+                  .contains("compute_s"));  // not measured: left out
 }

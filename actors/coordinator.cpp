@@ -46,6 +46,7 @@ struct coordinator_state {
   std::unique_ptr<train::progress_reporter> progress;
   std::unique_ptr<train::metrics_file> metrics;
   clock_type::time_point start, last_progress;
+  double train_s = 0;                    // the closed epochs' training seconds
   std::map<int, epoch_metrics> pending;  // closed epochs waiting for their evaluation
   train::checkpoint_clock periodic;      // checkpoint-every-steps / -seconds
   std::set<uint32_t> joined;             // nodes whose actors exist and whose links are up
@@ -135,6 +136,7 @@ void close_epoch(coordinator_t* self) {
   const double lr = model::scheduled_lr(s.lr, s.schedule, st.acc->steps(), st.s.plan.total_updates, s.warmup_steps);
   const int64_t epoch_samples = st.acc->epoch_samples();
   epoch_metrics m = st.acc->close_epoch(lr, clock_type::now());
+  st.train_s += m.train_s;
   snapshot_request req;
   req.epoch = static_cast<uint32_t>(m.epoch);
   // A run cut inside an epoch records where in it: a resumed run trains the rest.
@@ -177,6 +179,8 @@ void finish_run(coordinator_t* self) {
     *st.s.log << "staleness per worker: mean from " << std::fixed << std::setprecision(2) << few->mean_staleness
               << " (worker " << few->worker << ") to " << many->mean_staleness << " (worker " << many->worker
               << ")" << std::defaultfloat << std::endl;
+    const std::string compute = describe_compute(w, st.s.info, st.train_s);
+    if (!compute.empty()) *st.s.log << compute << std::endl;
     st.metrics->write(w, st.s.info);
   }
   st.done = true;

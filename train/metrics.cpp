@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -81,6 +82,27 @@ std::string to_json(const std::vector<worker_summary>& w, const run_info& r) {
   j["algorithm"] = r.algorithm;
   j["workers"] = r.workers;
   return j.dump();
+}
+
+std::string describe_compute(const std::vector<worker_summary>& w, const run_info& r, double train_s) {
+  double lo_ms = 0, hi_ms = 0, lo_busy = 0, hi_busy = 0;
+  bool any = false;
+  for (const worker_summary& s : w) {
+    if (s.compute_s <= 0 || s.samples == 0 || r.batch_size <= 0) continue;
+    const double ms = 1e3 * s.compute_s * static_cast<double>(r.batch_size) / static_cast<double>(s.samples);
+    const double busy = train_s > 0 ? 100 * s.compute_s / train_s : 0;
+    lo_ms = any ? std::min(lo_ms, ms) : ms;
+    hi_ms = any ? std::max(hi_ms, ms) : ms;
+    lo_busy = any ? std::min(lo_busy, busy) : busy;
+    hi_busy = any ? std::max(hi_busy, busy) : busy;
+    any = true;
+  }
+  if (!any) return "";
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(2) << "compute per worker (forward, backward, hand-off, as it ran): "
+       << lo_ms << "-" << hi_ms << " ms a step, busy " << std::setprecision(0) << lo_busy << "-" << hi_busy
+       << " % of the " << std::setprecision(1) << train_s << " s of training (the rest waiting for the network or the cores)";
+  return line.str();
 }
 
 std::string describe(const epoch_metrics& m, const run_info& r) {

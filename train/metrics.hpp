@@ -93,6 +93,11 @@ std::string to_json(const std::vector<worker_summary>& w, const run_info& r);
 
 /// "epoch 2/5: train loss 0.3121, test accuracy 88.10%, 51234 samples/s, 12.3 s"
 std::string describe(const epoch_metrics& m, const run_info& r);
+/// The log's line on the workers' compute (worker_summary::compute_s) over
+/// `train_s` seconds of training: the range of their compute per step and
+/// of the share of the training time they were busy (the rest they waited
+/// for the network or their turn on the cores). Empty when none measured it.
+std::string describe_compute(const std::vector<worker_summary>& w, const run_info& r, double train_s);
 
 /// The metrics file of a run (--metrics-out): one record per line, flushed
 /// after each. Closed (writes nothing) when `path` is empty.

@@ -253,4 +253,9 @@ TEST_CASE("epoch accumulator: each worker's compute time over the run, in the su
   CHECK(j[1]["compute_ms_per_step"].get<double>() == Approx(5.0));
   CHECK_FALSE(nlohmann::json::parse(to_json(std::vector<worker_summary>{worker_summary{}}, info))["workers_summary"][0]
                   .contains("compute_s"));  // not measured: left out
+  // The log's line: 5-20 ms a step, busy 1-8 % of 0.5 s.
+  CHECK(describe_compute(w, info, 0.5) ==
+        "compute per worker (forward, backward, hand-off, as it ran): 5.00-20.00 ms a step, busy 1-8 % of the 0.5 s "
+        "of training (the rest waiting for the network or the cores)");
+  CHECK(describe_compute(std::vector<worker_summary>{worker_summary{}}, info, 0.5).empty());
 }

@@ -141,7 +141,7 @@ struct Metrics {
   maxStaleness @4 :UInt32;
   rejected @5 :UInt32;               # pushes of this report the shards rejected
   stalenessOnly @6 :Bool;            # a hybrid's stage before the last: its pushes' staleness, no step
-  computeSeconds @7 :Float64;        # the worker's busy time in these steps (forward, backward, update); 0: not measured
+  computeSeconds @7 :Float64;        # the worker's busy time in these steps (forward, backward, hand-off); 0: not measured
 }
 
 # Coordinator -> evaluator: take a snapshot of the parameters now (pull every

@@ -21,9 +21,11 @@ struct step_report {
   double mean_staleness = 0;  ///< over the shards that answered its push
   uint32_t max_staleness = 0;
   uint32_t rejected = 0;      ///< pushes of this report the shards rejected
-  /// Seconds the worker was busy with these steps (forward, backward, its
-  /// pushes' hand-off, the update), wall clock as they ran (sharing cores
-  /// included); 0 when not measured (pipeline stages).
+  /// Seconds the worker was busy with these steps: forward, backward and
+  /// what a step hands to its weight source at its end (its pushes, a local
+  /// update), wall clock as they ran (sharing cores included). An
+  /// allreduce's optimizer step, run when its last bucket is reduced, is not
+  /// in it. 0 when not measured (pipeline stages).
   double compute_s = 0;
   /// The staleness of pushes alone, no step (a hybrid's stages before the
   /// last push to their own shards): epoch_accumulator::add_staleness.

@@ -55,8 +55,8 @@ struct worker_summary {
   int64_t median_staleness = 0;  ///< of the updates' staleness rounded to integers
   int64_t p90_staleness = 0;
   int64_t max_staleness = 0;
-  /// The worker's busy seconds over the run (forward, backward, the update;
-  /// step_report::compute_s), as it ran; 0: not measured.
+  /// The worker's busy seconds over the run (step_report::compute_s), as it
+  /// ran; 0: not measured.
   double compute_s = 0;
 };
 

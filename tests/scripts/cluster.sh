@@ -82,6 +82,11 @@ allreduce)
     fail "train losses differ: $(loss "$tmp/one.jsonl") and $(loss "$tmp/nodes.jsonl")"
   grep -q "allreduce with 3 worker(s), no shards" "$tmp/c/node0.log" || fail "not an allreduce"
   grep -q '"algorithm":"allreduce"' "$tmp/nodes.jsonl" || fail "the metrics record"
+  # Every worker's compute time crossed its link in its reports (the summary has it for all three).
+  [ "$(grep -o '"compute_ms_per_step":[0-9.]*[1-9]' "$tmp/nodes.jsonl" | wc -l)" = 3 ] ||
+    fail "the summary lacks a worker's compute time"
+  grep -q "^compute per worker (forward, backward, hand-off, as it ran): " "$tmp/c/node0.log" ||
+    fail "the log lacks the workers' compute line"
   # Each node's log says what crossed its links: a ring sends 2 (N - 1) / N of the gradient per step from
   # every node (100 steps each of 235 146 floats: 119.6 MiB), and a little more (reports, heartbeats, pulls).
   for i in 0 1 2; do

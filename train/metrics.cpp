@@ -24,6 +24,12 @@ nlohmann::ordered_json number(double v, int digits = 6) {
   return std::stod(os.str());
 }
 
+/// A worker's compute per step of batch_size samples; -1 when it measured none.
+double compute_ms_per_step(const worker_summary& s, const run_info& r) {
+  if (s.compute_s <= 0 || s.samples == 0 || r.batch_size <= 0) return -1;
+  return 1e3 * s.compute_s * static_cast<double>(r.batch_size) / static_cast<double>(s.samples);
+}
+
 } // namespace
 
 std::string to_json(const epoch_metrics& m, const run_info& r) {
@@ -71,10 +77,9 @@ std::string to_json(const std::vector<worker_summary>& w, const run_info& r) {
                                 {"median_staleness", s.median_staleness},
                                 {"p90_staleness", s.p90_staleness},
                                 {"max_staleness", s.max_staleness}};
-    if (s.compute_s > 0 && s.samples > 0 && r.batch_size > 0) {
+    if (const double ms = compute_ms_per_step(s, r); ms >= 0) {
       e["compute_s"] = number(s.compute_s);
-      e["compute_ms_per_step"] =
-          number(1e3 * s.compute_s * static_cast<double>(r.batch_size) / static_cast<double>(s.samples));
+      e["compute_ms_per_step"] = number(ms);
     }
     list.push_back(std::move(e));
   }
@@ -88,8 +93,8 @@ std::string describe_compute(const std::vector<worker_summary>& w, const run_inf
   double lo_ms = 0, hi_ms = 0, lo_busy = 0, hi_busy = 0;
   bool any = false;
   for (const worker_summary& s : w) {
-    if (s.compute_s <= 0 || s.samples == 0 || r.batch_size <= 0) continue;
-    const double ms = 1e3 * s.compute_s * static_cast<double>(r.batch_size) / static_cast<double>(s.samples);
+    const double ms = compute_ms_per_step(s, r);
+    if (ms < 0) continue;
     const double busy = train_s > 0 ? 100 * s.compute_s / train_s : 0;
     lo_ms = any ? std::min(lo_ms, ms) : ms;
     hi_ms = any ? std::max(hi_ms, ms) : ms;

@@ -228,7 +228,11 @@ inline half_floats load_half(const float* p) { return _mm_loadu_ps(p); }
 inline doubles widen(half_floats v) { return (doubles)_mm256_cvtps_pd(v); }
 #else
 using half_floats = __m128;
-inline half_floats load_half(const float* p) { return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))); }
+inline half_floats load_half(const float* p) {  // two floats, p aligned to 4 bytes only: memcpy, not a double load
+  double two;
+  std::memcpy(&two, p, sizeof two);
+  return _mm_castpd_ps(_mm_set_sd(two));
+}
 inline doubles widen(half_floats v) { return (doubles)_mm_cvtps_pd(v); }
 #endif
 

@@ -34,8 +34,11 @@ inline float min(float a, float b) { return a < b ? a : b; }
 inline float abs(float v) { return std::fabs(v); }
 inline float copysign(float m, float s) { return std::copysign(m, s); }
 inline float where_positive(float y, float g) { return y > 0.0f ? g : 0.0f; }
+/// 2^n for an integer n in [-126, 127] (exp_split's clamp keeps it there). A NaN n (from a NaN x)
+/// gives 1, and the NaN goes on through exp_split's q: converting a NaN to an integer is undefined.
 inline float pow2(float n) {
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  const int32_t k = n == n ? static_cast<int32_t>(n) : 0;
+  const uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
   float v;
   std::memcpy(&v, &bits, sizeof v);
   return v;

@@ -21,18 +21,17 @@ export TROUPE_TRAINER=${TROUPE_TRAINER:-$here/../build/troupe_trainer}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 configs=("ssgd --shards $n" "allreduce" "asgd --shards $n")
 [ -n "${CONFIGS:-}" ] && IFS=';' read -r -a configs <<< "$CONFIGS"
-run() {  # link (loopback | netns), algorithm options -> samples/s; the workers' compute ms to $tmp/compute
+run() {  # link (loopback | netns), algorithm options -> samples/s; "link|options|the workers' compute ms" to $tmp/computes
   local env=()
   [ "$1" = netns ] && env=(TROUPE_NETNS=1 TROUPE_NETNS_RATE="$rate")
   rm -f "$tmp/m.jsonl"
   env "${env[@]}" "$here/../scripts/local_cluster.sh" "$n" --model "$model" --epochs 1 --max-steps $((steps * n)) \
     --workers "$n" --algorithm $2 --progress none --metrics-out "$tmp/m.jsonl" > /dev/null 2>&1 || { echo 0; return; }
-  python3 -c '
+  echo "$1|$2|$(python3 -c '
 import json, sys
 ms = [w["compute_ms_per_step"] for l in open(sys.argv[1]) if "workers_summary" in l
       for w in json.loads(l)["workers_summary"] if "compute_ms_per_step" in w]
-print(sum(ms) / len(ms) if ms else 0)' "$tmp/m.jsonl" >> "$tmp/compute"
-  echo "$1|$2|$(tail -1 "$tmp/compute")" >> "$tmp/computes"
+print(sum(ms) / len(ms) if ms else 0)' "$tmp/m.jsonl")" >> "$tmp/computes"
   grep -o '"samples_per_s":[0-9.]*' "$tmp/m.jsonl" | head -1 | cut -d: -f2
 }
 links=()

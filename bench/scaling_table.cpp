@@ -152,21 +152,20 @@ int row(int argc, char** argv) {
   model::scaling_inputs ran = alone;
   ran.compute_s = run_compute_s;
   ran.backward_s = alone.backward_s / alone.compute_s * run_compute_s;
-  std::string cut = "-";
+  const bool all = algorithm == "allreduce";
+  if (!all && algorithm != "ssgd" && algorithm != "asgd") throw error("--row: no model of " + algorithm);
+  if (!all && shards < 1) throw error("--row: " + algorithm + " needs --shards S");
+  const model::shard_cut cut = all ? model::shard_cut::automatic : model::choose_shard_cut(m.layout, shards, asked).cut;
   auto predict = [&](model::scaling_inputs in) {
-    if (algorithm == "allreduce") return model::allreduce_estimate(in, n);
-    if (shards < 1) throw error("--row: " + algorithm + " needs --shards S");
-    const model::shard_cut_choice c = model::choose_shard_cut(m.layout, shards, asked);
-    cut = model::to_string(c.cut);
-    if (c.cut == model::shard_cut::even) in.tensor_bytes.clear();
-    if (algorithm == "ssgd") return model::ssgd_estimate(in, n, shards);
-    if (algorithm == "asgd") return model::asgd_estimate(in, n, shards);
-    throw error("--row: no model of " + algorithm);
+    if (all) return model::allreduce_estimate(in, n);
+    if (cut == model::shard_cut::even) in.tensor_bytes.clear();
+    return algorithm == "ssgd" ? model::ssgd_estimate(in, n, shards) : model::asgd_estimate(in, n, shards);
   };
   const model::scaling_estimate a = predict(alone), r = predict(ran);
   std::cout << "predicted " << samples_per_s(a, n) << " samples/s with the compute measured alone ("
             << std::fixed << std::setprecision(2) << alone.compute_s * 1e3 << " ms a step, x max(1, N / 2)), "
-            << samples_per_s(r, n) << " with the run's (" << run_compute_s * 1e3 << " ms); cut " << cut << "\n";
+            << samples_per_s(r, n) << " with the run's (" << run_compute_s * 1e3 << " ms); cut "
+            << (all ? "-" : model::to_string(cut)) << "\n";
   return 0;
 }
 

@@ -99,13 +99,14 @@ struct external_blob {
 };
 external_blob external_payload(capnp::MessageBuilder& b, std::size_t bytes);
 
+/// Of a written_blob of `bytes`, what lies inside the builder (for make_builder's size).
+constexpr std::size_t written_inline_bytes(std::size_t bytes) { return bytes < pooled_payload_bytes ? bytes : 0; }
+
 /// Where a producer writes a blob of `bytes` that it fills whole: from
 /// pooled_payload_bytes on, while `keep` is empty (one such blob per
 /// message), an external_payload adopted by `adopt` and kept in `keep` (pass
 /// it to message::from_builder); otherwise `init(bytes)`, inside the builder.
 /// The bytes are not zeroed: the caller writes every one of them.
-/// Of a written_blob of `bytes`, what lies inside the builder (for make_builder's size).
-constexpr std::size_t written_inline_bytes(std::size_t bytes) { return bytes < pooled_payload_bytes ? bytes : 0; }
 template <typename Init, typename Adopt>
 std::byte* written_blob(capnp::MessageBuilder& msg, std::size_t bytes, std::shared_ptr<const void>& keep, Init init,
                         Adopt adopt) {

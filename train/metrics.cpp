@@ -90,23 +90,21 @@ std::string to_json(const std::vector<worker_summary>& w, const run_info& r) {
 }
 
 std::string describe_compute(const std::vector<worker_summary>& w, const run_info& r, double train_s) {
-  double lo_ms = 0, hi_ms = 0, lo_busy = 0, hi_busy = 0;
-  bool any = false;
-  for (const worker_summary& s : w) {
-    const double ms = compute_ms_per_step(s, r);
-    if (ms < 0) continue;
-    const double busy = train_s > 0 ? 100 * s.compute_s / train_s : 0;
-    lo_ms = any ? std::min(lo_ms, ms) : ms;
-    hi_ms = any ? std::max(hi_ms, ms) : ms;
-    lo_busy = any ? std::min(lo_busy, busy) : busy;
-    hi_busy = any ? std::max(hi_busy, busy) : busy;
-    any = true;
-  }
-  if (!any) return "";
+  std::vector<double> ms, busy_s;  // of the workers that measured it
+  for (const worker_summary& s : w)
+    if (const double m = compute_ms_per_step(s, r); m >= 0) {
+      ms.push_back(m);
+      busy_s.push_back(s.compute_s);
+    }
+  if (ms.empty()) return "";
+  const auto [lo_ms, hi_ms] = std::minmax_element(ms.begin(), ms.end());
+  const auto [lo_busy, hi_busy] = std::minmax_element(busy_s.begin(), busy_s.end());
+  const double percent = train_s > 0 ? 100 / train_s : 0;
   std::ostringstream line;
   line << std::fixed << std::setprecision(2) << "compute per worker (forward, backward, hand-off, as it ran): "
-       << lo_ms << "-" << hi_ms << " ms a step, busy " << std::setprecision(0) << lo_busy << "-" << hi_busy
-       << " % of the " << std::setprecision(1) << train_s << " s of training (the rest waiting for the network or the cores)";
+       << *lo_ms << "-" << *hi_ms << " ms a step, busy " << std::setprecision(0) << *lo_busy * percent << "-"
+       << *hi_busy * percent << " % of the " << std::setprecision(1) << train_s
+       << " s of training (the rest waiting for the network or the cores)";
   return line.str();
 }
 

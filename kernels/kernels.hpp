@@ -167,6 +167,31 @@ void momentum_step(const context& ctx, tensor& w, const tensor& g, tensor& v, fl
 void adam_step(const context& ctx, tensor& w, const tensor& g, tensor& m, tensor& v, float lr,
                float beta1, float beta2, float eps, float weight_decay, int64_t step);
 
+/// One parameter of a multi-tensor step: its value, its gradient and its
+/// state (momentum's velocity in s1; Adam's m in s1 and v in s2), one shape.
+struct update_slots {
+  tensor* w;
+  const tensor* g;
+  tensor* s1;
+  tensor* s2 = nullptr;
+  bool decay = true;  ///< the step's weight decay applies to this parameter (AdamW leaves biases and norms out)
+};
+/// momentum_step on every parameter of `params` in one pass, as PyTorch's
+/// multi-tensor ("foreach") optimizers: the elements of all of them are cut
+/// into one contiguous range per thread, so that a model's small tensors are
+/// not updated on one thread while the others wait, and the threads meet once
+/// per step instead of once per tensor. Each element gets the same arithmetic
+/// as momentum_step's, so the values are the same bits.
+void momentum_steps(const context& ctx, const std::vector<update_slots>& params, float lr, float momentum,
+                    float weight_decay, bool nesterov);
+/// adam_step on every parameter of `params` in one pass (as momentum_steps).
+void adam_steps(const context& ctx, const std::vector<update_slots>& params, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int64_t step);
+/// adamw_step (kernels/sequence.hpp) on every parameter of `params` in one
+/// pass, the decay on those whose `decay` is set.
+void adamw_steps(const context& ctx, const std::vector<update_slots>& params, float lr, float beta1,
+                 float beta2, float eps, float weight_decay, int64_t step);
+
 /// True when every element is finite.
 bool all_finite(const context& ctx, const tensor& t);
 

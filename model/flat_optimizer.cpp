@@ -22,15 +22,23 @@ void check_segments(const std::vector<int64_t>& segments, const std::vector<bool
 void adamw_segments(const kernels::context& ctx, float* w, const float* g, float* m, float* v,
                     const std::vector<int64_t>& segments, const std::vector<bool>& decays, float lr,
                     float weight_decay, int64_t t) {
+  // Each segment's four views, then one pass over all of them.
+  std::vector<tensor> views;
+  views.reserve(4 * segments.size());
+  std::vector<kernels::update_slots> slots;
+  slots.reserve(segments.size());
   int64_t at = 0;
   for (std::size_t i = 0; i < segments.size(); ++i) {
-    const int64_t len = segments[i];
-    const shape s{len};
-    tensor ws = tensor::wrap(s, w + at), ms = tensor::wrap(s, m + at), vs = tensor::wrap(s, v + at);
-    kernels::adamw_step(ctx, ws, tensor::wrap_read_only(s, g + at), ms, vs, lr, 0.9f, 0.999f, 1e-8f,
-                        decays[i] ? weight_decay : 0.0f, t);
-    at += len;
+    const shape s{segments[i]};
+    views.push_back(tensor::wrap(s, w + at));
+    views.push_back(tensor::wrap_read_only(s, g + at));
+    views.push_back(tensor::wrap(s, m + at));
+    views.push_back(tensor::wrap(s, v + at));
+    const std::size_t k = views.size() - 4;
+    slots.push_back({&views[k], &views[k + 1], &views[k + 2], &views[k + 3], decays[i]});
+    at += segments[i];
   }
+  kernels::adamw_steps(ctx, slots, lr, 0.9f, 0.999f, 1e-8f, weight_decay, t);
 }
 
 flat_optimizer::flat_optimizer(const flat_optimizer_options& o, int64_t n)

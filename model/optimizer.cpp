@@ -53,14 +53,14 @@ class sgd_optimizer final : public optimizer {
 public:
   explicit sgd_optimizer(const optim::sgd& o) : optimizer(o.lr()), o_(o), velocity_("velocity") {}
   void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
-    for (parameter* p : params) {
-      require_grad(*p);
-      if (o_.momentum() == 0.0f)
-        kernels::sgd_step(ctx, p->value, p->grad, lr_, o_.weight_decay());
-      else
-        kernels::momentum_step(ctx, p->value, p->grad, velocity_.get(*p), lr_, o_.momentum(),
-                               o_.weight_decay(), o_.nesterov());
+    for (parameter* p : params) require_grad(*p);
+    if (o_.momentum() == 0.0f) {
+      for (parameter* p : params) kernels::sgd_step(ctx, p->value, p->grad, lr_, o_.weight_decay());
+      return;
     }
+    slots_.clear();
+    for (parameter* p : params) slots_.push_back({&p->value, &p->grad, &velocity_.get(*p)});
+    kernels::momentum_steps(ctx, slots_, lr_, o_.momentum(), o_.weight_decay(), o_.nesterov());
   }
   std::vector<named_tensor> state() const override {
     std::vector<named_tensor> out;
@@ -77,18 +77,18 @@ public:
 private:
   optim::sgd o_;
   slot_set velocity_;
+  std::vector<kernels::update_slots> slots_;  // the step's, kept to reuse its allocation
 };
 
 class adam_optimizer final : public optimizer {
 public:
   explicit adam_optimizer(const optim::adam& o) : optimizer(o.lr()), o_(o), m_("adam.m"), v_("adam.v") {}
   void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
+    for (parameter* p : params) require_grad(*p);
     ++step_;
-    for (parameter* p : params) {
-      require_grad(*p);
-      kernels::adam_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, o_.beta1(), o_.beta2(),
-                         o_.eps(), o_.weight_decay(), step_);
-    }
+    slots_.clear();
+    for (parameter* p : params) slots_.push_back({&p->value, &p->grad, &m_.get(*p), &v_.get(*p)});
+    kernels::adam_steps(ctx, slots_, lr_, o_.beta1(), o_.beta2(), o_.eps(), o_.weight_decay(), step_);
   }
   std::vector<named_tensor> state() const override {
     std::vector<named_tensor> out{{"adam.step", tensor::from({1}, {static_cast<float>(step_)})}};
@@ -108,6 +108,7 @@ private:
   optim::adam o_;
   slot_set m_, v_;
   int64_t step_ = 0;
+  std::vector<kernels::update_slots> slots_;
 };
 
 } // namespace

@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
 #include "tensor/error.hpp"
 
@@ -48,12 +49,12 @@ class adamw_optimizer final : public model::optimizer {
 public:
   adamw_optimizer(float lr, float weight_decay) : optimizer(lr), weight_decay_(weight_decay), m_("adamw.m"), v_("adamw.v") {}
   void step(const kernels::context& ctx, const std::vector<model::parameter*>& params) override {
-    ++step_;
-    for (model::parameter* p : params) {
+    for (model::parameter* p : params)
       if (!p->grad.defined()) throw error("optimizer step: parameter " + p->name + " has no gradient (run backward first)");
-      kernels::adamw_step(ctx, p->value, p->grad, m_.get(*p), v_.get(*p), lr_, 0.9f, 0.999f, 1e-8f,
-                          decays(*p) ? weight_decay_ : 0.0f, step_);
-    }
+    ++step_;
+    slots_.clear();
+    for (model::parameter* p : params) slots_.push_back({&p->value, &p->grad, &m_.get(*p), &v_.get(*p), decays(*p)});
+    kernels::adamw_steps(ctx, slots_, lr_, 0.9f, 0.999f, 1e-8f, weight_decay_, step_);
   }
   std::vector<named_tensor> state() const override {
     std::vector<named_tensor> out{{"adamw.step", tensor::from({1}, {static_cast<float>(step_)})}};
@@ -75,6 +76,7 @@ private:
   float weight_decay_;
   moments m_, v_;
   int64_t step_ = 0;
+  std::vector<kernels::update_slots> slots_;  // the step's, kept to reuse its allocation
 };
 
 } // namespace

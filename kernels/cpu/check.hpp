@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "kernels/context.hpp"
 #include "tensor/tensor.hpp"
@@ -70,6 +71,22 @@ void parallel_ranges(const context& ctx, int64_t n, B body) {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     body(n * t / nt, n * (t + 1) / nt);
   }
+}
+
+/// body(s, lo, hi) over [lo, hi) of segment s, for segments of the given
+/// sizes laid end to end: the whole run is cut as parallel_ranges cuts one
+/// range, so a thread's range may span several segments or part of one.
+template <class B>
+void parallel_segments(const context& ctx, const std::vector<int64_t>& sizes, B body) {
+  int64_t n = 0;
+  for (int64_t s : sizes) n += s;
+  parallel_ranges(ctx, n, [&](int64_t lo, int64_t hi) {
+    int64_t start = 0;
+    for (std::size_t s = 0; s < sizes.size() && start < hi; start += sizes[s], ++s) {
+      const int64_t a = std::max(lo, start), b = std::min(hi, start + sizes[s]);
+      if (a < b) body(s, a - start, b - start);
+    }
+  });
 }
 
 } // namespace troupe::kernels::detail

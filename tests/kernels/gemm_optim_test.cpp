@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "kernels/sequence.hpp"
 #include "tests/gradcheck.hpp"
 
 using namespace troupe;
@@ -231,4 +232,84 @@ TEST_CASE("all_finite finds a NaN or an Inf anywhere, on 1 to 3 threads", "[kern
     v[5] = 0.5f;
   }
   CHECK(k::all_finite(k::context{}, v.data(), 0));
+}
+
+TEST_CASE("multi-tensor optimizer steps update every element once, as each tensor's own step", "[kernels][optim]") {
+  // Sizes whose total is above the split grain, so that on two threads one thread's range ends inside a
+  // tensor and the other's starts there; empty and one-element tensors between them.
+  const std::vector<int64_t> sizes{3, 40000, 0, 1, 33000, 7001};
+  const auto filled = [](int64_t n, float scale, float offset) {
+    tensor t = tensor::zeros({n});
+    for (int64_t i = 0; i < n; ++i) t.data()[i] = offset + scale * static_cast<float>((i * 7919) % 101 - 50) / 50.0f;
+    return t;
+  };
+  const auto same_bits = [](const tensor& a, const tensor& b) {
+    return a.numel() == b.numel() && std::equal(a.data(), a.data() + a.numel(), b.data());
+  };
+  struct param { tensor w, g, m, v; };
+  const auto make = [&] {
+    std::vector<param> ps;
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      ps.push_back({filled(sizes[i], 1.0f, 0.1f), filled(sizes[i], 0.5f, -0.05f), filled(sizes[i], 0.1f, 0.0f),
+                    filled(sizes[i], 0.01f, 0.02f)});
+    return ps;
+  };
+  const std::string rule = GENERATE("momentum", "nesterov", "adam", "adamw");
+  const auto slots = [&](std::vector<param>& ps, bool two) {
+    std::vector<k::update_slots> s;
+    for (std::size_t i = 0; i < ps.size(); ++i)
+      s.push_back({&ps[i].w, &ps[i].g, &ps[i].m, two ? &ps[i].v : nullptr, rule != "adamw" || i % 2 == 0});
+    return s;
+  };
+  const int threads = GENERATE(1, 2);
+  k::context c = ctx;
+  c.threads = threads;
+  std::vector<param> each = make(), all = make();
+  for (int step = 1; step <= 2; ++step) {
+    for (std::size_t i = 0; i < each.size(); ++i) {
+      param& p = each[i];
+      const float wd = rule == "adamw" && i % 2 != 0 ? 0.0f : 0.01f;  // adamw: odd-numbered parameters do not decay
+      if (rule == "momentum" || rule == "nesterov")
+        k::momentum_step(c, p.w, p.g, p.m, 0.1f, 0.9f, 0.01f, rule == "nesterov");
+      else if (rule == "adam")
+        k::adam_step(c, p.w, p.g, p.m, p.v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+      else
+        k::adamw_step(c, p.w, p.g, p.m, p.v, 0.1f, 0.9f, 0.999f, 1e-8f, wd, step);
+    }
+    if (rule == "momentum" || rule == "nesterov")
+      k::momentum_steps(c, slots(all, false), 0.1f, 0.9f, 0.01f, rule == "nesterov");
+    else if (rule == "adam")
+      k::adam_steps(c, slots(all, true), 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+    else
+      k::adamw_steps(c, slots(all, true), 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+  }
+  INFO(rule << " on " << threads << " threads");
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("parameter " << i << " of " << sizes[i] << " values");
+    CHECK(same_bits(each[i].w, all[i].w));
+    CHECK(same_bits(each[i].m, all[i].m));
+    CHECK(same_bits(each[i].v, all[i].v));
+  }
+  // And against the formula, written out here: momentum's first element after two steps.
+  if (rule == "momentum") {
+    const param start = make()[1];
+    double w = start.w.at(0), g = start.g.at(0), v = start.m.at(0);
+    for (int step = 0; step < 2; ++step) {
+      const double d = g + 0.01 * w;
+      v = 0.9 * v + d;
+      w -= 0.1 * v;
+    }
+    CHECK(all[1].w.at(0) == Approx(w).epsilon(1e-5));
+    CHECK(all[1].m.at(0) == Approx(v).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("a multi-tensor step refuses parameters whose tensors differ in shape", "[kernels][optim]") {
+  tensor w = tensor::zeros({4}), g = tensor::zeros({4}), v = tensor::zeros({5});
+  CHECK_THROWS_WITH(k::momentum_steps(ctx, {{&w, &g, &v}}, 0.1f, 0.9f, 0.0f, false),
+                    Catch::Contains("momentum_step") && Catch::Contains("velocity"));
+  tensor m = tensor::zeros({4});
+  CHECK_THROWS_WITH(k::adam_steps(ctx, {{&w, &g, &m, nullptr}}, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1),
+                    Catch::Contains("adam_step") && Catch::Contains("missing"));
+  CHECK(w.at(0) == 0.0f);
 }

@@ -10,57 +10,18 @@ namespace troupe::model {
 
 namespace {
 
-/// One state tensor per parameter, named "<prefix>/<parameter name>",
-/// created as zeros on first use.
-class slot_set {
-public:
-  explicit slot_set(std::string prefix) : prefix_(std::move(prefix)) {}
-  tensor& get(const parameter& p) {
-    auto& t = slots_[p.name];
-    if (!t.defined()) t = tensor::zeros(p.value.shape());
-    return t;
-  }
-  void save(std::vector<named_tensor>& out) const {
-    for (auto& [name, t] : slots_) out.push_back({prefix_ + "/" + name, t});
-  }
-  void load(const std::vector<parameter*>& params, const std::vector<named_tensor>& in) {
-    std::map<std::string, tensor> next;
-    for (auto& e : in) {
-      if (e.name.rfind(prefix_ + "/", 0) != 0) continue;
-      std::string pname = e.name.substr(prefix_.size() + 1);
-      const parameter* match = nullptr;
-      for (auto* p : params)
-        if (p->name == pname) match = p;
-      if (!match) throw error("optimizer state " + e.name + " names no parameter of this model");
-      if (match->value.shape() != e.value.shape())
-        throw error("optimizer state " + e.name + " has shape " + e.value.shape().to_string() +
-                    ", the parameter has " + match->value.shape().to_string());
-      next[pname] = e.value.clone();
-    }
-    slots_ = std::move(next);
-  }
-
-private:
-  std::string prefix_;
-  std::map<std::string, tensor> slots_;
-};
-
-void require_grad(const parameter& p) {
-  if (!p.grad.defined()) throw error("optimizer step: parameter " + p.name + " has no gradient (run backward first)");
-}
-
 class sgd_optimizer final : public optimizer {
 public:
   explicit sgd_optimizer(const optim::sgd& o) : optimizer(o.lr()), o_(o), velocity_("velocity") {}
   void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
-    for (parameter* p : params) require_grad(*p);
+    require_gradients(params);
     if (o_.momentum() == 0.0f) {
       for (parameter* p : params) kernels::sgd_step(ctx, p->value, p->grad, lr_, o_.weight_decay());
       return;
     }
-    slots_.clear();
-    for (parameter* p : params) slots_.push_back({&p->value, &p->grad, &velocity_.get(*p)});
-    kernels::momentum_steps(ctx, slots_, lr_, o_.momentum(), o_.weight_decay(), o_.nesterov());
+    std::vector<kernels::update_slots> slots;
+    for (parameter* p : params) slots.push_back({&p->value, &p->grad, &velocity_.get(*p)});
+    kernels::momentum_steps(ctx, slots, lr_, o_.momentum(), o_.weight_decay(), o_.nesterov());
   }
   std::vector<named_tensor> state() const override {
     std::vector<named_tensor> out;
@@ -76,19 +37,18 @@ public:
 
 private:
   optim::sgd o_;
-  slot_set velocity_;
-  std::vector<kernels::update_slots> slots_;  // the step's, kept to reuse its allocation
+  state_slots velocity_;
 };
 
 class adam_optimizer final : public optimizer {
 public:
   explicit adam_optimizer(const optim::adam& o) : optimizer(o.lr()), o_(o), m_("adam.m"), v_("adam.v") {}
   void step(const kernels::context& ctx, const std::vector<parameter*>& params) override {
-    for (parameter* p : params) require_grad(*p);
+    require_gradients(params);
     ++step_;
-    slots_.clear();
-    for (parameter* p : params) slots_.push_back({&p->value, &p->grad, &m_.get(*p), &v_.get(*p)});
-    kernels::adam_steps(ctx, slots_, lr_, o_.beta1(), o_.beta2(), o_.eps(), o_.weight_decay(), step_);
+    std::vector<kernels::update_slots> slots;
+    for (parameter* p : params) slots.push_back({&p->value, &p->grad, &m_.get(*p), &v_.get(*p)});
+    kernels::adam_steps(ctx, slots, lr_, o_.beta1(), o_.beta2(), o_.eps(), o_.weight_decay(), step_);
   }
   std::vector<named_tensor> state() const override {
     std::vector<named_tensor> out{{"adam.step", tensor::from({1}, {static_cast<float>(step_)})}};
@@ -106,9 +66,8 @@ public:
 
 private:
   optim::adam o_;
-  slot_set m_, v_;
+  state_slots m_, v_;
   int64_t step_ = 0;
-  std::vector<kernels::update_slots> slots_;
 };
 
 } // namespace
@@ -136,6 +95,38 @@ std::unique_ptr<model::optimizer> adam::make() const {
 } // namespace troupe::optim
 
 namespace troupe::model {
+
+tensor& state_slots::get(const parameter& p) {
+  tensor& t = slots_[p.name];
+  if (!t.defined()) t = tensor::zeros(p.value.shape());
+  return t;
+}
+
+void state_slots::save(std::vector<named_tensor>& out) const {
+  for (const auto& [name, t] : slots_) out.push_back({prefix_ + "/" + name, t});
+}
+
+void state_slots::load(const std::vector<parameter*>& params, const std::vector<named_tensor>& in) {
+  std::map<std::string, const parameter*> by_name;
+  for (const parameter* p : params) by_name[p->name] = p;
+  std::map<std::string, tensor> next;
+  for (const named_tensor& e : in) {
+    if (e.name.rfind(prefix_ + "/", 0) != 0) continue;
+    const std::string name = e.name.substr(prefix_.size() + 1);
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) throw error("optimizer state " + e.name + " names no parameter of this model");
+    if (it->second->value.shape() != e.value.shape())
+      throw error("optimizer state " + e.name + " has shape " + e.value.shape().to_string() +
+                  ", the parameter has " + it->second->value.shape().to_string());
+    next[name] = e.value.clone();
+  }
+  slots_ = std::move(next);
+}
+
+void optimizer::require_gradients(const std::vector<parameter*>& params) {
+  for (const parameter* p : params)
+    if (!p->grad.defined()) throw error("optimizer step: parameter " + p->name + " has no gradient (run backward first)");
+}
 
 const char* to_string(lr_schedule s) { return s == lr_schedule::cosine ? "cosine" : "constant"; }
 

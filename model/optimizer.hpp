@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +9,23 @@
 #include "model/layer.hpp"
 
 namespace troupe::model {
+
+/// An optimizer's state of one kind, one tensor per parameter: saved as
+/// "<prefix>/<parameter name>" ("velocity/0.dense.weight"), zeros at first use.
+class state_slots {
+public:
+  explicit state_slots(std::string prefix) : prefix_(std::move(prefix)) {}
+  /// `p`'s tensor, created as zeros of its shape the first time.
+  tensor& get(const parameter& p);
+  void save(std::vector<named_tensor>& out) const;
+  /// Takes this kind's entries of `in` (the others are left alone); throws
+  /// troupe::error for one that names no parameter of `params` or whose shape is not its parameter's.
+  void load(const std::vector<parameter*>& params, const std::vector<named_tensor>& in);
+
+private:
+  std::string prefix_;
+  std::map<std::string, tensor> slots_;
+};
 
 /// Updates parameters from their gradients; keeps per-parameter state
 /// (velocity, Adam moments) that a checkpoint can save and restore.
@@ -26,6 +44,9 @@ public:
 
 protected:
   explicit optimizer(float lr) : lr_(lr) {}
+  /// Throws troupe::error naming the first of `params` without a gradient: a
+  /// step checks them all before it changes anything.
+  static void require_gradients(const std::vector<parameter*>& params);
   float lr_;
 };
 

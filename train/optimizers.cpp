@@ -1,6 +1,5 @@
 #include "train/optimizers.hpp"
 
-#include <map>
 #include <string>
 
 #include "kernels/kernels.hpp"
@@ -11,50 +10,15 @@ namespace troupe::train {
 
 namespace {
 
-/// One moment tensor per parameter, "<prefix>/<parameter name>", zeros at first use.
-class moments {
-public:
-  explicit moments(std::string prefix) : prefix_(std::move(prefix)) {}
-  tensor& get(const model::parameter& p) {
-    tensor& t = slots_[p.name];
-    if (!t.defined()) t = tensor::zeros(p.value.shape());
-    return t;
-  }
-  void save(std::vector<named_tensor>& out) const {
-    for (const auto& [name, t] : slots_) out.push_back({prefix_ + "/" + name, t});
-  }
-  void load(const std::vector<model::parameter*>& params, const std::vector<named_tensor>& in) {
-    std::map<std::string, const model::parameter*> by_name;
-    for (const model::parameter* p : params) by_name[p->name] = p;
-    std::map<std::string, tensor> next;
-    for (const named_tensor& e : in) {
-      if (e.name.rfind(prefix_ + "/", 0) != 0) continue;
-      const std::string name = e.name.substr(prefix_.size() + 1);
-      const auto it = by_name.find(name);
-      if (it == by_name.end()) throw error("optimizer state " + e.name + " names no parameter of this model");
-      if (it->second->value.shape() != e.value.shape())
-        throw error("optimizer state " + e.name + " has shape " + e.value.shape().to_string() +
-                    ", the parameter has " + it->second->value.shape().to_string());
-      next[name] = e.value.clone();
-    }
-    slots_ = std::move(next);
-  }
-
-private:
-  std::string prefix_;
-  std::map<std::string, tensor> slots_;
-};
-
 class adamw_optimizer final : public model::optimizer {
 public:
   adamw_optimizer(float lr, float weight_decay) : optimizer(lr), weight_decay_(weight_decay), m_("adamw.m"), v_("adamw.v") {}
   void step(const kernels::context& ctx, const std::vector<model::parameter*>& params) override {
-    for (model::parameter* p : params)
-      if (!p->grad.defined()) throw error("optimizer step: parameter " + p->name + " has no gradient (run backward first)");
+    require_gradients(params);
     ++step_;
-    slots_.clear();
-    for (model::parameter* p : params) slots_.push_back({&p->value, &p->grad, &m_.get(*p), &v_.get(*p), decays(*p)});
-    kernels::adamw_steps(ctx, slots_, lr_, 0.9f, 0.999f, 1e-8f, weight_decay_, step_);
+    std::vector<kernels::update_slots> slots;
+    for (model::parameter* p : params) slots.push_back({&p->value, &p->grad, &m_.get(*p), &v_.get(*p), decays(*p)});
+    kernels::adamw_steps(ctx, slots, lr_, 0.9f, 0.999f, 1e-8f, weight_decay_, step_);
   }
   std::vector<named_tensor> state() const override {
     std::vector<named_tensor> out{{"adamw.step", tensor::from({1}, {static_cast<float>(step_)})}};
@@ -74,9 +38,8 @@ public:
 
 private:
   float weight_decay_;
-  moments m_, v_;
+  model::state_slots m_, v_;
   int64_t step_ = 0;
-  std::vector<kernels::update_slots> slots_;  // the step's, kept to reuse its allocation
 };
 
 } // namespace

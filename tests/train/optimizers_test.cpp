@@ -2,9 +2,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <string>
 
 #include "kernels/context.hpp"
+#include "model/optimizer.hpp"
 #include "model/zoo.hpp"
 #include "train/optimizers.hpp"
 
@@ -59,4 +61,23 @@ TEST_CASE("lr schedule: linear warm-up, then the schedule over the steps after i
   CHECK(scheduled_lr(2.0f, lr_schedule::constant, 60, 110, 10) == 2.0f);
   // A warm-up as long as the run: it climbs throughout.
   CHECK(scheduled_lr(1.0f, lr_schedule::cosine, 49, 100, 100) == Approx(0.5));
+}
+
+TEST_CASE("a step with a gradient missing names the parameter and changes nothing, in every optimizer", "[optimizer]") {
+  const std::string which = GENERATE("sgd", "momentum", "adam", "adamw");
+  std::unique_ptr<model::optimizer> opt = which == "sgd"        ? optim::sgd(0.1f).make()
+                                          : which == "momentum" ? optim::sgd(0.1f).momentum(0.9f).make()
+                                          : which == "adam"     ? optim::adam(0.1f).make()
+                                                                : train::make_adamw(0.1f, 0.01f);
+  model::parameter a{"0.dense.weight", tensor::from({2, 2}, {1, 2, 3, 4}), tensor::from({2, 2}, {1, 1, 1, 1})};
+  model::parameter b{"0.dense.bias", tensor::from({2}, {5, 6}), tensor()};
+  INFO(which);
+  CHECK_THROWS_WITH(opt->step(kernels::context{}, {&a, &b}), Catch::Contains("0.dense.bias has no gradient"));
+  CHECK(a.value.at(0) == 1.0f);
+  CHECK(a.value.at(3) == 4.0f);
+  // The step that failed counted nothing: after it, a whole step moves `a` as a first one does.
+  b.grad = tensor::from({2}, {0, 0});
+  opt->step(kernels::context{}, {&a, &b});
+  if (which == "adam" || which == "adamw") CHECK(a.value.at(3) == Approx(4.0f - 0.1f - 0.1f * 0.01f * 4.0f * (which == "adamw")).epsilon(1e-5));
+  else CHECK(a.value.at(3) == Approx(4.0f - 0.1f));
 }

@@ -111,9 +111,13 @@ node_context context_of(const job& j, const train::cluster_spec& c, uint32_t sel
 void log_traffic(const std::string& node, const net::transport_stats& s, std::ostream& log) {
   const auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
   std::ostringstream line;  // the log's own format stays as it is
-  line << "node " << node << ": sent " << std::fixed << std::setprecision(1) << mib(s.bytes_sent) << " MiB in "
-       << s.frames_sent << " frames, received " << mib(s.bytes_received) << " MiB in " << s.frames_received
-       << " frames\n";
+  line << "node " << node << ": sent " << std::fixed << std::setprecision(1) << mib(s.bytes_sent + s.lane_bytes_sent)
+       << " MiB in " << s.frames_sent << " frames, received " << mib(s.bytes_received + s.lane_bytes_received)
+       << " MiB in " << s.frames_received << " frames";
+  if (s.lane_frames_sent + s.lane_frames_received > 0)
+    line << "; through same-host lanes: sent " << mib(s.lane_bytes_sent) << " MiB in " << s.lane_frames_sent
+         << " frames, received " << mib(s.lane_bytes_received) << " MiB in " << s.lane_frames_received << " frames";
+  line << "\n";
   log << line.str();
 }
 

@@ -9,8 +9,11 @@
 //   build/bench/troupe_collective_bench --rank R --nodes HOST:PORT,HOST:PORT,... --secret-file FILE
 //       [--label loopback] [--sizes 4K,8K,...,64M] [--algorithms ring,doubling,broadcast[,tree]]
 //       [--piece 65536] [--pieces 16384,65536,262144 --piece-size 16M]
-//       [--warmup 1] [--min-iters 3] [--max-iters 20] [--target-s 3] [--corrupt R]
+//       [--warmup 1] [--min-iters 3] [--max-iters 20] [--target-s 3] [--corrupt R] [--lane-mb 64]
 //
+// --lane-mb sets the same-host lanes' region per peer (net/transport.hpp,
+// lane_bytes; 0: every byte through the sockets), so that one binary measures
+// loopback with and without them.
 // Algorithms: ring and doubling are the allreduce forced to the ring
 // (small_threshold_bytes = 0) or to recursive doubling (a threshold above
 // every size); broadcast is the chain (threshold 0), tree the binomial tree.
@@ -96,6 +99,7 @@ struct config {
   int warmup = 1, min_iters = 3, max_iters = 20;
   double target_s = 3;
   int corrupt = -1;  // a test of the check: this rank spoils its result
+  std::size_t lane_bytes = net::transport_options{}.lane_bytes;
 };
 
 std::size_t parse_size(const std::string& s) {
@@ -143,6 +147,7 @@ public:
     o.connect_timeout = std::chrono::milliseconds(5000);
     o.max_queue_bytes = uint64_t(4) << 30;
     o.pool_bytes = std::size_t(256) << 20;
+    o.lane_bytes = c.lane_bytes;
     net::transport_handlers h;
     h.on_message = [this](uint32_t, const net::address&, net::message m) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -430,6 +435,8 @@ config parse(int argc, char** argv) {
       c.corrupt = std::stoi(value());
     } else if (a == "--target-s") {
       c.target_s = std::stod(value());
+    } else if (a == "--lane-mb") {
+      c.lane_bytes = std::stoull(value()) << 20;
     } else {
       throw std::runtime_error("unknown option " + a);
     }
@@ -455,7 +462,7 @@ int main(int argc, char** argv) {
               << "usage: troupe_collective_bench --rank R --nodes HOST:PORT,... --secret-file FILE [--label NAME]\n"
                  "  [--sizes 4K,...,64M] [--algorithms ring,doubling,broadcast,tree] [--piece 65536]\n"
                  "  [--pieces 16384,65536,262144 --piece-size 16M] [--warmup 1] [--min-iters 3] [--max-iters 20]\n"
-                 "  [--target-s 3] [--corrupt R]\n";
+                 "  [--target-s 3] [--corrupt R] [--lane-mb 64]\n";
     return 2;
   }
   try {

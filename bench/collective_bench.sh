@@ -19,7 +19,8 @@
 # the timed iterations of a point take about this long), MIN_ITERS (3), MAX_ITERS (20),
 # WARMUP (1), TAG (default from the pid), GLOO (0; 1: PyTorch's Gloo allreduce too,
 # bench/gloo_bench.py on the same links and sizes, right after troupe's, and a table of
-# troupe's ring busbw over Gloo's per size). Node logs go to a temporary directory,
+# troupe's ring busbw over Gloo's per size), LANE_MB (the same-host lanes' region per
+# peer, troupe_collective_bench --lane-mb; 0: loopback through the sockets only). Node logs go to a temporary directory,
 # kept (and named on stderr) when a process fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,7 @@ keep=0
 opts=(--sizes "$sizes" --algorithms "$algs" --target-s "${TARGET_S:-2}" --min-iters "${MIN_ITERS:-3}"
       --max-iters "${MAX_ITERS:-20}" --warmup "${WARMUP:-1}")
 [ "$pieces" = none ] || opts+=(--pieces "$pieces" --piece-size "$piece_size")
+[ -z "${LANE_MB:-}" ] || opts+=(--lane-mb "$LANE_MB")
 
 # ---- network namespaces: cb<tag>n<i> for process i, the bridge in cb<tag>br ----
 # shellcheck source=scripts/netns.sh

@@ -33,6 +33,9 @@ bool known_kind(uint8_t k) {
     case frame_kind::message:
     case frame_kind::heartbeat:
     case frame_kind::goodbye:
+    case frame_kind::message_ref:
+    case frame_kind::lane_offer:
+    case frame_kind::lane_accept:
     case frame_kind::hello:
     case frame_kind::challenge:
     case frame_kind::proof:
@@ -47,7 +50,8 @@ bool known_kind(uint8_t k) {
 constexpr std::size_t max_direct_read = std::size_t(256) << 10;
 
 bool is_control_with_body(frame_kind k) {
-  return k == frame_kind::hello || k == frame_kind::challenge || k == frame_kind::proof || k == frame_kind::refuse;
+  return k == frame_kind::hello || k == frame_kind::challenge || k == frame_kind::proof || k == frame_kind::refuse ||
+         k == frame_kind::lane_offer || k == frame_kind::lane_accept;
 }
 
 } // namespace
@@ -57,6 +61,9 @@ const char* to_string(frame_kind k) {
     case frame_kind::message: return "message";
     case frame_kind::heartbeat: return "heartbeat";
     case frame_kind::goodbye: return "goodbye";
+    case frame_kind::message_ref: return "message_ref";
+    case frame_kind::lane_offer: return "lane_offer";
+    case frame_kind::lane_accept: return "lane_accept";
     case frame_kind::hello: return "hello";
     case frame_kind::challenge: return "challenge";
     case frame_kind::proof: return "proof";
@@ -79,6 +86,7 @@ const char* to_string(frame_error e) {
     case frame_error::bad_tag: return "bad_tag";
     case frame_error::wrong_source: return "wrong_source";
     case frame_error::frame_timeout: return "frame_timeout";
+    case frame_error::bad_lane: return "bad_lane";
   }
   return "unknown";
 }
@@ -125,14 +133,18 @@ frame_header decode_header(const std::byte* in, uint64_t max_frame_bytes) {
   if (max_frame_bytes < frame_header_bytes || h.body_bytes > max_frame_bytes - frame_header_bytes)
     fail(frame_error::too_large, "body of " + std::to_string(h.body_bytes) + " bytes exceeds the " +
                                      std::to_string(max_frame_bytes) + "-byte frame limit");
-  if (h.kind == frame_kind::message) {
+  if (carries_message(h.kind)) {
     if (h.segments == 0 || h.segments > max_frame_segments)
       fail(frame_error::bad_segments, std::to_string(h.segments) + " segments (1.." +
                                           std::to_string(max_frame_segments) + " allowed)");
     if (h.sequence == 0) fail(frame_error::bad_reserved, "message frame with sequence number 0");
     if (role_value >= roles) fail(frame_error::bad_reserved, "unknown role " + std::to_string(role_value));
     const uint64_t table = segment_table_bytes(h.segments);
-    if (h.body_bytes < table + 8 * uint64_t(h.segments) || (h.body_bytes - table) % 8 != 0)
+    if (h.kind == frame_kind::message_ref && h.body_bytes != table + message_ref_bytes)
+      fail(frame_error::bad_length, "message_ref frame of " + std::to_string(h.body_bytes) + " bytes, not the " +
+                                        std::to_string(table + message_ref_bytes) + " its " +
+                                        std::to_string(h.segments) + " segments take");
+    if (h.kind == frame_kind::message && (h.body_bytes < table + 8 * uint64_t(h.segments) || (h.body_bytes - table) % 8 != 0))
       fail(frame_error::bad_length, "body of " + std::to_string(h.body_bytes) + " bytes cannot hold " +
                                         std::to_string(h.segments) + " segments");
     h.destination = {node, static_cast<role>(role_value), index};
@@ -157,6 +169,7 @@ void check_segment_table(const frame_header& h, const uint32_t* sizes) {
     if (sizes[i] == 0) fail(frame_error::bad_segments, "segment " + std::to_string(i) + " is empty");
     words += sizes[i];
   }
+  if (h.kind == frame_kind::message_ref) return;  // the reference's size is checked against them
   const uint64_t expected = h.body_bytes - segment_table_bytes(h.segments);
   if (words * 8 != expected)
     fail(frame_error::bad_length, "segments of " + std::to_string(words * 8) + " bytes in a body of " +
@@ -199,8 +212,8 @@ void out_frame::set_sequence(uint64_t s) {
 
 void out_frame::seal(frame_cipher& c, const std::shared_ptr<buffer_pool>& pool) {
   c.begin();
-  const std::size_t table = kind == frame_kind::message ? segment_table_bytes(static_cast<uint32_t>(segments.size())) : 0;
-  c.authenticate(head.data(), frame_header_bytes + table);
+  // The header, a message's segment table, a message_ref's reference or a lane frame's body: all in `head`.
+  c.authenticate(head.data(), head.size());
   cipher.reset();
   cipher_bytes = 0;
   if (c.confidential() && !segments.empty()) {
@@ -252,6 +265,37 @@ out_frame make_message_frame(const address& destination, const message& m, uint6
   for (std::size_t i = 0; i < f.segments.size(); ++i)
     store<uint32_t>(f.head.data() + frame_header_bytes + 4 * i, static_cast<uint32_t>(f.segments[i].size()));
   return f;
+}
+
+out_frame make_message_ref_frame(const address& destination, const std::vector<uint32_t>& sizes, const message_ref& r,
+                                 uint64_t sequence) {
+  if (sizes.empty() || sizes.size() > max_frame_segments)
+    throw error("make_message_ref_frame: " + std::to_string(sizes.size()) + " segments (1.." +
+                std::to_string(max_frame_segments) + " allowed)");
+  out_frame f;
+  f.kind = frame_kind::message_ref;
+  f.sequence = sequence;
+  frame_header h;
+  h.kind = frame_kind::message_ref;
+  h.segments = static_cast<uint32_t>(sizes.size());
+  h.sequence = sequence;
+  h.destination = destination;
+  const std::size_t table = segment_table_bytes(h.segments);
+  h.body_bytes = table + message_ref_bytes;
+  f.head.resize(frame_header_bytes + h.body_bytes);
+  encode_header(h, f.head.data());
+  for (std::size_t i = 0; i < sizes.size(); ++i) store<uint32_t>(f.head.data() + frame_header_bytes + 4 * i, sizes[i]);
+  std::byte* at = f.head.data() + frame_header_bytes + table;
+  store<uint64_t>(at, r.lane);
+  store<uint64_t>(at + 8, r.offset);
+  store<uint64_t>(at + 16, r.bytes);
+  return f;
+}
+
+message_ref decode_message_ref(const std::vector<std::byte>& body) {
+  if (body.size() != message_ref_bytes)
+    throw frame_exception(frame_error::bad_length, false, "a message_ref of " + std::to_string(body.size()) + " bytes");
+  return {load<uint64_t>(body.data()), load<uint64_t>(body.data() + 8), load<uint64_t>(body.data() + 16)};
 }
 
 out_frame make_control_frame(frame_kind kind, const void* body, std::size_t bytes, uint64_t ack) {
@@ -345,6 +389,8 @@ bool frame_reader::deliver(in_frame& out) {
   out.header = header_;
   out.msg = message();
   out.source = {};
+  out.sizes.clear();
+  if (header_.kind == frame_kind::message_ref) out.sizes = sizes_;
   out.body.swap(control_body_);
   control_body_.clear();
   state_ = state::header;
@@ -373,7 +419,7 @@ frame_reader::step frame_reader::take_header(in_frame& out) {
   }
   begin_ += frame_header_bytes;
   control_body_.clear();
-  if (header_.kind == frame_kind::message) {
+  if (carries_message(header_.kind)) {
     state_ = state::table;
     return step::again;
   }
@@ -393,6 +439,10 @@ frame_reader::step frame_reader::take_table() {
   check_segment_table(header_, sizes_.data());
   if (opener_) opener_->authenticate(base + begin_, table);
   begin_ += table;
+  if (header_.kind == frame_kind::message_ref) {
+    state_ = state::control;  // the reference: read as a control body
+    return step::again;
+  }
   body_needed_ = header_.body_bytes - table;
   body_filled_ = 0;
   // Only as much buffer as this stream has shown it sends: more as the bytes arrive.
@@ -420,11 +470,13 @@ frame_reader::step frame_reader::take_body(in_frame& out) {
 
 frame_reader::step frame_reader::take_control(in_frame& out) {
   const std::byte* base = reinterpret_cast<const std::byte*>(staging_.get());
-  if (available() < header_.body_bytes) return step::more;
-  control_body_.assign(base + begin_, base + begin_ + header_.body_bytes);
-  begin_ += header_.body_bytes;
-  // No protected kind has a body: authenticated here only if a reader ever allowed one.
-  if (opener_) opener_->payload(control_body_.data(), control_body_.data(), control_body_.size());
+  const std::size_t bytes =
+      header_.kind == frame_kind::message_ref ? message_ref_bytes : static_cast<std::size_t>(header_.body_bytes);
+  if (available() < bytes) return step::more;
+  control_body_.assign(base + begin_, base + begin_ + bytes);
+  begin_ += bytes;
+  // Protected bodies (lane frames, a message_ref's reference) are authenticated, never encrypted.
+  if (opener_) opener_->authenticate(control_body_.data(), control_body_.size());
   return complete(out);
 }
 

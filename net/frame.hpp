@@ -29,6 +29,9 @@ enum class frame_kind : uint8_t {
   message = 1,    ///< an envelope: destination, sequence number, segments
   heartbeat = 2,  ///< liveness, and the acknowledgement of the peer's messages; no body
   goodbye = 3,    ///< the sender stops on purpose; no body
+  message_ref = 4,  ///< an envelope whose segments lie in the sender's same-host lane (net/shm_lane.hpp)
+  lane_offer = 5,   ///< the sender offers its same-host lane: region id, size, name
+  lane_accept = 6,  ///< the receiver mapped the offered lane: its id
   hello = 16,     ///< handshake, dialer -> acceptor (net/auth.hpp)
   challenge = 17, ///< handshake, acceptor -> dialer
   proof = 18,     ///< handshake, dialer -> acceptor
@@ -37,6 +40,13 @@ enum class frame_kind : uint8_t {
 const char* to_string(frame_kind k);
 /// A set of frame kinds, for frame_reader::allow().
 constexpr uint32_t kind_bit(frame_kind k) { return uint32_t(1) << static_cast<uint8_t>(k); }
+/// The kinds that carry a message: numbered, acknowledged, sent again after a reconnect.
+constexpr bool carries_message(frame_kind k) { return k == frame_kind::message || k == frame_kind::message_ref; }
+/// A message_ref frame's body after its segment table: the lane's id, the payload's offset and size.
+constexpr std::size_t message_ref_bytes = 24;
+struct message_ref {
+  uint64_t lane = 0, offset = 0, bytes = 0;
+};
 
 constexpr uint32_t frame_magic = 0x31505254;  // "TRP1" in the stream (little-endian)
 constexpr uint8_t frame_version = 1;
@@ -67,8 +77,9 @@ enum class frame_error : uint8_t {
   bad_tag,          ///< a protected frame whose tag does not verify: altered, forged, replayed or reordered
   wrong_source,     ///< a message whose envelope names another source node than the link's authenticated peer
   frame_timeout,    ///< a frame that did not arrive whole in time (a stalled or trickling peer)
+  bad_lane,         ///< a message_ref naming no lane of the peer's, or a slot it did not publish
 };
-constexpr int frame_errors = 12;
+constexpr int frame_errors = 13;
 const char* to_string(frame_error e);
 
 /// A rejected frame. After a fatal one the stream cannot be trusted (the
@@ -139,6 +150,12 @@ struct out_frame {
 
 /// A message frame for `destination` carrying `m`.
 out_frame make_message_frame(const address& destination, const message& m, uint64_t sequence);
+/// A message_ref frame for `destination`: a message of segments `sizes`
+/// (words) lying in lane `r.lane` at `r.offset`, `r.bytes` long.
+out_frame make_message_ref_frame(const address& destination, const std::vector<uint32_t>& sizes, const message_ref& r,
+                                 uint64_t sequence);
+/// The reference a message_ref frame's body holds (in_frame::body).
+message_ref decode_message_ref(const std::vector<std::byte>& body);
 /// A frame without segments: heartbeat and goodbye (no body), handshake and
 /// refuse (a body of at most max_control_body bytes).
 out_frame make_control_frame(frame_kind kind, const void* body = nullptr, std::size_t bytes = 0, uint64_t ack = 0);
@@ -148,7 +165,8 @@ struct in_frame {
   frame_header header;
   message msg;                  ///< message frames: the envelope, read in place
   address source;               ///< message frames, when the reader checks envelopes: the envelope's source
-  std::vector<std::byte> body;  ///< handshake and refuse frames
+  std::vector<std::byte> body;  ///< handshake, refuse and lane frames; a message_ref's reference
+  std::vector<uint32_t> sizes;  ///< message_ref frames: the segments' sizes in words
 };
 
 /// A message frame's body is first given at most this much buffer; more as

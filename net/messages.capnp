@@ -10,7 +10,7 @@ $Cxx.namespace("troupe::wire");
 using import "tensor.capnp".Tensor;
 using import "tensor.capnp".NamedTensor;
 
-const schemaVersion :UInt16 = 3;  # 3: frames between nodes authenticated with ChaCha20-Poly1305 (2: AES-256-GCM)
+const schemaVersion :UInt16 = 4;  # 4: same-host lanes (message_ref, lane_offer, lane_accept frames); 3: ChaCha20-Poly1305 tags; 2: AES-256-GCM
 
 enum Role {
   coordinator @0;

@@ -1,6 +1,7 @@
 #include "net/transport.hpp"
 
 #include "net/session.hpp"
+#include "net/shm_lane.hpp"
 
 #include <boost/asio.hpp>
 #include <sys/socket.h>
@@ -29,8 +30,9 @@ namespace {
 constexpr uint32_t dialer_kinds = kind_bit(frame_kind::challenge) | kind_bit(frame_kind::refuse);
 constexpr uint32_t hello_kinds = kind_bit(frame_kind::hello);
 constexpr uint32_t proof_kinds = kind_bit(frame_kind::proof) | kind_bit(frame_kind::refuse);
-constexpr uint32_t session_kinds =
-    kind_bit(frame_kind::message) | kind_bit(frame_kind::heartbeat) | kind_bit(frame_kind::goodbye);
+constexpr uint32_t session_kinds = kind_bit(frame_kind::message) | kind_bit(frame_kind::heartbeat) |
+                                   kind_bit(frame_kind::goodbye) | kind_bit(frame_kind::message_ref) |
+                                   kind_bit(frame_kind::lane_offer) | kind_bit(frame_kind::lane_accept);
 constexpr std::size_t max_batch_frames = 64;    // frames per gather write
 constexpr std::size_t max_batch_bytes = 256 << 10;  // bytes per gather write (a frame past it waits):
                                                     // a frame sent later with a higher priority overtakes the rest
@@ -84,6 +86,7 @@ struct transport::impl {
     int64_t peer = -1;  // the node dialed, or the node a hello claims
     std::string remote;
     asio::ip::address remote_ip;
+    bool local = false;  // the peer is on a loopback address: this host, this network namespace
     std::unique_ptr<frame_cipher> sealer;  // once established: protects the frames this side writes
     std::deque<out_frame> copies;          // fault injection: duplicates being written, each sealed alone
     steady::time_point frame_began{};      // when the frame now arriving began (epoch: none)
@@ -109,18 +112,23 @@ struct transport::impl {
     session s;
     bool kick_pending = false;
     link_ptr current;  // the established link
+    // This side's same-host lane to the peer (net/shm_lane.hpp), of this session.
+    enum class lane_state { none, creating, offered, up, unavailable } lane = lane_state::none;
+    std::shared_ptr<lane_ring> ring;
 
     // io thread only:
     steady::time_point last_rx;
     asio::steady_timer dial_timer;
     bool dial_scheduled = false, dialing = false;
     milliseconds backoff = first_backoff;
+    std::shared_ptr<lane_view> view;  // the peer's lane to this side, mapped
   };
 
   struct counters {
     std::atomic<uint64_t> frames_sent{0}, bytes_sent{0}, frames_received{0}, bytes_received{0}, heartbeats_sent{0},
         heartbeats_received{0}, send_refused{0}, faults_dropped{0}, faults_delayed{0}, faults_duplicated{0},
-        faults_disconnected{0}, links_up{0}, handler_errors{0};
+        faults_disconnected{0}, links_up{0}, handler_errors{0}, lane_frames_sent{0}, lane_bytes_sent{0},
+        lane_frames_received{0}, lane_bytes_received{0}, lanes_up{0}, lane_full{0};
     std::array<std::atomic<uint64_t>, frame_errors> rejected_frames{};
     std::array<std::atomic<uint64_t>, auth_errors> rejected_handshakes{};
     std::atomic<uint64_t> refused_connections{0};
@@ -310,6 +318,7 @@ struct transport::impl {
       return;
     }
     l->remote_ip = plain(ep.address());
+    l->local = l->remote_ip.is_loopback();
     l->remote = l->remote_ip.to_string() + ":" + std::to_string(ep.port());
     if (!node_addresses.empty() &&
         std::find(node_addresses.begin(), node_addresses.end(), l->remote_ip) == node_addresses.end()) {
@@ -424,6 +433,12 @@ struct transport::impl {
 
   void on_connected(const link_ptr& l) {
     no_delay(l->sock);
+    boost::system::error_code ec;
+    const auto ep = l->sock.remote_endpoint(ec);
+    if (!ec) {
+      l->remote_ip = plain(ep.address());
+      l->local = l->remote_ip.is_loopback();
+    }
     peer& p = *peers[l->peer];
     l->ph = link::phase::handshake;
     l->sent = session_for(p);
@@ -522,6 +537,12 @@ struct transport::impl {
     pump(l);
     if (!down_why.empty() && handlers.on_peer_down) handlers.on_peer_down(j, down_why, false);
     if (p.s.open() && handlers.on_peer_up) handlers.on_peer_up(j);
+    std::shared_ptr<lane_ring> reoffer;  // an offer the last link may have lost
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      if (p.lane == peer::lane_state::offered) reoffer = p.ring;
+    }
+    if (reoffer && l->ph == link::phase::established) send_lane_offer(l, *reoffer);
     if (l->ph == link::phase::established) pump(l);
   }
 
@@ -543,6 +564,7 @@ struct transport::impl {
       std::lock_guard<std::mutex> lock(p.m);
       o = p.s.take(their);
     }
+    if (o != session::outcome::resumed) drop_lanes(p);
     switch (o) {
       case session::outcome::restarted: return "node " + std::to_string(p.node) + " restarted";
       case session::outcome::abandoned:
@@ -563,6 +585,7 @@ struct transport::impl {
       std::lock_guard<std::mutex> lock(p.m);
       p.s.close(true);
     }
+    drop_lanes(p);
     if (handlers.on_peer_down) handlers.on_peer_down(p.node, why, goodbye);
   }
 
@@ -629,11 +652,18 @@ struct transport::impl {
     switch (f.header.kind) {
       case frame_kind::heartbeat: ++c.heartbeats_received; return;
       case frame_kind::goodbye: peer_down(p, "node " + std::to_string(p.node) + " stopped (it said goodbye)", true); return;
-      case frame_kind::message: break;
+      case frame_kind::lane_offer: on_lane_offer(l, p, f); return;
+      case frame_kind::lane_accept: on_lane_accept(p, f); return;
+      case frame_kind::message:
+      case frame_kind::message_ref: break;
       default: return;  // the reader allows no other kind now
     }
     const uint64_t seq = f.header.sequence;
     if (p.s.duplicate(seq)) return;
+    if (f.header.kind == frame_kind::message_ref && !take_from_lane(*l, p, f)) {
+      p.s.skip(seq);  // counted as delivered, handed to no one
+      return;
+    }
     if (f.source.node != p.node) {
       // Counted as delivered (the sequence goes on), handed to no one.
       p.s.skip(seq);
@@ -652,6 +682,108 @@ struct transport::impl {
       ++c.handler_errors;
       reject(*l, "handler_error", "on_message for a message from node " + std::to_string(p.node) + " threw: " + e.what());
     }
+  }
+
+  // ---- same-host lanes (net/shm_lane.hpp) ----
+
+  // The session with `p` ended or was renewed: its lanes go (messages taken from the peer's keep its region).
+  void drop_lanes(peer& p) {
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      p.ring.reset();
+      p.lane = peer::lane_state::none;
+    }
+    p.view.reset();
+  }
+
+  // send() asked for a lane to `p`: the region is made here, off the sender's thread, and offered.
+  void offer_lane(peer& p) {
+    std::shared_ptr<lane_ring> ring;
+    std::string why;
+    try {
+      ring = lane_ring::create(opt.lane_bytes);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    link_ptr l;
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      if (p.lane != peer::lane_state::creating) return;  // the session ended meanwhile
+      p.lane = ring ? peer::lane_state::offered : peer::lane_state::unavailable;
+      p.ring = ring;
+      l = p.current;
+    }
+    if (!ring) {
+      if (l) reject(*l, "no_lane", "no same-host lane to " + describe(*l) + ": " + why + "; its messages go through the socket");
+      return;
+    }
+    if (l) send_lane_offer(l, *ring);
+  }
+
+  void send_lane_offer(const link_ptr& l, const lane_ring& r) {
+    const std::string body = encode_lane_offer(r.offer());
+    l->control.push_back({make_control_frame(frame_kind::lane_offer, body.data(), body.size())});
+    pump(l);
+  }
+
+  void on_lane_offer(const link_ptr& l, peer& p, const in_frame& f) {
+    if (opt.lane_bytes == 0 || !l->local) return;  // not accepted: the peer goes on through the socket
+    uint64_t id = 0;
+    try {
+      const lane_offer o = decode_lane_offer(f.body.data(), f.body.size());
+      if (!p.view || p.view->id() != o.id) p.view = lane_view::open(o);
+      id = o.id;
+    } catch (const std::exception& e) {
+      reject(*l, "no_lane", describe(*l) + " offered a same-host lane that is not used: " + e.what());
+      return;
+    }
+    l->control.push_back({make_control_frame(frame_kind::lane_accept, &id, sizeof id)});
+    pump(l);
+  }
+
+  void on_lane_accept(peer& p, const in_frame& f) {
+    uint64_t id = 0;
+    if (f.body.size() != sizeof id) return;
+    std::memcpy(&id, f.body.data(), sizeof id);
+    std::lock_guard<std::mutex> lock(p.m);
+    if (p.lane == peer::lane_state::offered && p.ring && p.ring->id() == id) {
+      p.lane = peer::lane_state::up;
+      ++c.lanes_up;
+    }
+  }
+
+  // A message_ref frame: its message, read in place in the peer's lane (the slot
+  // released when its last holder lets go). False, rejected and counted, when it cannot be.
+  bool take_from_lane(const link& l, peer& p, in_frame& f) {
+    const message_ref r = decode_message_ref(f.body);
+    uint64_t words = 0;
+    for (uint32_t n : f.sizes) words += n;
+    std::string why;
+    const capnp::word* at = nullptr;
+    std::shared_ptr<const void> owner;
+    if (!p.view || p.view->id() != r.lane)
+      why = "it names a lane this node did not map from node " + std::to_string(p.node);
+    else if (words * 8 != r.bytes)
+      why = "its segments take " + std::to_string(words * 8) + " bytes, its reference " + std::to_string(r.bytes);
+    else
+      owner = p.view->take(r.offset, r.bytes, &at, &why);
+    frame_error e = frame_error::bad_lane;
+    if (owner) {
+      f.msg = message::from_segments(std::move(owner), at, kj::arrayPtr(f.sizes.data(), f.sizes.size()));
+      try {
+        f.source = read_header(f.msg).source;
+        ++c.lane_frames_received;
+        c.lane_bytes_received += r.bytes;
+        return true;
+      } catch (const message_error& x) {
+        f.msg = message();
+        e = frame_error::bad_envelope;
+        why = x.what();
+      }
+    }
+    ++c.rejected_frames[static_cast<int>(e)];
+    reject(l, to_string(e), describe(l) + ": message_ref frame " + std::to_string(f.header.sequence) + " rejected: " + why + "; dropped");
+    return false;
   }
 
   void maybe_acknowledge(peer& p, const link_ptr& l) {
@@ -734,7 +866,8 @@ struct transport::impl {
 
   // Frames of the session are sealed, the handshake's are not (they have no keys yet).
   static bool sealed_kind(frame_kind k) {
-    return k == frame_kind::message || k == frame_kind::heartbeat || k == frame_kind::goodbye;
+    return carries_message(k) || k == frame_kind::heartbeat || k == frame_kind::goodbye || k == frame_kind::lane_offer ||
+           k == frame_kind::lane_accept;
   }
 
   void write_in_flight(const link_ptr& l, peer* p) {
@@ -745,9 +878,9 @@ struct transport::impl {
       f.for_each_piece([&](const std::byte* d, std::size_t n) { l->buffers.emplace_back(d, n); });
     };
     for (auto& q : l->in_flight) {
-      if (p && (q.f.kind == frame_kind::message || q.f.kind == frame_kind::heartbeat)) q.f.set_ack(p->s.delivered());
+      if (p && (carries_message(q.f.kind) || q.f.kind == frame_kind::heartbeat)) q.f.set_ack(p->s.delivered());
       if (q.f.kind == frame_kind::heartbeat) ++c.heartbeats_sent;
-      if (q.f.kind != frame_kind::message) {
+      if (!carries_message(q.f.kind)) {
         add(q.f);
         continue;
       }
@@ -797,7 +930,7 @@ struct transport::impl {
       peer& p = *peers[l->peer];
       std::lock_guard<std::mutex> lock(p.m);
       for (auto& q : l->in_flight)
-        if (q.f.kind == frame_kind::message) {
+        if (carries_message(q.f.kind)) {
           q.f.cipher.reset();  // a resend seals it again, under the next link's key
           p.s.written(std::move(q));
         }
@@ -834,7 +967,7 @@ struct transport::impl {
         p.current.reset();
         // Frames being written come after the unacknowledged ones: the next link sends them again.
         for (auto& q : l->in_flight)
-          if (q.f.kind == frame_kind::message) p.s.interrupted(std::move(q));
+          if (carries_message(q.f.kind)) p.s.interrupted(std::move(q));
         l->in_flight.clear();
       }
       l->sock.close(ec);
@@ -917,16 +1050,19 @@ struct transport::impl {
       ++c.send_refused;
       return false;
     }
-    queued q{make_message_frame(destination, m, 1), priority};
-    const uint64_t bytes = q.f.plain_bytes();
-    if (bytes > opt.max_frame_bytes)
-      throw error("transport::send: a message of " + std::to_string(bytes) + " bytes exceeds max_frame_bytes (" +
+    out_frame f = make_message_frame(destination, m, 1);
+    if (f.plain_bytes() > opt.max_frame_bytes)
+      throw error("transport::send: a message of " + std::to_string(f.plain_bytes()) + " bytes exceeds max_frame_bytes (" +
                   std::to_string(opt.max_frame_bytes) + ")");
     peer& p = *peers[node];
+    std::shared_ptr<lane_ring> ring;
+    queued q{lane_or_socket(p, destination, std::move(f), m, ring), priority};
     link_ptr kick;
     const bool io_thread = on_io_thread();
     {
       std::lock_guard<std::mutex> lock(p.m);
+      if (ring && p.ring != ring) q.f = make_message_frame(destination, m, 1);  // the session changed meanwhile
+      const uint64_t bytes = q.f.plain_bytes();
       if (!p.s.admit(bytes)) {
         ++c.send_refused;
         return false;
@@ -950,6 +1086,46 @@ struct transport::impl {
         asio::post(io, [this, kick] { pump(kick); });
     }
     return true;
+  }
+
+  // The frame for `m`: through the peer's same-host lane when one is up and
+  // `m` is large (`ring` set to it), else `socket_frame`, the message itself.
+  // A large message to a local peer without a lane yet asks the io thread for one.
+  out_frame lane_or_socket(peer& p, const address& destination, out_frame&& socket_frame, const message& m,
+                           std::shared_ptr<lane_ring>& ring) {
+    if (opt.lane_bytes == 0 || m.bytes() < lane_min_message_bytes) return std::move(socket_frame);
+    {
+      std::lock_guard<std::mutex> lock(p.m);
+      if (p.lane == peer::lane_state::up) {
+        ring = p.ring;
+      } else if (p.lane == peer::lane_state::none && p.current && p.current->local) {
+        p.lane = peer::lane_state::creating;
+        asio::post(io, [this, &p] { offer_lane(p); });
+      }
+    }
+    if (!ring) return std::move(socket_frame);
+    const auto segs = wire_segments(m);
+    std::vector<uint32_t> sizes;
+    std::size_t total = 0;
+    for (const auto& s : segs) {
+      sizes.push_back(static_cast<uint32_t>(s.size()));
+      total += s.size() * sizeof(capnp::word);
+    }
+    const auto slot = ring->allocate(total);
+    if (!slot) {
+      ++c.lane_full;
+      ring.reset();
+      return std::move(socket_frame);
+    }
+    std::byte* at = slot->data;
+    for (const auto& s : segs) {
+      std::memcpy(at, s.begin(), s.size() * sizeof(capnp::word));
+      at += s.size() * sizeof(capnp::word);
+    }
+    ring->publish(*slot);
+    ++c.lane_frames_sent;
+    c.lane_bytes_sent += total;
+    return make_message_ref_frame(destination, sizes, {ring->id(), slot->offset, total}, 1);
   }
 
   // send() on an idle link from another thread: the caller writes the frame
@@ -1024,6 +1200,12 @@ struct transport::impl {
     for (int i = 0; i < auth_errors; ++i) s.rejected_handshakes[i] = c.rejected_handshakes[i];
     s.refused_connections = c.refused_connections;
     s.peers_up = c.sessions.up;
+    s.lane_frames_sent = c.lane_frames_sent;
+    s.lane_bytes_sent = c.lane_bytes_sent;
+    s.lane_frames_received = c.lane_frames_received;
+    s.lane_bytes_received = c.lane_bytes_received;
+    s.lanes_up = c.lanes_up;
+    s.lane_full = c.lane_full;
     return s;
   }
 };

@@ -62,6 +62,12 @@ struct transport_options {
   /// Every frame after the handshake is authenticated (ChaCha20-Poly1305, per-link
   /// keys); with `encrypt` its payload is also encrypted (AES-256-GCM). Both sides must agree.
   bool encrypt = false;
+  /// Same-host lanes (net/shm_lane.hpp): a peer reached on a loopback address
+  /// gets messages of lane_min_message_bytes or more through a region of
+  /// shared memory this large, which this node creates when it first sends
+  /// the peer such a message; the link carries a small authenticated frame
+  /// per message. 0: never (every byte through the socket).
+  std::size_t lane_bytes = std::size_t(64) << 20;
   /// Accepted connections still in their handshake: at most this many in all
   /// and per remote address; a hello that claims a node has its own slots
   /// (pending_per_node each), which connections that said nothing cannot take.
@@ -113,6 +119,10 @@ struct transport_stats {
   std::array<uint64_t, auth_errors> rejected_handshakes{};  ///< by auth_error
   uint64_t refused_connections = 0;  ///< closed at accept: an address outside the node list, or no slot left
   uint32_t peers_up = 0;            ///< sessions alive now
+  uint64_t lane_frames_sent = 0, lane_bytes_sent = 0;          ///< messages sent through same-host lanes, their bytes
+  uint64_t lane_frames_received = 0, lane_bytes_received = 0;  ///< messages received through lanes, their bytes
+  uint64_t lanes_up = 0;            ///< lanes this node offered that the peer mapped
+  uint64_t lane_full = 0;           ///< large messages sent through the socket because the lane had no room
 
   uint64_t rejected() const;  ///< frames and handshakes rejected, all reasons
 };

@@ -165,6 +165,7 @@ net::transport_options link_options(const cluster_spec& c, uint32_t self, const 
   to.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_s * 1000));
   to.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.peer_timeout_s * 1000));
   to.encrypt = c.encrypt;
+  to.lane_bytes = static_cast<std::size_t>(c.lane_mb) << 20;
   to.faults = faults_from(env);
   return to;
 }

@@ -35,6 +35,7 @@ struct cluster_spec {
   double peer_timeout_s = 3;          ///< a peer silent this long is dead
   double heartbeat_s = 0.5;
   bool encrypt = false;               ///< encrypt frames' payloads too (every frame is authenticated either way)
+  int64_t lane_mb = 64;               ///< same-host lanes' region per peer, MiB (net/transport.hpp lane_bytes; 0: none)
   int64_t checkpoint_every_steps = 0; ///< also checkpoint every N updates (0: per epoch only)
   double checkpoint_every_s = 0;      ///< also checkpoint every S seconds (0: per epoch only)
   uint16_t slurm_port = 7100;         ///< under Slurm, task i listens on slurm_port + i

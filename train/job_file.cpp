@@ -484,6 +484,10 @@ std::vector<job_key> make_cluster_keys() {
                   "encrypt the payload of every frame between nodes (AES-256-GCM); every frame is authenticated "
                   "either way (default {default})",
                   [](auto& s) -> auto& { return s.cluster.encrypt; }),
+      integer_key("lane-mb", "MB",
+                  "nodes on one host send messages of 64 KiB or more through a region of shared memory this "
+                  "large per peer instead of their sockets; 0: never (default {default})",
+                  [](auto& s) -> auto& { return s.cluster.lane_mb; }, 0, 4096),
   };
 }
 

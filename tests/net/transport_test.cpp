@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/shm_lane.hpp"
 #include "net/transport.hpp"
 #include "tests/net/net_test_util.hpp"
 
@@ -136,6 +138,21 @@ bool all_up(const std::vector<std::unique_ptr<transport>>& ts) {
     for (std::size_t j = 0; j < ts.size(); ++j)
       if (i != j && !ts[i]->peer_up(static_cast<uint32_t>(j))) return false;
   return true;
+}
+
+// Two nodes on loopback, each with options(nodes, i) changed by `tweak`, started and linked.
+std::vector<std::unique_ptr<transport>> linked_pair(node_log* log,
+                                                    const std::function<void(transport_options&, uint32_t)>& tweak = {}) {
+  auto nodes = loopback_nodes(2);
+  std::vector<std::unique_ptr<transport>> t;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto o = options(nodes, i);
+    if (tweak) tweak(o, i);
+    t.push_back(std::make_unique<transport>(o, log[i].handlers()));
+  }
+  for (auto& x : t) x->start();
+  REQUIRE(wait_until([&] { return all_up(t); }));
+  return t;
 }
 
 // A peer made by hand on a blocking socket: speaks the handshake itself, then
@@ -817,16 +834,8 @@ TEST_CASE("transport: a frame altered on the wire, an unprotected frame and a fo
 }
 
 TEST_CASE("transport: encrypted links carry messages intact, both sides must agree to encrypt", "[net][transport]") {
-  auto nodes = loopback_nodes(2);
   node_log log[2];
-  std::vector<std::unique_ptr<transport>> t;
-  for (uint32_t i = 0; i < 2; ++i) {
-    auto o = options(nodes, i);
-    o.encrypt = true;
-    t.push_back(std::make_unique<transport>(o, log[i].handlers()));
-  }
-  for (auto& x : t) x->start();
-  REQUIRE(wait_until([&] { return all_up(t); }));
+  auto t = linked_pair(log, [](transport_options& o, uint32_t) { o.encrypt = true; });
   for (uint32_t k = 0; k < 8; ++k) t[1]->send(0, worker(0), tensor_message(worker(1), worker(0), (4 << 10) << k, k));
   REQUIRE(wait_until([&] { return log[0].count() == 8; }));
   std::lock_guard<std::mutex> lock(log[0].mutex);
@@ -901,4 +910,160 @@ TEST_CASE("transport: a peer that trickles a large frame loses its link when the
   CHECK(closed);
   CHECK(log.rejected_with("is not whole after"));
   CHECK(log.delivered == 0);
+}
+
+TEST_CASE("transport: large messages between nodes of one host go through a same-host lane, intact and in order",
+          "[net][transport][lane]") {
+  node_log log[2];
+  auto t = linked_pair(log);
+  // Large and small messages interleaved: the small ones keep to the socket, the order holds across both.
+  const uint32_t n = 120;
+  const std::size_t large = 256 << 10, small = 1024;
+  for (uint32_t k = 0; k < n; ++k) {
+    const std::size_t bytes = k % 2 ? small : large;
+    REQUIRE(t[0]->send(1, worker(1), tensor_message(worker(0), worker(1), bytes, k)));
+    if (k == 0) REQUIRE(wait_until([&] { return t[0]->stats().lanes_up == 1; }));  // the first large one asked for it
+  }
+  REQUIRE(wait_until([&] { return log[1].count() == n; }));
+  {
+    std::lock_guard<std::mutex> lock(log[1].mutex);
+    for (uint32_t k = 0; k < n; ++k) {
+      CHECK(seed_of(log[1].messages[k].m) == k);
+      CHECK(tensor_message_intact(log[1].messages[k].m, k % 2 ? small : large));
+    }
+  }
+  const auto s0 = t[0]->stats(), s1 = t[1]->stats();
+  CHECK(s0.lanes_up == 1);
+  CHECK(s0.lane_frames_sent == n / 2 - 1);  // every large message after the first
+  CHECK(s1.lane_frames_received == s0.lane_frames_sent);
+  CHECK(s1.lane_bytes_received == s0.lane_bytes_sent);
+  CHECK(s0.lane_bytes_sent > (n / 2 - 1) * large);
+  CHECK(s0.bytes_sent < 2 * large + n * (small + 1024));  // the lane's bytes never crossed the socket
+  CHECK(s0.frames_sent == n);
+  CHECK(s1.frames_received == n);
+  CHECK(s0.rejected() + s1.rejected() == 0);
+  CHECK(log[0].rejected + log[1].rejected == 0);
+  CHECK(s1.lanes_up == 0);  // node 1 sent nothing large
+
+  // Messages let go as they arrive: a lane of 1 MiB carries 100 messages of 256 KiB, its slots reused.
+  t.clear();
+  node_log quick[2];
+  std::atomic<uint32_t> intact{0};
+  quick[1].keep = false;
+  quick[1].hook = [&](uint32_t, const message& m) { intact += tensor_message_intact(m, large); };
+  t = linked_pair(quick, [](transport_options& o, uint32_t) { o.lane_bytes = 1 << 20; });
+  for (uint32_t k = 0; k < 100; ++k) {
+    REQUIRE(t[0]->send(1, worker(1), tensor_message(worker(0), worker(1), large, k)));
+    REQUIRE(wait_until([&] { return quick[1].delivered == k + 1; }));
+  }
+  CHECK(intact == 100);
+  CHECK(t[0]->stats().lane_frames_sent >= 95);
+  CHECK(t[0]->stats().lane_full == 0);
+}
+
+TEST_CASE("transport: with lane_bytes 0, or a lane too small, every byte goes through the socket",
+          "[net][transport][lane]") {
+  for (std::size_t lane_bytes : {std::size_t(0), std::size_t(64) << 10}) {
+    node_log log[2];
+    auto t = linked_pair(log, [&](transport_options& o, uint32_t) { o.lane_bytes = lane_bytes; });
+    for (uint32_t k = 0; k < 20; ++k) {
+      REQUIRE(t[0]->send(1, worker(1), tensor_message(worker(0), worker(1), 128 << 10, k)));
+      if (k == 0 && lane_bytes != 0) REQUIRE(wait_until([&] { return t[0]->stats().lanes_up == 1; }));
+    }
+    REQUIRE(wait_until([&] { return log[1].count() == 20; }));
+    std::lock_guard<std::mutex> lock(log[1].mutex);
+    for (uint32_t k = 0; k < 20; ++k) CHECK(tensor_message_intact(log[1].messages[k].m, 128 << 10));
+    const auto s = t[0]->stats();
+    CHECK(s.lane_frames_sent == 0);
+    CHECK(s.bytes_sent > 20 * (128 << 10));
+    if (lane_bytes == 0) CHECK(s.lanes_up == 0);
+    if (lane_bytes != 0) {
+      CHECK(s.lanes_up == 1);
+      CHECK(s.lane_full > 0);  // a 128 KiB message never fits a 64 KiB region
+    }
+  }
+}
+
+TEST_CASE("transport: lanes under injected duplicates and broken links: every message once, in order",
+          "[net][transport][lane]") {
+  node_log log[2];
+  auto t = linked_pair(log, [](transport_options& o, uint32_t i) {
+    if (i != 0) return;
+    o.faults.duplicate = 0.05;
+    o.faults.disconnect = 0.02;
+    o.faults.seed = 5;
+  });
+  const uint32_t n = 300;
+  const std::size_t bytes = 96 << 10;
+  for (uint32_t k = 0; k < n; ++k) {
+    REQUIRE(t[0]->send(1, worker(1), tensor_message(worker(0), worker(1), bytes, k)));
+    if (k == 0) REQUIRE(wait_until([&] { return t[0]->stats().lanes_up == 1; }));
+  }
+  REQUIRE(wait_until([&] { return log[1].count() == n; }, 20000ms));
+  std::lock_guard<std::mutex> lock(log[1].mutex);
+  for (uint32_t k = 0; k < n; ++k) {
+    CHECK(seed_of(log[1].messages[k].m) == k);
+    CHECK(tensor_message_intact(log[1].messages[k].m, bytes));
+  }
+  const auto s0 = t[0]->stats(), s1 = t[1]->stats();
+  CHECK(s0.faults_duplicated > 0);
+  CHECK(s0.faults_disconnected > 0);
+  CHECK(s1.lane_frames_received == n - 1);  // all but the first, whatever was written twice
+  CHECK(s1.duplicates_dropped == s0.faults_duplicated);
+  CHECK(s1.rejected() == 0);  // no duplicate or resent reference took a slot twice
+  CHECK(log[1].downs.empty());
+}
+
+TEST_CASE("transport: forged lane references are rejected and counted, never delivered, and the link goes on",
+          "[net][transport][lane]") {
+  auto nodes = loopback_nodes(2);
+  node_log log;
+  transport a(options(nodes, 0), log.handlers());
+  a.start();
+  raw_peer p(nodes[0].port);
+  p.handshake(identity_of(1), 0, {7, 1, 0, 0});
+  REQUIRE(wait_until([&] { return a.peer_up(1); }));
+  const std::size_t bytes = 64 << 10;
+  const message m = tensor_message(worker(1), worker(0), bytes, 1);
+  const auto segs = wire_segments(m);
+  std::vector<uint32_t> sizes;
+  uint64_t total = 0;
+  for (auto& s : segs) {
+    sizes.push_back(static_cast<uint32_t>(s.size()));
+    total += s.size() * 8;
+  }
+  uint64_t seq = 0;
+  auto ref = [&](uint64_t lane, uint64_t offset, uint64_t b) {
+    p.write(make_message_ref_frame(worker(0), sizes, {lane, offset, b}, ++seq));
+  };
+  ref(42, 16, total);  // before any lane: no region of that id
+  // The peer offers a region of its own; node 0 maps it and says so.
+  auto ring = lane_ring::create(1 << 20);
+  const std::string offer = encode_lane_offer(ring->offer());
+  p.write(make_control_frame(frame_kind::lane_offer, offer.data(), offer.size()));
+  in_frame f = p.read_frame();
+  REQUIRE(f.header.kind == frame_kind::lane_accept);
+  auto slot = ring->allocate(total);
+  REQUIRE(slot);
+  ref(ring->id(), slot->offset, total);  // not published yet
+  std::byte* at = slot->data;
+  for (auto& s : segs) {
+    std::memcpy(at, s.begin(), s.size() * 8);
+    at += s.size() * 8;
+  }
+  ring->publish(*slot);
+  ref(ring->id(), slot->offset, total - 8);       // the segments say otherwise
+  ref(ring->id(), ring->bytes() - 8, total);      // past the region
+  ref(ring->id() ^ 1, slot->offset, total);       // another lane
+  ref(ring->id(), slot->offset, total);           // the real one: delivered
+  ref(ring->id(), slot->offset, total);           // the same slot again: taken already
+  p.write(make_message_frame(worker(0), tensor_message(worker(1), worker(0), 4096, 2), ++seq));
+  REQUIRE(wait_until([&] { return log.delivered == 2; }));
+  CHECK(a.stats().rejected_frames[int(frame_error::bad_lane)] == 6);
+  CHECK(a.stats().lane_frames_received == 1);
+  CHECK(a.peer_up(1));
+  CHECK(log.rejected_with("message_ref frame"));
+  std::lock_guard<std::mutex> lock(log.mutex);
+  CHECK(tensor_message_intact(log.messages[0].m, bytes));
+  CHECK(seed_of(log.messages[1].m) == 2);
 }

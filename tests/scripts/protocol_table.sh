@@ -17,7 +17,7 @@ count=$(sed -n 's/^constexpr int roles = \([0-9]*\);.*/\1/p' net/address.hpp)
 [ -n "$roles" ] && [ -n "$count" ] || { echo "FAILED: net::role or net::roles not found in net/address.hpp"; exit 1; }
 [ "$count" = "$(echo "$roles" | tr ',' '\n' | grep -c .)" ] || differ "net::roles is not the enum's size" "" "$count: $roles"
 r=$(row 44)
-doc_bound=$(echo "$r" | sed -n 's/.*message: < \([0-9]*\).*/\1/p')
+doc_bound=$(echo "$r" | sed -n 's/.*message, message_ref: < \([0-9]*\).*/\1/p')
 [ "$doc_bound" = "$count" ] || differ "the destination role's bound" "< $doc_bound" "< $count (net::roles)"
 doc_roles=$(echo "$r" | pairs | awk '{print $2}' | paste -sd, -)
 code_roles=$(echo "$roles" | tr ',' '\n' | awk '{print $1}' | paste -sd, -)
@@ -33,8 +33,8 @@ doc_kinds=$(row 5 | pairs | paste -sd, -)
 # Sizes and limits.
 num() { sed -n "s/^constexpr [a-z0-9_:]* $1 = \\([0-9]*\\);.*/\\1/p" net/frame.hpp; }
 grep -q "fixed $(num frame_header_bytes)-byte header" "$doc" || differ "the header size" "$(grep -o 'fixed [0-9]*-byte header' "$doc")" "$(num frame_header_bytes)"
-row 8 | grep -q "message: 1\\.\\.$(num max_frame_segments);" || differ "the segment limit" "$(row 8)" "1..$(num max_frame_segments)"
-row 32 | grep -q "refuse: 1\\.\\.$(num max_control_body) |" || differ "the handshake body limit" "$(row 32)" "1..$(num max_control_body)"
+row 8 | grep -q "message, message_ref: 1\\.\\.$(num max_frame_segments);" || differ "the segment limit" "$(row 8)" "1..$(num max_frame_segments)"
+row 32 | grep -q "refuse, lane_offer, lane_accept: 1\\.\\.$(num max_control_body) |" || differ "the handshake body limit" "$(row 32)" "1..$(num max_control_body)"
 
 [ "$bad" = 0 ] || { echo "FAILED: $bad disagreement(s)"; exit 1; }
 echo "ok: the frame header table of $doc agrees with net/"

@@ -1,6 +1,8 @@
 #include "net/shm_lane.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,6 +39,24 @@ struct fd_guard {
 
 } // namespace
 
+std::size_t remove_stale_lanes(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  std::size_t removed = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    int pid = 0;
+    char rest[lane_max_name + 1];
+    if (n.size() > lane_max_name || std::sscanf(n.c_str(), "troupe-%d-%64s", &pid, rest) != 2 || pid <= 0) continue;
+    struct stat st {};
+    if (::stat((dir + "/" + n).c_str(), &st) != 0 || st.st_uid != ::geteuid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its creator may still use it
+    removed += ::shm_unlink(("/" + n).c_str()) == 0;
+  }
+  ::closedir(d);
+  return removed;
+}
+
 std::string encode_lane_offer(const lane_offer& o) {
   std::string s(16, '\0');
   std::memcpy(&s[0], &o.id, 8);
@@ -57,6 +77,8 @@ lane_offer decode_lane_offer(const void* body, std::size_t bytes) {
 // ---- the sending side ----
 
 std::unique_ptr<lane_ring> lane_ring::create(std::size_t bytes) {
+  static const std::size_t swept = remove_stale_lanes();  // once a process: what killed nodes left behind
+  (void)swept;
   std::unique_ptr<lane_ring> r(new lane_ring());
   r->bytes_ = std::max<std::size_t>(std::size_t(64) << 10, (bytes + 4095) / 4096 * 4096);
   std::random_device rd;

@@ -44,6 +44,11 @@ std::string encode_lane_offer(const lane_offer& o);
 /// Throws error for a body that is not an offer.
 lane_offer decode_lane_offer(const void* body, std::size_t bytes);
 
+/// Removes this user's lane regions in `dir` whose creating process is gone
+/// (a node killed between its offer and the peer's mapping leaves its region
+/// named); returns how many. lane_ring::create() calls it once a process.
+std::size_t remove_stale_lanes(const std::string& dir = "/dev/shm");
+
 /// The sending side: a region this process created, cut into slots.
 class lane_ring {
 public:

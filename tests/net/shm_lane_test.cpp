@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -155,4 +156,23 @@ TEST_CASE("lane: offers with foreign names, sizes or regions are refused, and an
     CHECK(name_exists(name));
   }
   CHECK_FALSE(name_exists(name));  // the ring removed its name
+}
+
+TEST_CASE("lane: regions left behind by a process that is gone are removed, a live process's are kept", "[net][lane]") {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);  // reaped: its pid names no process now
+  const std::string dead = "/troupe-" + std::to_string(child) + "-00000000000000aa";
+  const std::string live = "/troupe-" + std::to_string(::getpid()) + "-00000000000000bb";
+  for (const std::string& n : {dead, live}) {
+    const int fd = ::shm_open(n.c_str(), O_CREAT | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  }
+  CHECK(remove_stale_lanes() >= 1);
+  CHECK_FALSE(name_exists(dead));
+  CHECK(name_exists(live));
+  ::shm_unlink(live.c_str());
 }

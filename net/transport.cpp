@@ -86,7 +86,7 @@ struct transport::impl {
     int64_t peer = -1;  // the node dialed, or the node a hello claims
     std::string remote;
     asio::ip::address remote_ip;
-    bool local = false;  // the peer is on a loopback address: this host, this network namespace
+    bool local = false;  // the peer is on this host, in this network namespace (same_host)
     std::unique_ptr<frame_cipher> sealer;  // once established: protects the frames this side writes
     std::deque<out_frame> copies;          // fault injection: duplicates being written, each sealed alone
     steady::time_point frame_began{};      // when the frame now arriving began (epoch: none)
@@ -294,6 +294,15 @@ struct transport::impl {
     node_addresses = std::move(all);
   }
 
+  // The link's peer is on this host, in this network namespace: a loopback
+  // address, or this socket's own address at the other end.
+  static bool same_host(link& l) {
+    if (l.remote_ip.is_loopback()) return true;
+    boost::system::error_code ec;
+    const auto here = l.sock.local_endpoint(ec);
+    return !ec && plain(here.address()) == l.remote_ip;
+  }
+
   static asio::ip::address plain(const asio::ip::address& a) {
     if (a.is_v6() && a.to_v6().is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
     return a;
@@ -318,7 +327,7 @@ struct transport::impl {
       return;
     }
     l->remote_ip = plain(ep.address());
-    l->local = l->remote_ip.is_loopback();
+    l->local = same_host(*l);
     l->remote = l->remote_ip.to_string() + ":" + std::to_string(ep.port());
     if (!node_addresses.empty() &&
         std::find(node_addresses.begin(), node_addresses.end(), l->remote_ip) == node_addresses.end()) {
@@ -437,7 +446,7 @@ struct transport::impl {
     const auto ep = l->sock.remote_endpoint(ec);
     if (!ec) {
       l->remote_ip = plain(ep.address());
-      l->local = l->remote_ip.is_loopback();
+      l->local = same_host(*l);
     }
     peer& p = *peers[l->peer];
     l->ph = link::phase::handshake;

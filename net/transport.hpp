@@ -62,8 +62,8 @@ struct transport_options {
   /// Every frame after the handshake is authenticated (ChaCha20-Poly1305, per-link
   /// keys); with `encrypt` its payload is also encrypted (AES-256-GCM). Both sides must agree.
   bool encrypt = false;
-  /// Same-host lanes (net/shm_lane.hpp): a peer reached on a loopback address
-  /// gets messages of lane_min_message_bytes or more through a region of
+  /// Same-host lanes (net/shm_lane.hpp): a peer on this host (its link on a
+  /// loopback address, or on this socket's own address) gets messages of lane_min_message_bytes or more through a region of
   /// shared memory this large, which this node creates when it first sends
   /// the peer such a message; the link carries a small authenticated frame
   /// per message. 0: never (every byte through the socket).

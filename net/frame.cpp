@@ -267,25 +267,17 @@ out_frame make_message_frame(const address& destination, const message& m, uint6
   return f;
 }
 
-out_frame make_message_ref_frame(const address& destination, const std::vector<uint32_t>& sizes, const message_ref& r,
-                                 uint64_t sequence) {
-  if (sizes.empty() || sizes.size() > max_frame_segments)
-    throw error("make_message_ref_frame: " + std::to_string(sizes.size()) + " segments (1.." +
-                std::to_string(max_frame_segments) + " allowed)");
+out_frame make_message_ref_frame(const out_frame& message_frame, const message_ref& r) {
+  if (message_frame.kind != frame_kind::message)
+    throw error("make_message_ref_frame: made from a message frame, not a " + std::string(to_string(message_frame.kind)));
   out_frame f;
   f.kind = frame_kind::message_ref;
-  f.sequence = sequence;
-  frame_header h;
-  h.kind = frame_kind::message_ref;
-  h.segments = static_cast<uint32_t>(sizes.size());
-  h.sequence = sequence;
-  h.destination = destination;
-  const std::size_t table = segment_table_bytes(h.segments);
-  h.body_bytes = table + message_ref_bytes;
-  f.head.resize(frame_header_bytes + h.body_bytes);
-  encode_header(h, f.head.data());
-  for (std::size_t i = 0; i < sizes.size(); ++i) store<uint32_t>(f.head.data() + frame_header_bytes + 4 * i, sizes[i]);
-  std::byte* at = f.head.data() + frame_header_bytes + table;
+  f.sequence = message_frame.sequence;
+  f.head = message_frame.head;  // its header and segment table, and nothing else
+  store<uint8_t>(f.head.data() + off_kind, static_cast<uint8_t>(frame_kind::message_ref));
+  store<uint64_t>(f.head.data() + off_body, f.head.size() - frame_header_bytes + message_ref_bytes);
+  f.head.resize(f.head.size() + message_ref_bytes);
+  std::byte* at = f.head.data() + f.head.size() - message_ref_bytes;
   store<uint64_t>(at, r.lane);
   store<uint64_t>(at + 8, r.offset);
   store<uint64_t>(at + 16, r.bytes);

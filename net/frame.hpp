@@ -150,10 +150,10 @@ struct out_frame {
 
 /// A message frame for `destination` carrying `m`.
 out_frame make_message_frame(const address& destination, const message& m, uint64_t sequence);
-/// A message_ref frame for `destination`: a message of segments `sizes`
-/// (words) lying in lane `r.lane` at `r.offset`, `r.bytes` long.
-out_frame make_message_ref_frame(const address& destination, const std::vector<uint32_t>& sizes, const message_ref& r,
-                                 uint64_t sequence);
+/// The message_ref frame of `message_frame` (a make_message_frame()): its
+/// header and segment table, the segments lying in lane `r.lane` at
+/// `r.offset`, `r.bytes` long.
+out_frame make_message_ref_frame(const out_frame& message_frame, const message_ref& r);
 /// The reference a message_ref frame's body holds (in_frame::body).
 message_ref decode_message_ref(const std::vector<std::byte>& body);
 /// A frame without segments: heartbeat and goodbye (no body), handshake and

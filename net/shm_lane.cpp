@@ -17,6 +17,9 @@ namespace troupe::net {
 
 namespace {
 
+// The smallest region made or mapped.
+constexpr std::size_t min_region_bytes = std::size_t(64) << 10;
+
 enum : uint32_t { slot_writing = 0, slot_written = 1, slot_released = 2, slot_taken = 3 };
 
 uint32_t* state_at(std::byte* header) { return reinterpret_cast<uint32_t*>(header); }
@@ -80,7 +83,7 @@ std::unique_ptr<lane_ring> lane_ring::create(std::size_t bytes) {
   static const std::size_t swept = remove_stale_lanes();  // once a process: what killed nodes left behind
   (void)swept;
   std::unique_ptr<lane_ring> r(new lane_ring());
-  r->bytes_ = std::max<std::size_t>(std::size_t(64) << 10, (bytes + 4095) / 4096 * 4096);
+  r->bytes_ = std::max(min_region_bytes, (bytes + 4095) / 4096 * 4096);
   std::random_device rd;
   r->id_ = (uint64_t(rd()) << 32 | rd()) | 1;
   char name[lane_max_name + 1];
@@ -168,7 +171,7 @@ std::shared_ptr<lane_view> lane_view::open(const lane_offer& o) {
   if (::fstat(fd.fd, &st) != 0) throw error(system_error("cannot stat shared memory " + o.name));
   if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0 || !S_ISREG(st.st_mode))
     throw error("shared memory " + o.name + " is not this user's alone; not used");
-  if (o.bytes < (std::size_t(64) << 10) || static_cast<uint64_t>(st.st_size) != o.bytes)
+  if (o.bytes < min_region_bytes || static_cast<uint64_t>(st.st_size) != o.bytes)
     throw error("shared memory " + o.name + " is " + std::to_string(st.st_size) + " bytes, the offer said " +
                 std::to_string(o.bytes));
   void* p = ::mmap(nullptr, o.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);

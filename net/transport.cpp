@@ -874,10 +874,7 @@ struct transport::impl {
   }
 
   // Frames of the session are sealed, the handshake's are not (they have no keys yet).
-  static bool sealed_kind(frame_kind k) {
-    return carries_message(k) || k == frame_kind::heartbeat || k == frame_kind::goodbye || k == frame_kind::lane_offer ||
-           k == frame_kind::lane_accept;
-  }
+  static bool sealed_kind(frame_kind k) { return (session_kinds & kind_bit(k)) != 0; }
 
   void write_in_flight(const link_ptr& l, peer* p) {
     l->buffers.clear();
@@ -1065,7 +1062,7 @@ struct transport::impl {
                   std::to_string(opt.max_frame_bytes) + ")");
     peer& p = *peers[node];
     std::shared_ptr<lane_ring> ring;
-    queued q{lane_or_socket(p, destination, std::move(f), m, ring), priority};
+    queued q{lane_or_socket(p, std::move(f), ring), priority};
     link_ptr kick;
     const bool io_thread = on_io_thread();
     {
@@ -1097,12 +1094,12 @@ struct transport::impl {
     return true;
   }
 
-  // The frame for `m`: through the peer's same-host lane when one is up and
-  // `m` is large (`ring` set to it), else `socket_frame`, the message itself.
-  // A large message to a local peer without a lane yet asks the io thread for one.
-  out_frame lane_or_socket(peer& p, const address& destination, out_frame&& socket_frame, const message& m,
-                           std::shared_ptr<lane_ring>& ring) {
-    if (opt.lane_bytes == 0 || m.bytes() < lane_min_message_bytes) return std::move(socket_frame);
+  // The frame to send: through the peer's same-host lane when one is up and
+  // the message is large (`ring` set to it), else `socket_frame` as it is. A
+  // large message to a local peer without a lane yet asks the io thread for one.
+  out_frame lane_or_socket(peer& p, out_frame&& socket_frame, std::shared_ptr<lane_ring>& ring) {
+    const std::size_t bytes = socket_frame.plain_bytes() - socket_frame.head.size();  // the segments'
+    if (opt.lane_bytes == 0 || bytes < lane_min_message_bytes) return std::move(socket_frame);
     {
       std::lock_guard<std::mutex> lock(p.m);
       if (p.lane == peer::lane_state::up) {
@@ -1113,28 +1110,21 @@ struct transport::impl {
       }
     }
     if (!ring) return std::move(socket_frame);
-    const auto segs = wire_segments(m);
-    std::vector<uint32_t> sizes;
-    std::size_t total = 0;
-    for (const auto& s : segs) {
-      sizes.push_back(static_cast<uint32_t>(s.size()));
-      total += s.size() * sizeof(capnp::word);
-    }
-    const auto slot = ring->allocate(total);
+    const auto slot = ring->allocate(bytes);
     if (!slot) {
       ++c.lane_full;
       ring.reset();
       return std::move(socket_frame);
     }
     std::byte* at = slot->data;
-    for (const auto& s : segs) {
+    for (const auto& s : socket_frame.segments) {
       std::memcpy(at, s.begin(), s.size() * sizeof(capnp::word));
       at += s.size() * sizeof(capnp::word);
     }
     ring->publish(*slot);
     ++c.lane_frames_sent;
-    c.lane_bytes_sent += total;
-    return make_message_ref_frame(destination, sizes, {ring->id(), slot->offset, total}, 1);
+    c.lane_bytes_sent += bytes;
+    return make_message_ref_frame(socket_frame, {ring->id(), slot->offset, bytes});
   }
 
   // send() on an idle link from another thread: the caller writes the frame

@@ -1029,15 +1029,11 @@ TEST_CASE("transport: forged lane references are rejected and counted, never del
   const std::size_t bytes = 64 << 10;
   const message m = tensor_message(worker(1), worker(0), bytes, 1);
   const auto segs = wire_segments(m);
-  std::vector<uint32_t> sizes;
   uint64_t total = 0;
-  for (auto& s : segs) {
-    sizes.push_back(static_cast<uint32_t>(s.size()));
-    total += s.size() * 8;
-  }
+  for (auto& s : segs) total += s.size() * 8;
   uint64_t seq = 0;
   auto ref = [&](uint64_t lane, uint64_t offset, uint64_t b) {
-    p.write(make_message_ref_frame(worker(0), sizes, {lane, offset, b}, ++seq));
+    p.write(make_message_ref_frame(make_message_frame(worker(0), m, ++seq), {lane, offset, b}));
   };
   ref(42, 16, total);  // before any lane: no region of that id
   // The peer offers a region of its own; node 0 maps it and says so.

@@ -520,3 +520,30 @@ TEST_CASE("frames: a body gets buffer as its bytes arrive, at once up to the lar
   CHECK(feed(r2, part, part.size()).empty());
   CHECK(r2.held_bytes() >= (12u << 20));
 }
+
+TEST_CASE("frames: a message_ref carries its message frame's header and table and its reference, nothing else",
+          "[net][frame][lane]") {
+  const out_frame m = make_message_frame(to, tensor_message(from, to, 4096, 1), 9);
+  const out_frame r = make_message_ref_frame(m, {7, 4096, m.plain_bytes() - m.head.size()});
+  CHECK(r.segments.empty());
+  CHECK(r.head.size() == m.head.size() + message_ref_bytes);
+  auto reader = make_reader();
+  auto frames = feed(reader, on_wire(r), 5);  // a few bytes per read
+  REQUIRE(frames.size() == 1);
+  const in_frame& f = frames[0];
+  CHECK(f.header.kind == frame_kind::message_ref);
+  CHECK(f.header.sequence == 9);
+  CHECK(f.header.destination == to);
+  CHECK(f.msg.empty());
+  REQUIRE(f.sizes.size() == m.segments.size());
+  for (std::size_t i = 0; i < f.sizes.size(); ++i) CHECK(f.sizes[i] == m.segments[i].size());
+  const message_ref got = decode_message_ref(f.body);
+  CHECK(got.lane == 7);
+  CHECK(got.offset == 4096);
+  CHECK(got.bytes == m.plain_bytes() - m.head.size());
+  // A body that is not the table and the 24-byte reference is refused before it is read.
+  bytes b = on_wire(r);
+  put<uint64_t>(b, 32, b.size() - frame_header_bytes + 8);
+  CHECK(error_of(b) == frame_error::bad_length);
+  CHECK_THROWS_AS(make_message_ref_frame(r, {7, 4096, 8}), error);  // only from a message frame
+}

@@ -69,6 +69,22 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
                      const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias,
                      const tensor* relu_output = nullptr);
 
+/// Whether conv2d_relu_pool_forward and _backward take `g` in `ctx`: its path there is the direct
+/// kernels' (with stride 1 and padding < kernel, as their input gradient needs) or Winograd's, not im2col.
+bool conv2d_relu_pool_supported(const context& ctx, const conv2d_geometry& g);
+/// y = max_pool2d(relu(conv2d(x, w) + bias)) with a 2x2 window of stride 2, image by image: the
+/// convolution's own output is never written. window [n, oc, oh / 2, ow / 2] holds each maximum's place
+/// in its window (0 to 3, row by row, as floats). y has the bits of conv2d_forward with relu, then
+/// max_pool2d_forward (the first of equal maxima wins). Throws where conv2d_relu_pool_supported is false.
+void conv2d_relu_pool_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                              const conv2d_geometry& g, tensor& y, tensor& window);
+/// conv2d_backward's gradients from the pool's dy and the forward pass's y and window: dw and dx as
+/// max_pool2d_backward then conv2d_backward with the ReLU's mask give them; dbias to float rounding (its
+/// sums are taken in another order).
+void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                               const tensor& y, const tensor& window, const conv2d_geometry& g, tensor* dx,
+                               tensor& dw, tensor* dbias);
+
 // ---------------------------------------------------------------- pooling
 
 struct pool2d_geometry {

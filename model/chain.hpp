@@ -14,9 +14,10 @@ namespace troupe::model {
 using layer_list = std::vector<std::unique_ptr<layer>>;
 using state_list = std::vector<std::unique_ptr<layer_state>>;
 
-/// Kernel fusion between neighbours of the chain (layer::fuse_next): each
-/// layer is asked about the next, and the next told whether it is applied
-/// by it; the first is applied by none.
+/// Kernel fusion between neighbours of the chain (layer::fuse_next, then
+/// layer::fuse_also): a layer is asked about the next, and about the one
+/// after while it applies the one before; each is told whether it is applied
+/// by a layer before it; the first is applied by none.
 void fuse_chain(layer_list& chain);
 
 /// A layer needs its input gradient when the chain's input needs one

@@ -104,6 +104,11 @@ public:
   /// is then told so by set_applied_by_previous(true), and passes its input
   /// and its gradient through. Results stay the same.
   virtual bool fuse_next(const layer* next) { return false; }
+  /// Asked after fuse_next returned true, about the layer after the last one
+  /// this layer applies (and again while it returns true): true when it
+  /// applies that one too (a convolution with its ReLU, the 2x2 max pool
+  /// after them), which is then told so as `next` was.
+  virtual bool fuse_also(const layer* after) { return false; }
   virtual void set_applied_by_previous(bool applied) {}
 
   /// Layers before the first one with parameters need no input gradient

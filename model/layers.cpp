@@ -77,6 +77,11 @@ private:
 
 struct conv2d_state : layer_state {
   tensor x, cols;  // its input, and im2col's column matrices
+  // With a 2x2 max pool applied (y is then the pool's output):
+  bool pooled = false;  // by the fused kernels, and `window` holds the maxima's places
+  tensor window;
+  tensor conv_y, spread;  // otherwise: the convolution's output, the pool's gradient spread over it
+  std::vector<int32_t> argmax;
 };
 
 class conv2d_layer final : public layer_with_state<conv2d_state> {
@@ -120,16 +125,33 @@ public:
   }
   bool fuse_next(const layer* next) override {
     relu_ = next && next->kind() == "relu";
+    pool_ = false;
     return relu_;
   }
+  bool fuse_also(const layer* after) override;
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool, conv2d_state& s) override {
     s.x = x;
-    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, s.y, s.cols, relu_);
+    s.pooled = pool_ && k::conv2d_relu_pool_supported(ctx, g_);
+    if (s.pooled) {  // the convolution's output never written
+      s.cols = tensor();
+      k::conv2d_relu_pool_forward(ctx, x, w_.value, b_.value, g_, s.y, s.window);
+      return s.y;
+    }
+    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, pool_ ? s.conv_y : s.y, s.cols, relu_);
+    if (pool_) k::max_pool2d_forward(ctx, s.conv_y, k::pool2d_geometry{}, s.y, s.argmax);
     return s.y;
   }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, conv2d_state& s) override {
-    k::conv2d_backward(ctx, s.x, w_.value, s.cols, dy, g_, needs_input_grad_ ? &s.dx : nullptr,
-                       w_.grad, o_.bias() ? &b_.grad : nullptr, relu_ ? &s.y : nullptr);
+    tensor* dx = needs_input_grad_ ? &s.dx : nullptr;
+    tensor* dbias = o_.bias() ? &b_.grad : nullptr;
+    if (s.pooled) {
+      k::conv2d_relu_pool_backward(ctx, s.x, w_.value, dy, s.y, s.window, g_, dx, w_.grad, dbias);
+    } else if (pool_) {
+      k::max_pool2d_backward(ctx, dy, s.argmax, s.conv_y.shape(), s.spread);
+      k::conv2d_backward(ctx, s.x, w_.value, s.cols, s.spread, g_, dx, w_.grad, dbias, &s.conv_y);
+    } else {
+      k::conv2d_backward(ctx, s.x, w_.value, s.cols, dy, g_, dx, w_.grad, dbias, relu_ ? &s.y : nullptr);
+    }
     if (!needs_input_grad_) s.dx = tensor();
     return s.dx;
   }
@@ -144,6 +166,7 @@ private:
   k::conv2d_geometry g_;
   parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
   bool relu_ = false;  // applies the next layer, a ReLU
+  bool pool_ = false;  // and the one after it, a 2x2 max pool of stride 2
 };
 
 /// The shape of a call's input (what a pooling's backward scatters into).
@@ -167,6 +190,9 @@ public:
   std::string describe() const override {
     return kind() + "(" + n2s(g_.kernel) + (g_.stride != g_.kernel ? ", stride " + n2s(g_.stride) : "") + ")";
   }
+  /// A 2x2 window of stride 2 (what a convolution before it can apply).
+  bool two_by_two() const { return g_.kernel == 2 && g_.stride == 2; }
+  void set_applied_by_previous(bool applied) override { passthrough_ = Max && applied; }
   shape infer(const shape& in, const std::string& source) override {
     if (in.rank() != 3)
       throw shape_error("expects [channels, height, width] inputs, " + source + " gives " + in.to_string());
@@ -175,6 +201,7 @@ public:
     return per_sample(k::pool2d_output_shape(batched(1, in), g_));
   }
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool, pool_state& s) override {
+    if (passthrough_) return x;
     s.x_shape = x.shape();
     if (Max)
       k::max_pool2d_forward(ctx, x, g_, s.y, s.argmax);
@@ -183,6 +210,7 @@ public:
     return s.y;
   }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, pool_state& s) override {
+    if (passthrough_) return dy;
     if (Max)
       k::max_pool2d_backward(ctx, dy, s.argmax, s.x_shape, s.dx);
     else
@@ -192,7 +220,15 @@ public:
 
 private:
   k::pool2d_geometry g_;
+  bool passthrough_ = false;  // the convolution before the ReLU before it applies this pool
 };
+
+bool conv2d_layer::fuse_also(const layer* after) {
+  if (pool_) return false;  // applies nothing after its pool
+  const auto* pool = dynamic_cast<const pool_layer<true>*>(after);
+  pool_ = relu_ && pool && pool->two_by_two();
+  return pool_;
+}
 
 class global_avg_pool_layer final : public layer_with_state<input_shape_state> {
 public:

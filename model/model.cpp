@@ -13,11 +13,17 @@ std::string layer_name(const layer& l, std::size_t i) { return l.kind() + " #" +
 } // namespace
 
 void fuse_chain(layer_list& chain) {
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    const bool fused = chain[i]->fuse_next(i + 1 < chain.size() ? chain[i + 1].get() : nullptr);
-    if (i + 1 < chain.size()) chain[i + 1]->set_applied_by_previous(fused);
-  }
   if (!chain.empty()) chain.front()->set_applied_by_previous(false);
+  for (std::size_t i = 0; i < chain.size();) {
+    std::size_t next = i + 1;  // the first layer after i that i does not apply
+    bool fused = chain[i]->fuse_next(next < chain.size() ? chain[next].get() : nullptr);
+    while (fused) {
+      chain[next++]->set_applied_by_previous(true);
+      fused = next < chain.size() && chain[i]->fuse_also(chain[next].get());
+    }
+    if (next < chain.size()) chain[next]->set_applied_by_previous(false);
+    i = next;
+  }
 }
 
 void set_needs_input_grad_chain(layer_list& chain, bool input_needs_grad) {

@@ -4,6 +4,7 @@
 // model tests.
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -23,6 +24,15 @@ inline tensor random_tensor(const shape& s, uint64_t seed, float lo = -1.0f, flo
   tensor t = tensor::empty(s);
   for (int64_t i = 0; i < t.numel(); ++i) t.at(i) = d(rng);
   return t;
+}
+
+/// Largest |a - b| relative to the largest |b| (at least 1).
+inline double max_rel_diff(const tensor& a, const tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0, scale = 1;
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.at(i))));
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, double(std::abs(a.at(i) - b.at(i))));
+  return worst / scale;
 }
 
 inline double dot(const tensor& a, const tensor& b) {

@@ -59,10 +59,8 @@ float* scratch(int slot, std::size_t n) {
 
 namespace {
 
-/// x [c, h, w] into zeroed planes [c, h + 2p, w + 2p]; where `mask` is given
-/// (of x's shape), only the elements where it is > 0.
-void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, float* out,
-                const float* mask = nullptr) {
+/// x [c, h, w] into zeroed planes [c, h + 2p, w + 2p].
+void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, float* out) {
   const int64_t hp = h + 2 * p, wp = w + 2 * p;
   for (int64_t ci = 0; ci < c; ++ci) {
     float* o = out + ci * hp * wp;
@@ -71,12 +69,7 @@ void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, floa
     for (int64_t r = 0; r < h; ++r) {
       float* row = o + (r + p) * wp;
       std::fill_n(row, p, 0.0f);
-      if (mask) {
-        const float* m = mask + ci * h * w + r * w;
-        for (int64_t j = 0; j < w; ++j) row[p + j] = m[j] > 0.0f ? in[r * w + j] : 0.0f;
-      } else {
-        std::memcpy(row + p, in + r * w, w * sizeof(float));
-      }
+      std::memcpy(row + p, in + r * w, w * sizeof(float));
       std::fill_n(row + p + w, p, 0.0f);
     }
     std::fill_n(o + (p + h) * wp, p * wp, 0.0f);
@@ -303,34 +296,85 @@ inline block where_positive(block y, block g) { return _mm_and_ps(_mm_cmpgt_ps(y
 inline void transpose(block r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 #endif
 
+/// Positions per pass of the layout changes: the pass's rows of the position-major side
+/// ([P][ocp]: at most 16 KB of them) stay in L1 while every block of channels goes through
+/// them, so each of their cache lines is filled once, not once per block of channels.
+int64_t position_pass(int64_t ocp) { return std::max<int64_t>(tb, 4096 / ocp / tb * tb); }
+
+/// The full tb x tb blocks of store_channels: channels [0, full_o), positions [0, full_q).
+template <bool Bias, bool Relu>
+void store_full_blocks(const float* t, int64_t positions, int64_t ocp, int64_t full_o, int64_t full_q,
+                       const float* bias, float* y) {
+  const int64_t pass = position_pass(ocp);
+  for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
+    const int64_t p1 = std::min(full_q, p0 + pass);
+    for (int64_t o0 = 0; o0 < full_o; o0 += tb) {
+      block b[tb];
+      if (Bias)
+        for (int64_t r = 0; r < tb; ++r) b[r] = splat(bias[o0 + r]);
+      for (int64_t q0 = p0; q0 < p1; q0 += tb) {
+        block v[tb];
+        for (int64_t r = 0; r < tb; ++r) v[r] = load_block(t + (q0 + r) * ocp + o0);
+        transpose(v);
+        for (int64_t r = 0; r < tb; ++r) {
+          block o = Bias ? add_block(v[r], b[r]) : v[r];
+          if (Relu) o = relu_block(o);
+          store_block(y + (o0 + r) * positions + q0, o);
+        }
+      }
+    }
+  }
+}
+
+/// The full tb x tb blocks of load_positions: channels [0, full_o), positions [0, full_q);
+/// each position's masked channel values added to sums [ocp] when it is given.
+template <bool Masked, bool Sums>
+void load_full_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t full_o,
+                      int64_t full_q, float* t, float* sums) {
+  const int64_t pass = position_pass(ocp);
+  for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
+    const int64_t p1 = std::min(full_q, p0 + pass);
+    for (int64_t o0 = 0; o0 < full_o; o0 += tb) {
+      block acc = splat(0.0f);
+      for (int64_t q0 = p0; q0 < p1; q0 += tb) {
+        block v[tb];
+        for (int64_t r = 0; r < tb; ++r) {
+          const int64_t at = (o0 + r) * positions + q0;
+          v[r] = Masked ? where_positive(load_block(mask + at), load_block(dy + at)) : load_block(dy + at);
+        }
+        transpose(v);
+        for (int64_t r = 0; r < tb; ++r) {
+          store_block(t + (q0 + r) * ocp + o0, v[r]);
+          if (Sums) acc = add_block(acc, v[r]);
+        }
+      }
+      if (Sums) store_block(sums + o0, add_block(load_block(sums + o0), acc));
+    }
+  }
+}
+
 } // namespace
 
 /// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when
 /// asked). ocp is a multiple of the block size.
 void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
                     float* y) {
-  const int64_t full = positions / tb * tb;
-  for (int64_t o0 = 0; o0 < oc; o0 += tb) {
-    const int64_t rows = std::min(tb, oc - o0);
-    block b[tb];
-    for (int64_t r = 0; r < tb; ++r) b[r] = splat(bias && r < rows ? bias[o0 + r] : 0.0f);
-    for (int64_t q0 = 0; q0 < full; q0 += tb) {
-      block v[tb];
-      for (int64_t r = 0; r < tb; ++r) v[r] = load_block(t + (q0 + r) * ocp + o0);
-      transpose(v);
-      for (int64_t r = 0; r < rows; ++r) {
-        const block o = add_block(v[r], b[r]);
-        store_block(y + (o0 + r) * positions + q0, relu ? relu_block(o) : o);
-      }
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      const float bv = bias ? bias[o0 + r] : 0.0f;
-      for (int64_t q = full; q < positions; ++q) {
-        const float v = t[q * ocp + o0 + r] + bv;
-        y[(o0 + r) * positions + q] = relu ? std::max(v, 0.0f) : v;
-      }
-    }
-  }
+  const int64_t full_o = oc / tb * tb, full_q = positions / tb * tb;
+  if (bias)
+    relu ? store_full_blocks<true, true>(t, positions, ocp, full_o, full_q, bias, y)
+         : store_full_blocks<true, false>(t, positions, ocp, full_o, full_q, bias, y);
+  else
+    relu ? store_full_blocks<false, true>(t, positions, ocp, full_o, full_q, bias, y)
+         : store_full_blocks<false, false>(t, positions, ocp, full_o, full_q, bias, y);
+  // What the blocks leave: the last oc % tb channels at every position, the last positions % tb positions.
+  const auto one = [&](int64_t o, int64_t q) {
+    const float v = t[q * ocp + o] + (bias ? bias[o] : 0.0f);
+    y[o * positions + q] = relu ? std::max(v, 0.0f) : v;
+  };
+  for (int64_t o = full_o; o < oc; ++o)
+    for (int64_t q = 0; q < positions; ++q) one(o, q);
+  for (int64_t o = 0; o < full_o; ++o)
+    for (int64_t q = full_q; q < positions; ++q) one(o, q);
 }
 
 /// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels), where
@@ -338,33 +382,112 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias) {
-  const int64_t full = positions / tb * tb;
-  for (int64_t o0 = 0; o0 < ocp; o0 += tb) {
-    const int64_t rows = std::max<int64_t>(0, std::min(tb, oc - o0));
-    for (int64_t q0 = 0; q0 < full; q0 += tb) {
-      block v[tb];
-      for (int64_t r = 0; r < tb; ++r) {
-        const int64_t at = (o0 + r) * positions + q0;
-        v[r] = r >= rows ? splat(0.0f) : mask ? where_positive(load_block(mask + at), load_block(dy + at))
-                                              : load_block(dy + at);
+  const int64_t full_o = oc / tb * tb, full_q = positions / tb * tb;
+  float* sums = nullptr;
+  if (dbias) {
+    sums = scratch(9, static_cast<std::size_t>(ocp));
+    std::fill_n(sums, ocp, 0.0f);
+  }
+  if (mask)
+    sums ? load_full_blocks<true, true>(dy, mask, positions, ocp, full_o, full_q, t, sums)
+         : load_full_blocks<true, false>(dy, mask, positions, ocp, full_o, full_q, t, sums);
+  else
+    sums ? load_full_blocks<false, true>(dy, mask, positions, ocp, full_o, full_q, t, sums)
+         : load_full_blocks<false, false>(dy, mask, positions, ocp, full_o, full_q, t, sums);
+  // What the blocks leave: the channels from full_o (padding ones zero) at every position, the last
+  // positions % tb positions of the others.
+  const auto one = [&](int64_t o, int64_t q) {
+    const int64_t at = o * positions + q;
+    const float v = o < oc && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
+    t[q * ocp + o] = v;
+    if (sums) sums[o] += v;
+  };
+  for (int64_t q = 0; q < positions; ++q)
+    for (int64_t o = full_o; o < ocp; ++o) one(o, q);
+  for (int64_t o = 0; o < full_o; ++o)
+    for (int64_t q = full_q; q < positions; ++q) one(o, q);
+  if (dbias)
+    for (int64_t o = 0; o < oc; ++o) dbias[o] += sums[o];
+}
+
+namespace {
+
+/// b where `pick` is all ones, else a (pick: a lane comparison's result).
+inline simd::vec choose(simd::ivec pick, simd::vec a, simd::vec b) {
+  return (simd::vec)(((simd::ivec)b & pick) | ((simd::ivec)a & ~pick));
+}
+
+/// The flat positions of the four corners of pooled position (py, px) in a plane `ow` wide, row by row.
+inline std::array<int64_t, 4> corners(int64_t py, int64_t px, int64_t ow) {
+  const int64_t p0 = 2 * py * ow + 2 * px;
+  return {p0, p0 + 1, p0 + ow, p0 + ow + 1};
+}
+
+} // namespace
+
+void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t oc, const float* bias, float* y,
+                  float* window) {
+  const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
+  float* best_t = scratch(10, static_cast<std::size_t>(pp * ocp));
+  float* place_t = scratch(11, static_cast<std::size_t>(pp * ocp + ocp));
+  float* b = place_t + pp * ocp;  // the bias, zero in the padding channels
+  for (int64_t o = 0; o < ocp; ++o) b[o] = bias && o < oc ? bias[o] : 0.0f;
+  for (int64_t py = 0; py < ph; ++py)
+    for (int64_t px = 0; px < pw; ++px) {
+      const std::array<int64_t, 4> at = corners(py, px, ow);
+      const int64_t q = (py * pw + px) * ocp;
+      for (int64_t o0 = 0; o0 < ocp; o0 += W) {
+        const simd::vec bv = simd::load(b + o0);
+        simd::vec best = simd::max(simd::add(simd::load(t + at[0] * ocp + o0), bv), simd::zero());
+        simd::vec place = simd::zero();
+        for (int k = 1; k < 4; ++k) {
+          const simd::vec v = simd::max(simd::add(simd::load(t + at[k] * ocp + o0), bv), simd::zero());
+          const simd::ivec gt = (simd::ivec)(v > best);  // ordered: NaN never wins
+          best = choose(gt, best, v);
+          place = choose(gt, place, simd::splat(static_cast<float>(k)));
+        }
+        simd::store(best_t + q + o0, best);
+        simd::store(place_t + q + o0, place);
       }
-      transpose(v);
-      for (int64_t r = 0; r < tb; ++r) store_block(t + (q0 + r) * ocp + o0, v[r]);
     }
-    for (int64_t q = full; q < positions; ++q)
-      for (int64_t r = 0; r < tb; ++r) {
-        const int64_t at = (o0 + r) * positions + q;
-        t[q * ocp + o0 + r] = r < rows && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
+  store_channels(best_t, pp, ocp, oc, nullptr, false, y);
+  store_channels(place_t, pp, ocp, oc, nullptr, false, window);
+}
+
+output_gradient output_gradient::of(const tensor& dy, const tensor* relu_output, const tensor* window, int64_t oh,
+                                    int64_t ow, int64_t oc) {
+  return {dy.data(), relu_output ? relu_output->data() : nullptr, window ? window->data() : nullptr, oh, ow, oc};
+}
+
+void output_gradient::load(int64_t i, int64_t ocp, float* t, float* dbias) const {
+  const int64_t plane = oc * (window ? (oh / 2) * (ow / 2) : oh * ow);  // floats per image of dy, mask, window
+  const float* maski = mask ? mask + i * plane : nullptr;
+  if (window)
+    load_pooled(dy + i * plane, maski, window + i * plane, oh, ow, oc, ocp, t, dbias);
+  else
+    load_positions(dy + i * plane, maski, oh * ow, oc, ocp, t, dbias);
+}
+
+void load_pooled(const float* dy, const float* y, const float* window, int64_t oh, int64_t ow, int64_t oc,
+                 int64_t ocp, float* t, float* dbias) {
+  const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
+  float* grad_t = scratch(10, static_cast<std::size_t>(pp * ocp));
+  float* place_t = scratch(11, static_cast<std::size_t>(pp * ocp));
+  load_positions(dy, y, pp, oc, ocp, grad_t, dbias);
+  load_positions(window, nullptr, pp, oc, ocp, place_t, nullptr);
+  if (oh % 2 || ow % 2) std::fill_n(t, oh * ow * ocp, 0.0f);  // the last row or column no window covers
+  for (int64_t py = 0; py < ph; ++py)
+    for (int64_t px = 0; px < pw; ++px) {
+      const std::array<int64_t, 4> at = corners(py, px, ow);
+      const int64_t q = (py * pw + px) * ocp;
+      for (int64_t o0 = 0; o0 < ocp; o0 += W) {
+        const simd::vec g = simd::load(grad_t + q + o0), place = simd::load(place_t + q + o0);
+        for (int k = 0; k < 4; ++k) {
+          const simd::ivec here = (simd::ivec)(place == simd::splat(static_cast<float>(k)));
+          simd::store(t + at[k] * ocp + o0, choose(here, simd::zero(), g));
+        }
       }
-  }
-  if (!dbias) return;
-  for (int64_t o0 = 0; o0 < ocp; o0 += W) {
-    simd::vec acc = simd::zero();
-    for (int64_t q = 0; q < positions; ++q) acc = simd::add(acc, simd::load(t + q * ocp + o0));
-    alignas(64) float lanes[W];
-    simd::store(lanes, acc);
-    for (int64_t l = 0; l < W && o0 + l < oc; ++l) dbias[o0 + l] += lanes[l];
-  }
+    }
 }
 
 namespace {
@@ -391,15 +514,17 @@ void pack_rotated_weights(const float* w, int64_t oc, int64_t c, int64_t k, int6
     }
 }
 
-/// dx [c, h, wd] of one image by the direct kernel (stride 1): dyi [oc, oh, ow], masked where maski is
-/// not > 0 when it is given and padded by pd, convolved with the rotated weights wrot [oc*k*k, cp].
-void dx_image(const float* dyi, const float* maski, int64_t oc, int64_t oh, int64_t ow, int64_t pd, int64_t k,
+/// dx [c, h, wd] of one image by the direct kernel (stride 1): the output gradient dyt [oh * ow][ocp]
+/// (position-major, as output_gradient::load gives it) in NCHW planes padded by pd, convolved with the
+/// rotated weights wrot [oc*k*k, cp].
+void dx_image(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, int64_t pd, int64_t k,
               const float* wrot, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi) {
   const int64_t ohp = oh + 2 * pd, owp = ow + 2 * pd;
-  const float* din = dyi;
-  if (pd > 0 || maski) {
+  float* din = scratch(6, static_cast<std::size_t>(oc * oh * ow));
+  store_channels(dyt, oh * ow, ocp, oc, nullptr, false, din);
+  if (pd > 0) {
     float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
-    pad_planes(dyi, oc, oh, ow, pd, padded, maski);
+    pad_planes(din, oc, oh, ow, pd, padded);
     din = padded;
   }
   float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
@@ -437,8 +562,8 @@ void dx_by_gemm(const context& ctx, const tensor& w, const tensor& dy, const ten
 } // namespace
 
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                           const conv2d_geometry& g, bool relu, tensor& y) {
-  const shape ys = y.shape();
+                           const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
+  const shape ys = conv2d_output_shape(x.shape(), g);
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
   const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding;
   const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), taps = c * k * k;
@@ -447,6 +572,8 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
+  float* windowp = window ? window->data() : nullptr;
+  const int64_t pooled = (oh / 2) * (ow / 2);
   const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -459,15 +586,19 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
     }
     float* out = scratch(2, static_cast<std::size_t>(oh * ow * ocp));
     conv_image(in, c, hp, wp, k, g.stride, oh, ow, wt, ocp, out);
-    store_channels(out, oh * ow, ocp, oc, bp, relu, yp + i * oc * oh * ow);
+    if (windowp)
+      store_pooled(out, oh, ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * oc * pooled);
+    else
+      store_channels(out, oh * ow, ocp, oc, bp, relu, yp + i * oc * oh * ow);
   }
 }
 
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                            tensor* dbias) {
+                            tensor* dbias, const tensor* window) {
+  const shape ys = conv2d_output_shape(x.shape(), g);
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
-  const int64_t oc = g.out_channels, oh = dy.dim(2), ow = dy.dim(3), k = g.kernel, p = g.padding, s = g.stride;
+  const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding, s = g.stride;
   const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), cp = round_up(c, W);
   const int64_t taps = c * k * k, positions = oh * ow;
   // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0.
@@ -485,8 +616,9 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
     pack_rotated_weights(w.data(), oc, c, k, cp, wrot);
   }
   const float* xp = x.data();
-  const float* dyp = dy.data();
-  const float* maskp = relu_output ? relu_output->data() : nullptr;
+  const output_gradient grad = output_gradient::of(dy, relu_output, window, oh, ow, oc);
+  if (window && dx && !direct_dx)
+    throw error("conv2d_backward_direct: a pooled gradient's dx needs stride 1 and padding < kernel");
   float* dxp = dx ? dx->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -496,8 +628,6 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = xp + i * c * h * wd;
-      const float* dyi = dyp + i * oc * positions;
-      const float* maski = maskp ? maskp + i * oc * positions : nullptr;
       const float* in = xi;
       if (p > 0) {
         float* padded = scratch(2, static_cast<std::size_t>(c * hp * wp));
@@ -505,9 +635,9 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
         in = padded;
       }
       float* dyt = scratch(3, static_cast<std::size_t>(positions * ocp));
-      load_positions(dyi, maski, positions, oc, ocp, dyt, db);
+      grad.load(i, ocp, dyt, db);
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
-      if (direct_dx) dx_image(dyi, maski, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
+      if (direct_dx) dx_image(dyt, ocp, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
     }
   }
   sum_partials(partial, part, threads, oc, taps, ocp, dw.data(), dbias ? dbias->data() : nullptr);

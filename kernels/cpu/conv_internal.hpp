@@ -22,25 +22,28 @@ void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor
 // The files compiled once per instruction set, in that set's namespace.
 namespace TROUPE_ISA {
 
-/// y = conv(x, w) + bias, then max(y, 0) when `relu`.
+/// y = conv(x, w) + bias, then max(y, 0) when `relu`. With `window` (relu then set), y and window are
+/// conv2d_relu_pool_forward's: the 2x2 pool's maxima and their places (store_pooled).
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                           const conv2d_geometry& g, bool relu, tensor& y);
-/// dw, and dx and dbias when not null; dy counts where relu_output > 0 only, when given.
+                           const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
+/// dw, and dx and dbias when not null; dy counts where relu_output > 0 only, when given. With `window`, dy
+/// and relu_output are the 2x2 pool's gradient and output (load_pooled); dx then needs stride 1 and
+/// padding < kernel.
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                            tensor* dbias);
+                            tensor* dbias, const tensor* window);
 /// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) (conv_winograd.cpp).
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                             const conv2d_geometry& g, bool relu, tensor& y);
+                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                              tensor* dbias);
+                              tensor* dbias, const tensor* window);
 
 // Shared by the direct and Winograd kernels (conv_direct.cpp).
 
 int64_t round_up(int64_t v, int64_t m);
 /// Per-thread scratch slots (see conv_direct.cpp's scratch()).
-constexpr int scratch_slots = 10;
+constexpr int scratch_slots = 12;
 /// Scratch of the calling thread, kept between calls: one buffer per slot,
 /// grown as needed, contents unspecified. The calling thread is also thread 0
 /// of a parallel region: what it holds across one uses other slots than the
@@ -54,6 +57,31 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias);
+/// A convolution's output t [oh * ow][ocp] of one image, plus bias (when given), ReLU, then the 2x2 max
+/// pool of stride 2: the maxima into y [oc][ph * pw] (ph = oh / 2, pw = ow / 2), each one's place in its
+/// window (0 to 3, row by row, as a float) into window [oc][ph * pw]; the first of equal maxima wins, as in
+/// max_pool2d_forward, and the values are store_channels' with relu. Uses scratch slots 10 and 11.
+void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t oc, const float* bias, float* y,
+                  float* window);
+/// The reverse for the backward pass: t [oh * ow][ocp] = the pool's dy [oc][ph * pw] at each window's
+/// maximum where the pool's output y is > 0, zero elsewhere and in the padding channels (what
+/// max_pool2d_backward and load_positions with the ReLU's mask give); adds each channel's sum to dbias
+/// when given. Uses scratch slots 9 to 11.
+void load_pooled(const float* dy, const float* y, const float* window, int64_t oh, int64_t ow, int64_t oc,
+                 int64_t ocp, float* t, float* dbias);
+/// A backward pass's output gradient: dy [n, oc, oh, ow], counted where mask (the ReLU's output, when
+/// given) is > 0; or, with `window`, the 2x2 pool's dy, output and window [n, oc, oh / 2, ow / 2].
+struct output_gradient {
+  const float* dy;
+  const float* mask;
+  const float* window;
+  int64_t oh, ow, oc;
+  static output_gradient of(const tensor& dy, const tensor* relu_output, const tensor* window, int64_t oh,
+                            int64_t ow, int64_t oc);
+  /// Image i's gradient of the convolution's output, position-major, into t [oh * ow][ocp] (load_positions or
+  /// load_pooled); each channel's sum added to dbias when given.
+  void load(int64_t i, int64_t ocp, float* t, float* dbias) const;
+};
 
 } // namespace TROUPE_ISA
 #endif

@@ -283,7 +283,7 @@ void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const flo
 } // namespace
 
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                             const conv2d_geometry& g, bool relu, tensor& y) {
+                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
   const tiling tl = make_tiling(h, wd, g.padding);
@@ -293,6 +293,8 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
+  float* windowp = window ? window->data() : nullptr;
+  const int64_t pooled = (tl.oh / 2) * (tl.ow / 2);
   const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -302,13 +304,16 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
     float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
     load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
     convolve(xt, tl, c, cp, u, ocp, v, m, out);
-    store_channels(out, tl.oh * tl.ow, ocp, oc, bp, relu, yp + i * oc * tl.oh * tl.ow);
+    if (windowp)
+      store_pooled(out, tl.oh, tl.ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * oc * pooled);
+    else
+      store_channels(out, tl.oh * tl.ow, ocp, oc, bp, relu, yp + i * oc * tl.oh * tl.ow);
   }
 }
 
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                              tensor* dbias) {
+                              tensor* dbias, const tensor* window) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
   const tiling fwd = make_tiling(h, wd, g.padding);          // x -> y
@@ -327,8 +332,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
     weight_transform([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true, urot);
   }
   const float* xp = x.data();
-  const float* dyp = dy.data();
-  const float* maskp = relu_output ? relu_output->data() : nullptr;
+  const output_gradient grad = output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc);
   float* dxp = dx ? dx->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -342,8 +346,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
       float* dm = scratch(5, static_cast<std::size_t>(elements * fwd.tiles() * ocp));
       load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
       input_transform(xt, fwd, cp, v);
-      load_positions(dyp + i * oc * positions, maskp ? maskp + i * oc * positions : nullptr, positions, oc, ocp,
-                     dyt, db);
+      grad.load(i, ocp, dyt, db);
       gradient_transform(dyt, fwd, ocp, dm);
       const int64_t tiles = fwd.tiles();
       for (int64_t xi = 0; xi < elements; ++xi)  // dU[xi] += V[xi]^T dM[xi]

@@ -241,9 +241,9 @@ void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const 
   if (path != conv_path::im2col) {
     cols = tensor();
     if (path == conv_path::winograd)
-      detail::active_simd_kernels().forward_winograd(ctx, x, w, bias, g, relu, y);
+      detail::active_simd_kernels().forward_winograd(ctx, x, w, bias, g, relu, y, nullptr);
     else
-      detail::active_simd_kernels().forward_direct(ctx, x, w, bias, g, relu, y);
+      detail::active_simd_kernels().forward_direct(ctx, x, w, bias, g, relu, y, nullptr);
   } else {
     conv2d_forward_im2col(ctx, x, w, bias, g, y, cols);
     if (relu) relu_forward(ctx, y, y);
@@ -261,9 +261,9 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
   if (dx) ensure_shape(*dx, x.shape());
   const conv_path path = path_for(ctx, g);
   if (path == conv_path::winograd) {
-    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dw, dbias, nullptr);
   } else if (path == conv_path::direct) {
-    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias);
+    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias, nullptr);
   } else if (relu_output) {
     tensor masked;
     relu_backward(ctx, *relu_output, dy, masked);
@@ -271,6 +271,53 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
   } else {
     conv2d_backward_im2col(ctx, w, cols, dy, g, x.shape(), dx, dw, dbias);
   }
+}
+
+bool conv2d_relu_pool_supported(const context& ctx, const conv2d_geometry& g) {
+  const conv_path path = path_for(ctx, g);
+  return path == conv_path::winograd || (path == conv_path::direct && g.stride == 1 && g.padding < g.kernel);
+}
+
+namespace {
+
+/// The pool's output shape of conv2d_relu_pool_forward for x, after checking its operands.
+shape relu_pool_shape(const context& ctx, const tensor& x, const tensor& w, const conv2d_geometry& g,
+                      const char* what) {
+  const shape cs = conv2d_output_shape(x.shape(), g);
+  detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, what, "w");
+  detail::require(cs[2] >= 2 && cs[3] >= 2, what,
+                  "the convolution's output " + cs.to_string() + " is smaller than the 2x2 window");
+  detail::require(conv2d_relu_pool_supported(ctx, g), what,
+                  "needs the direct kernels (stride 1, padding < kernel) or Winograd's for this geometry");
+  return {cs[0], cs[1], cs[2] / 2, cs[3] / 2};
+}
+
+} // namespace
+
+void conv2d_relu_pool_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                              const conv2d_geometry& g, tensor& y, tensor& window) {
+  const shape ps = relu_pool_shape(ctx, x, w, g, "conv2d_relu_pool_forward");
+  if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_relu_pool_forward", "bias");
+  ensure_shape(y, ps);
+  ensure_shape(window, ps);
+  const detail::simd_kernel_set& set = detail::active_simd_kernels();
+  (path_for(ctx, g) == conv_path::winograd ? set.forward_winograd : set.forward_direct)(ctx, x, w, bias, g, true, y,
+                                                                                        &window);
+}
+
+void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                               const tensor& y, const tensor& window, const conv2d_geometry& g, tensor* dx,
+                               tensor& dw, tensor* dbias) {
+  const shape ps = relu_pool_shape(ctx, x, w, g, "conv2d_relu_pool_backward");
+  detail::require_shape(dy, ps, "conv2d_relu_pool_backward", "dy");
+  detail::require_shape(y, ps, "conv2d_relu_pool_backward", "y");
+  detail::require_shape(window, ps, "conv2d_relu_pool_backward", "window");
+  ensure_shape(dw, w.shape());
+  if (dbias) ensure_shape(*dbias, {g.out_channels});
+  if (dx) ensure_shape(*dx, x.shape());
+  const detail::simd_kernel_set& set = detail::active_simd_kernels();
+  (path_for(ctx, g) == conv_path::winograd ? set.backward_winograd : set.backward_direct)(ctx, x, w, dy, &y, g, dx,
+                                                                                          dw, dbias, &window);
 }
 
 void detail::conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy,

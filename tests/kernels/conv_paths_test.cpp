@@ -16,14 +16,7 @@ namespace k = troupe::kernels;
 
 namespace {
 
-/// Largest |a - b| relative to the largest |b| (at least 1).
-double max_rel_diff(const tensor& a, const tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  double worst = 0, scale = 1;
-  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.at(i))));
-  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, double(std::abs(a.at(i) - b.at(i))));
-  return worst / scale;
-}
+using testing::max_rel_diff;
 
 struct conv_case {
   int64_t n, c, oc, k, s, p, h, w;

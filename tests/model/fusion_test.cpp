@@ -109,3 +109,65 @@ TEST_CASE("a cut between a convolution and its ReLU gives the whole chain's outp
       CHECK(pw[i]->grad.at(j) == Approx(p1[i]->grad.at(j)).margin(1e-5));
   }
 }
+
+TEST_CASE("a convolution applies the ReLU and the 2x2 max pool after it and gives the unfused chain's results", "[model]") {
+  // conv -> relu -> max_pool2d(2) twice (the reference CNN's blocks, smaller); dropout(0) between them in
+  // `plain` keeps anything from fusing.
+  auto make = [](bool fuse) {
+    auto m = fuse ? sequential(conv2d(1, 8, 3).padding(1), relu(), max_pool2d(2), conv2d(8, 16, 3).padding(1),
+                               relu(), max_pool2d(2), flatten(), dense(16 * 2 * 3, 5))
+                  : sequential(conv2d(1, 8, 3).padding(1), dropout(0.0f), relu(), dropout(0.0f), max_pool2d(2),
+                               conv2d(8, 16, 3).padding(1), dropout(0.0f), relu(), dropout(0.0f), max_pool2d(2),
+                               flatten(), dense(16 * 2 * 3, 5));
+    m.build({1, 9, 13}, 3);
+    return m;
+  };
+  // The direct and Winograd kernels, and im2col, where the convolution runs the three kernels itself.
+  for (kernels::conv_path path : {kernels::conv_path::automatic, kernels::conv_path::im2col}) {
+    kernels::context c = ctx;
+    c.conv = path;
+    INFO("path " << (path == kernels::conv_path::im2col ? "im2col" : "automatic"));
+    auto fused = make(true), plain = make(false);
+    auto pf = fused.parameters(), pp = plain.parameters();
+    REQUIRE(pf.size() == pp.size());
+    for (std::size_t i = 0; i < pf.size(); ++i) pp[i]->value.copy_from(pf[i]->value);
+    tensor x = testing::random_tensor({3, 1, 9, 13}, 8);
+    // The convolution hands on the pool's output; the ReLU and the pool hand on their input.
+    const tensor& h = fused.at(0).forward(c, x, true);
+    CHECK(h.shape() == shape{3, 8, 4, 6});
+    CHECK(&fused.at(2).forward(c, fused.at(1).forward(c, h, true), true) == &h);
+    const std::vector<float> a = fused.forward(c, x, true).to_vector();
+    const std::vector<float> b = plain.forward(c, x, true).to_vector();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
+    tensor dy = testing::random_tensor({3, 5}, 9);
+    fused.backward(c, dy);
+    plain.backward(c, dy);
+    for (std::size_t i = 0; i < pf.size(); ++i) {
+      INFO(pf[i]->name);
+      for (int64_t j = 0; j < pf[i]->grad.numel(); ++j)
+        CHECK(pf[i]->grad.at(j) == Approx(pp[i]->grad.at(j)).margin(1e-5));
+    }
+  }
+  // Not fused: a pool of another window, a pool without the ReLU, a cut between the ReLU and the pool.
+  auto other = sequential(conv2d(1, 4, 3).padding(1), relu(), max_pool2d(3), flatten());
+  other.build({1, 9, 9}, 1);
+  tensor x = testing::random_tensor({2, 1, 9, 9}, 10);
+  CHECK(other.at(0).forward(ctx, x, true).shape() == shape{2, 4, 9, 9});
+  auto no_relu = sequential(conv2d(1, 4, 3).padding(1), max_pool2d(2), flatten());
+  no_relu.build({1, 9, 9}, 1);
+  CHECK(no_relu.at(0).forward(ctx, x, true).shape() == shape{2, 4, 9, 9});
+  auto make_small = [] {
+    auto m = sequential(conv2d(1, 4, 3).padding(1), relu(), max_pool2d(2), flatten());
+    m.build({1, 9, 9}, 1);
+    return m;
+  };
+  auto whole = make_small(), cut0 = make_small(), cut1 = make_small();  // a slice takes its layers out
+  auto first = cut0.slice(0, 2), second = cut1.slice(2, 4);             // the pool starts the second stage
+  const tensor& mid = first.forward(ctx, x, true);
+  CHECK(mid.shape() == shape{2, 4, 9, 9});
+  const std::vector<float> a = second.forward(ctx, mid, true).to_vector();
+  const std::vector<float> b = whole.forward(ctx, x, true).to_vector();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
+}

@@ -73,9 +73,11 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
 /// kernels' (with stride 1 and padding < kernel, as their input gradient needs) or Winograd's, not im2col.
 bool conv2d_relu_pool_supported(const context& ctx, const conv2d_geometry& g);
 /// y = max_pool2d(relu(conv2d(x, w) + bias)) with a 2x2 window of stride 2, image by image: the
-/// convolution's own output is never written. window [n, oc, oh / 2, ow / 2] holds each maximum's place
-/// in its window (0 to 3, row by row, as floats). y has the bits of conv2d_forward with relu, then
-/// max_pool2d_forward (the first of equal maxima wins). Throws where conv2d_relu_pool_supported is false.
+/// convolution's own output is never written. window [n, oh / 2 * ow / 2, ocp], position-major (ocp: oc
+/// rounded up to the kernel set's vector width; what conv2d_relu_pool_backward reads, as it was written),
+/// holds each maximum's place in its window (0 to 3, row by row, as floats). y has the bits of
+/// conv2d_forward with relu, then max_pool2d_forward (the first of equal maxima wins). Throws where
+/// conv2d_relu_pool_supported is false.
 void conv2d_relu_pool_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                               const conv2d_geometry& g, tensor& y, tensor& window);
 /// conv2d_backward's gradients from the pool's dy and the forward pass's y and window: dw and dx as

@@ -428,9 +428,8 @@ inline std::array<int64_t, 4> corners(int64_t py, int64_t px, int64_t ow) {
 void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t oc, const float* bias, float* y,
                   float* window) {
   const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
-  float* best_t = scratch(10, static_cast<std::size_t>(pp * ocp));
-  float* place_t = scratch(11, static_cast<std::size_t>(pp * ocp + ocp));
-  float* b = place_t + pp * ocp;  // the bias, zero in the padding channels
+  float* best_t = scratch(10, static_cast<std::size_t>(pp * ocp + ocp));
+  float* b = best_t + pp * ocp;  // the bias, zero in the padding channels
   for (int64_t o = 0; o < ocp; ++o) b[o] = bias && o < oc ? bias[o] : 0.0f;
   for (int64_t py = 0; py < ph; ++py)
     for (int64_t px = 0; px < pw; ++px) {
@@ -447,11 +446,10 @@ void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t o
           place = choose(gt, place, simd::splat(static_cast<float>(k)));
         }
         simd::store(best_t + q + o0, best);
-        simd::store(place_t + q + o0, place);
+        simd::store(window + q + o0, place);
       }
     }
   store_channels(best_t, pp, ocp, oc, nullptr, false, y);
-  store_channels(place_t, pp, ocp, oc, nullptr, false, window);
 }
 
 output_gradient output_gradient::of(const tensor& dy, const tensor* relu_output, const tensor* window, int64_t oh,
@@ -460,10 +458,11 @@ output_gradient output_gradient::of(const tensor& dy, const tensor* relu_output,
 }
 
 void output_gradient::load(int64_t i, int64_t ocp, float* t, float* dbias) const {
-  const int64_t plane = oc * (window ? (oh / 2) * (ow / 2) : oh * ow);  // floats per image of dy, mask, window
+  const int64_t pooled = (oh / 2) * (ow / 2);
+  const int64_t plane = oc * (window ? pooled : oh * ow);  // floats per image of dy and mask
   const float* maski = mask ? mask + i * plane : nullptr;
   if (window)
-    load_pooled(dy + i * plane, maski, window + i * plane, oh, ow, oc, ocp, t, dbias);
+    load_pooled(dy + i * plane, maski, window + i * pooled * ocp, oh, ow, oc, ocp, t, dbias);
   else
     load_positions(dy + i * plane, maski, oh * ow, oc, ocp, t, dbias);
 }
@@ -472,16 +471,14 @@ void load_pooled(const float* dy, const float* y, const float* window, int64_t o
                  int64_t ocp, float* t, float* dbias) {
   const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
   float* grad_t = scratch(10, static_cast<std::size_t>(pp * ocp));
-  float* place_t = scratch(11, static_cast<std::size_t>(pp * ocp));
   load_positions(dy, y, pp, oc, ocp, grad_t, dbias);
-  load_positions(window, nullptr, pp, oc, ocp, place_t, nullptr);
   if (oh % 2 || ow % 2) std::fill_n(t, oh * ow * ocp, 0.0f);  // the last row or column no window covers
   for (int64_t py = 0; py < ph; ++py)
     for (int64_t px = 0; px < pw; ++px) {
       const std::array<int64_t, 4> at = corners(py, px, ow);
       const int64_t q = (py * pw + px) * ocp;
       for (int64_t o0 = 0; o0 < ocp; o0 += W) {
-        const simd::vec g = simd::load(grad_t + q + o0), place = simd::load(place_t + q + o0);
+        const simd::vec g = simd::load(grad_t + q + o0), place = simd::load(window + q + o0);
         for (int k = 0; k < 4; ++k) {
           const simd::ivec here = (simd::ivec)(place == simd::splat(static_cast<float>(k)));
           simd::store(t + at[k] * ocp + o0, choose(here, simd::zero(), g));
@@ -572,8 +569,9 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
-  float* windowp = window ? window->data() : nullptr;
   const int64_t pooled = (oh / 2) * (ow / 2);
+  if (window) ensure_shape(*window, {n, pooled, ocp});
+  float* windowp = window ? window->data() : nullptr;
   const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -587,7 +585,7 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
     float* out = scratch(2, static_cast<std::size_t>(oh * ow * ocp));
     conv_image(in, c, hp, wp, k, g.stride, oh, ow, wt, ocp, out);
     if (windowp)
-      store_pooled(out, oh, ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * oc * pooled);
+      store_pooled(out, oh, ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * pooled * ocp);
     else
       store_channels(out, oh * ow, ocp, oc, bp, relu, yp + i * oc * oh * ow);
   }
@@ -617,6 +615,8 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   }
   const float* xp = x.data();
   const output_gradient grad = output_gradient::of(dy, relu_output, window, oh, ow, oc);
+  if (window && window->dim(2) != ocp)
+    throw error("conv2d_backward_direct: the window's places are another kernel set's");
   if (window && dx && !direct_dx)
     throw error("conv2d_backward_direct: a pooled gradient's dx needs stride 1 and padding < kernel");
   float* dxp = dx ? dx->data() : nullptr;

@@ -43,7 +43,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
 
 int64_t round_up(int64_t v, int64_t m);
 /// Per-thread scratch slots (see conv_direct.cpp's scratch()).
-constexpr int scratch_slots = 12;
+constexpr int scratch_slots = 11;
 /// Scratch of the calling thread, kept between calls: one buffer per slot,
 /// grown as needed, contents unspecified. The calling thread is also thread 0
 /// of a parallel region: what it holds across one uses other slots than the
@@ -59,18 +59,19 @@ void load_positions(const float* dy, const float* mask, int64_t positions, int64
                     float* dbias);
 /// A convolution's output t [oh * ow][ocp] of one image, plus bias (when given), ReLU, then the 2x2 max
 /// pool of stride 2: the maxima into y [oc][ph * pw] (ph = oh / 2, pw = ow / 2), each one's place in its
-/// window (0 to 3, row by row, as a float) into window [oc][ph * pw]; the first of equal maxima wins, as in
-/// max_pool2d_forward, and the values are store_channels' with relu. Uses scratch slots 10 and 11.
+/// window (0 to 3, row by row, as a float) into window [ph * pw][ocp]; the first of equal maxima wins, as
+/// in max_pool2d_forward, and the values are store_channels' with relu. Uses scratch slot 10.
 void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t oc, const float* bias, float* y,
                   float* window);
 /// The reverse for the backward pass: t [oh * ow][ocp] = the pool's dy [oc][ph * pw] at each window's
-/// maximum where the pool's output y is > 0, zero elsewhere and in the padding channels (what
-/// max_pool2d_backward and load_positions with the ReLU's mask give); adds each channel's sum to dbias
-/// when given. Uses scratch slots 9 to 11.
+/// maximum (window [ph * pw][ocp]) where the pool's output y is > 0, zero elsewhere and in the padding
+/// channels (what max_pool2d_backward and load_positions with the ReLU's mask give); adds each channel's
+/// sum to dbias when given. Uses scratch slots 9 and 10.
 void load_pooled(const float* dy, const float* y, const float* window, int64_t oh, int64_t ow, int64_t oc,
                  int64_t ocp, float* t, float* dbias);
 /// A backward pass's output gradient: dy [n, oc, oh, ow], counted where mask (the ReLU's output, when
-/// given) is > 0; or, with `window`, the 2x2 pool's dy, output and window [n, oc, oh / 2, ow / 2].
+/// given) is > 0; or, with `window`, the 2x2 pool's dy and output [n, oc, oh / 2, ow / 2] and window
+/// [n, oh / 2 * ow / 2, ocp].
 struct output_gradient {
   const float* dy;
   const float* mask;

@@ -293,8 +293,9 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
-  float* windowp = window ? window->data() : nullptr;
   const int64_t pooled = (tl.oh / 2) * (tl.ow / 2);
+  if (window) ensure_shape(*window, {n, pooled, ocp});
+  float* windowp = window ? window->data() : nullptr;
   const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -305,7 +306,7 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
     load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
     convolve(xt, tl, c, cp, u, ocp, v, m, out);
     if (windowp)
-      store_pooled(out, tl.oh, tl.ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * oc * pooled);
+      store_pooled(out, tl.oh, tl.ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * pooled * ocp);
     else
       store_channels(out, tl.oh * tl.ow, ocp, oc, bp, relu, yp + i * oc * tl.oh * tl.ow);
   }
@@ -333,6 +334,8 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
   }
   const float* xp = x.data();
   const output_gradient grad = output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc);
+  if (window && window->dim(2) != ocp)
+    throw error("conv2d_backward_winograd: the window's places are another kernel set's");
   float* dxp = dx ? dx->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {

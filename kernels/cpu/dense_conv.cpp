@@ -299,7 +299,6 @@ void conv2d_relu_pool_forward(const context& ctx, const tensor& x, const tensor&
   const shape ps = relu_pool_shape(ctx, x, w, g, "conv2d_relu_pool_forward");
   if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_relu_pool_forward", "bias");
   ensure_shape(y, ps);
-  ensure_shape(window, ps);
   const detail::simd_kernel_set& set = detail::active_simd_kernels();
   (path_for(ctx, g) == conv_path::winograd ? set.forward_winograd : set.forward_direct)(ctx, x, w, bias, g, true, y,
                                                                                         &window);
@@ -311,7 +310,9 @@ void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor
   const shape ps = relu_pool_shape(ctx, x, w, g, "conv2d_relu_pool_backward");
   detail::require_shape(dy, ps, "conv2d_relu_pool_backward", "dy");
   detail::require_shape(y, ps, "conv2d_relu_pool_backward", "y");
-  detail::require_shape(window, ps, "conv2d_relu_pool_backward", "window");
+  detail::require(window.rank() == 3 && window.dim(0) == ps[0] && window.dim(1) == ps[2] * ps[3] &&
+                      window.dim(2) >= ps[1],
+                  "conv2d_relu_pool_backward", "window " + window.shape().to_string() + " is not the forward pass's");
   ensure_shape(dw, w.shape());
   if (dbias) ensure_shape(*dbias, {g.out_channels});
   if (dx) ensure_shape(*dx, x.shape());

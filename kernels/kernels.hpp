@@ -80,9 +80,8 @@ bool conv2d_relu_pool_supported(const context& ctx, const conv2d_geometry& g);
 /// conv2d_relu_pool_supported is false.
 void conv2d_relu_pool_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                               const conv2d_geometry& g, tensor& y, tensor& window);
-/// conv2d_backward's gradients from the pool's dy and the forward pass's y and window: dw and dx as
-/// max_pool2d_backward then conv2d_backward with the ReLU's mask give them; dbias to float rounding (its
-/// sums are taken in another order).
+/// conv2d_backward's gradients from the pool's dy and the forward pass's y and window: the bits of
+/// max_pool2d_backward, then conv2d_backward with the ReLU's mask.
 void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                                const tensor& y, const tensor& window, const conv2d_geometry& g, tensor* dx,
                                tensor& dw, tensor* dbias);

@@ -326,16 +326,14 @@ void store_full_blocks(const float* t, int64_t positions, int64_t ocp, int64_t f
   }
 }
 
-/// The full tb x tb blocks of load_positions: channels [0, full_o), positions [0, full_q);
-/// each position's masked channel values added to sums [ocp] when it is given.
-template <bool Masked, bool Sums>
+/// The full tb x tb blocks of load_positions: channels [0, full_o), positions [0, full_q).
+template <bool Masked>
 void load_full_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t full_o,
-                      int64_t full_q, float* t, float* sums) {
+                      int64_t full_q, float* t) {
   const int64_t pass = position_pass(ocp);
   for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
     const int64_t p1 = std::min(full_q, p0 + pass);
     for (int64_t o0 = 0; o0 < full_o; o0 += tb) {
-      block acc = splat(0.0f);
       for (int64_t q0 = p0; q0 < p1; q0 += tb) {
         block v[tb];
         for (int64_t r = 0; r < tb; ++r) {
@@ -343,12 +341,8 @@ void load_full_blocks(const float* dy, const float* mask, int64_t positions, int
           v[r] = Masked ? where_positive(load_block(mask + at), load_block(dy + at)) : load_block(dy + at);
         }
         transpose(v);
-        for (int64_t r = 0; r < tb; ++r) {
-          store_block(t + (q0 + r) * ocp + o0, v[r]);
-          if (Sums) acc = add_block(acc, v[r]);
-        }
+        for (int64_t r = 0; r < tb; ++r) store_block(t + (q0 + r) * ocp + o0, v[r]);
       }
-      if (Sums) store_block(sums + o0, add_block(load_block(sums + o0), acc));
     }
   }
 }
@@ -383,31 +377,32 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias) {
   const int64_t full_o = oc / tb * tb, full_q = positions / tb * tb;
-  float* sums = nullptr;
-  if (dbias) {
-    sums = scratch(9, static_cast<std::size_t>(ocp));
-    std::fill_n(sums, ocp, 0.0f);
-  }
   if (mask)
-    sums ? load_full_blocks<true, true>(dy, mask, positions, ocp, full_o, full_q, t, sums)
-         : load_full_blocks<true, false>(dy, mask, positions, ocp, full_o, full_q, t, sums);
+    load_full_blocks<true>(dy, mask, positions, ocp, full_o, full_q, t);
   else
-    sums ? load_full_blocks<false, true>(dy, mask, positions, ocp, full_o, full_q, t, sums)
-         : load_full_blocks<false, false>(dy, mask, positions, ocp, full_o, full_q, t, sums);
+    load_full_blocks<false>(dy, mask, positions, ocp, full_o, full_q, t);
   // What the blocks leave: the channels from full_o (padding ones zero) at every position, the last
   // positions % tb positions of the others.
   const auto one = [&](int64_t o, int64_t q) {
     const int64_t at = o * positions + q;
     const float v = o < oc && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
     t[q * ocp + o] = v;
-    if (sums) sums[o] += v;
   };
   for (int64_t q = 0; q < positions; ++q)
     for (int64_t o = full_o; o < ocp; ++o) one(o, q);
   for (int64_t o = 0; o < full_o; ++o)
     for (int64_t q = full_q; q < positions; ++q) one(o, q);
-  if (dbias)
-    for (int64_t o = 0; o < oc; ++o) dbias[o] += sums[o];
+  if (dbias) add_channel_sums(t, positions, oc, ocp, dbias);
+}
+
+void add_channel_sums(const float* t, int64_t positions, int64_t oc, int64_t ocp, float* dbias) {
+  for (int64_t o0 = 0; o0 < ocp; o0 += W) {
+    simd::vec acc = simd::zero();
+    for (int64_t q = 0; q < positions; ++q) acc = simd::add(acc, simd::load(t + q * ocp + o0));
+    alignas(64) float lanes[W];
+    simd::store(lanes, acc);
+    for (int64_t l = 0; l < W && o0 + l < oc; ++l) dbias[o0 + l] += lanes[l];
+  }
 }
 
 namespace {
@@ -428,7 +423,7 @@ inline std::array<int64_t, 4> corners(int64_t py, int64_t px, int64_t ow) {
 void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t oc, const float* bias, float* y,
                   float* window) {
   const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
-  float* best_t = scratch(10, static_cast<std::size_t>(pp * ocp + ocp));
+  float* best_t = scratch(9, static_cast<std::size_t>(pp * ocp + ocp));
   float* b = best_t + pp * ocp;  // the bias, zero in the padding channels
   for (int64_t o = 0; o < ocp; ++o) b[o] = bias && o < oc ? bias[o] : 0.0f;
   for (int64_t py = 0; py < ph; ++py)
@@ -470,8 +465,8 @@ void output_gradient::load(int64_t i, int64_t ocp, float* t, float* dbias) const
 void load_pooled(const float* dy, const float* y, const float* window, int64_t oh, int64_t ow, int64_t oc,
                  int64_t ocp, float* t, float* dbias) {
   const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
-  float* grad_t = scratch(10, static_cast<std::size_t>(pp * ocp));
-  load_positions(dy, y, pp, oc, ocp, grad_t, dbias);
+  float* grad_t = scratch(9, static_cast<std::size_t>(pp * ocp));
+  load_positions(dy, y, pp, oc, ocp, grad_t, nullptr);
   if (oh % 2 || ow % 2) std::fill_n(t, oh * ow * ocp, 0.0f);  // the last row or column no window covers
   for (int64_t py = 0; py < ph; ++py)
     for (int64_t px = 0; px < pw; ++px) {
@@ -485,6 +480,7 @@ void load_pooled(const float* dy, const float* y, const float* window, int64_t o
         }
       }
     }
+  if (dbias) add_channel_sums(t, oh * ow, oc, ocp, dbias);  // over every position, as load_positions
 }
 
 namespace {

@@ -43,7 +43,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
 
 int64_t round_up(int64_t v, int64_t m);
 /// Per-thread scratch slots (see conv_direct.cpp's scratch()).
-constexpr int scratch_slots = 11;
+constexpr int scratch_slots = 10;
 /// Scratch of the calling thread, kept between calls: one buffer per slot,
 /// grown as needed, contents unspecified. The calling thread is also thread 0
 /// of a parallel region: what it holds across one uses other slots than the
@@ -57,16 +57,19 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias);
+/// dbias [oc] += each channel's sum of t [positions][ocp], position by position (the order
+/// load_positions and load_pooled share, so that both give the same bits).
+void add_channel_sums(const float* t, int64_t positions, int64_t oc, int64_t ocp, float* dbias);
 /// A convolution's output t [oh * ow][ocp] of one image, plus bias (when given), ReLU, then the 2x2 max
 /// pool of stride 2: the maxima into y [oc][ph * pw] (ph = oh / 2, pw = ow / 2), each one's place in its
 /// window (0 to 3, row by row, as a float) into window [ph * pw][ocp]; the first of equal maxima wins, as
-/// in max_pool2d_forward, and the values are store_channels' with relu. Uses scratch slot 10.
+/// in max_pool2d_forward, and the values are store_channels' with relu. Uses scratch slot 9.
 void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t oc, const float* bias, float* y,
                   float* window);
 /// The reverse for the backward pass: t [oh * ow][ocp] = the pool's dy [oc][ph * pw] at each window's
 /// maximum (window [ph * pw][ocp]) where the pool's output y is > 0, zero elsewhere and in the padding
 /// channels (what max_pool2d_backward and load_positions with the ReLU's mask give); adds each channel's
-/// sum to dbias when given. Uses scratch slots 9 and 10.
+/// sum to dbias when given. Uses scratch slot 9.
 void load_pooled(const float* dy, const float* y, const float* window, int64_t oh, int64_t ow, int64_t oc,
                  int64_t ocp, float* t, float* dbias);
 /// A backward pass's output gradient: dy [n, oc, oh, ow], counted where mask (the ReLU's output, when

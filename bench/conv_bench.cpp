@@ -4,6 +4,8 @@
 // turns within each round; medians over the rounds. Prints one JSON line per
 // layer and one for the GEMM.
 //   troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all] [--only NAME]
+// With --pool 1: each layer as the CNN runs it, conv -> ReLU -> 2x2 max pool, by the three kernels one
+// after the other and by conv2d_relu_pool_forward/backward in one pass (the automatic path), taking turns.
 // Instruction counts (valgrind 3.19 has no AVX-512: an AVX2 build, see docs/benchmarks.md):
 //   valgrind --tool=callgrind troupe_conv_bench --threads 1 --reps 1 --batch 16 --only conv2
 
@@ -56,6 +58,7 @@ struct options {
   int64_t batch = 64;
   std::string layers = "cnn";
   std::string only;  ///< the layers whose name contains it (empty: all)
+  bool pool = false;  ///< conv -> ReLU -> 2x2 max pool, unfused against fused
 };
 
 options parse(int argc, char** argv) {
@@ -67,9 +70,10 @@ options parse(int argc, char** argv) {
     else if (a == "--batch") o.batch = std::atoll(argv[i + 1]);
     else if (a == "--layers") o.layers = argv[i + 1];
     else if (a == "--only") o.only = argv[i + 1];
+    else if (a == "--pool") o.pool = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "usage: troupe_conv_bench [--threads T] [--reps R] [--batch N] [--layers cnn|resnet|all] "
-                           "[--only NAME]\n");
+                           "[--only NAME] [--pool 0|1]\n");
       std::exit(2);
     }
   }
@@ -121,11 +125,58 @@ std::vector<setup> setups_of(const options& o) {
   return ss;
 }
 
+/// --pool: per layer, conv -> ReLU -> 2x2 max pool forward, and forward + backward, by the three kernels
+/// and in one pass; one JSON line per layer.
+void run_pool(const options& o) {
+  std::vector<setup> ss = setups_of(o);
+  const k::context ctx = k::context::with_threads(o.threads);
+  struct pooled {
+    tensor conv_y, y, window, spread;
+    std::vector<int32_t> argmax;
+  };
+  std::vector<pooled> ps(ss.size());
+  std::vector<std::function<void()>> fs;
+  for (std::size_t i = 0; i < ss.size(); ++i) {
+    setup& s = ss[i];
+    pooled& p = ps[i];
+    s.dy = random_tensor(k::pool2d_output_shape(k::conv2d_output_shape(s.x.shape(), s.g), {}), 6);
+    const auto unfused_fwd = [&s, &p, ctx] {
+      k::conv2d_forward(ctx, s.x, s.w, s.b, s.g, p.conv_y, s.cols, true);
+      k::max_pool2d_forward(ctx, p.conv_y, {}, p.y, p.argmax);
+    };
+    const auto fused_fwd = [&s, &p, ctx] { k::conv2d_relu_pool_forward(ctx, s.x, s.w, s.b, s.g, p.y, p.window); };
+    fs.push_back(unfused_fwd);
+    fs.push_back([&s, &p, ctx, unfused_fwd] {
+      unfused_fwd();
+      k::max_pool2d_backward(ctx, s.dy, p.argmax, p.conv_y.shape(), p.spread);
+      k::conv2d_backward(ctx, s.x, s.w, s.cols, p.spread, s.g, s.l.dx ? &s.dx : nullptr, s.dw, &s.db, &p.conv_y);
+    });
+    fs.push_back(fused_fwd);
+    fs.push_back([&s, &p, ctx, fused_fwd] {
+      fused_fwd();
+      k::conv2d_relu_pool_backward(ctx, s.x, s.w, s.dy, p.y, p.window, s.g, s.l.dx ? &s.dx : nullptr, s.dw, &s.db);
+    });
+  }
+  const std::vector<double> t = median_interleaved(fs, o.reps);
+  for (std::size_t i = 0; i < ss.size(); ++i) {
+    const double* m = t.data() + 4 * i;  // unfused fwd, unfused fwd+bwd, fused fwd, fused fwd+bwd
+    std::printf("{\"bench\":\"conv2d_relu_pool\",\"layer\":\"%s\",\"batch\":%lld,\"threads\":%d,"
+                "\"unfused_fwd_ms\":%.3f,\"unfused_bwd_ms\":%.3f,\"fused_fwd_ms\":%.3f,\"fused_bwd_ms\":%.3f,"
+                "\"fwd_speedup\":%.3f,\"bwd_speedup\":%.3f,\"total_speedup\":%.3f}\n",
+                ss[i].l.name.c_str(), static_cast<long long>(o.batch), o.threads, m[0] * 1e3, (m[1] - m[0]) * 1e3,
+                m[2] * 1e3, (m[3] - m[2]) * 1e3, m[0] / m[2], (m[1] - m[0]) / (m[3] - m[2]), m[1] / m[3]);
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   openblas_set_num_threads(o.threads);
+  if (o.pool) {
+    run_pool(o);
+    return 0;
+  }
   // OpenBLAS sgemm 1024^3, the yardstick.
   const int n = 1024;
   tensor a = random_tensor({n, n}, 1), bm = random_tensor({n, n}, 2), cm = tensor::zeros({n, n});

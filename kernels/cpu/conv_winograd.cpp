@@ -149,10 +149,13 @@ void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* d
 }
 
 /// u [xi][rp][qp] = G k G^T of the 3x3 kernel k(r, q) for r < rows, q < cols
-/// (zero elsewhere); `rotated` reads each kernel turned by 180 degrees.
+/// (zero elsewhere); `rotated` reads each kernel turned by 180 degrees. Rows
+/// split over `threads`.
 template <class Kernel>
-void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int64_t qp, bool rotated, float* u) {
+void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int64_t qp, bool rotated, int threads,
+                      float* u) {
   std::fill_n(u, elements * rp * qp, 0.0f);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t q = 0; q < cols; ++q) {
       const float* k = kernel(r, q);
@@ -174,8 +177,18 @@ void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int
     }
 }
 
-/// dw [oc][c][3][3] = G^T du G of du [xi][cp][ocp] (rows: input channels).
-void weight_gradient(const float* du, int64_t c, int64_t oc, int64_t cp, int64_t ocp, float* dw) {
+/// The threads' partial sums (`threads` blocks of `part` floats) added into the first, each element in
+/// thread order (the elements split over the threads).
+void sum_into_first(float* partial, int64_t part, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t j = 0; j < part; ++j)
+    for (int t = 1; t < threads; ++t) partial[j] += partial[part * t + j];
+}
+
+/// dw [oc][c][3][3] = G^T du G of du [xi][cp][ocp] (rows: input channels); output
+/// channels split over `threads`.
+void weight_gradient(const float* du, int64_t c, int64_t oc, int64_t cp, int64_t ocp, int threads, float* dw) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t o = 0; o < oc; ++o)
     for (int64_t ci = 0; ci < c; ++ci) {
       float d[4][4];
@@ -289,7 +302,8 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
   const tiling tl = make_tiling(h, wd, g.padding);
   float* u = scratch(0, static_cast<std::size_t>(elements * cp * ocp));
   const float* wp = w.data();
-  weight_transform([&](int64_t ci, int64_t o) { return wp + (o * c + ci) * 9; }, c, oc, cp, ocp, false, u);
+  weight_transform([&](int64_t ci, int64_t o) { return wp + (o * c + ci) * 9; }, c, oc, cp, ocp, false,
+                   detail::threads(ctx), u);
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
@@ -330,7 +344,8 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
   if (dx) {
     urot = scratch(1, static_cast<std::size_t>(elements * ocp * cp));
     const float* wp = w.data();
-    weight_transform([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true, urot);
+    weight_transform([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true, threads,
+                     urot);
   }
   const float* xp = x.data();
   const output_gradient grad = output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc);
@@ -365,9 +380,8 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
     }
   }
   // Sum the threads' partials into the first, then back from the Winograd domain.
-  for (int t = 1; t < threads; ++t)
-    for (std::size_t j = 0; j < part; ++j) partial[j] += partial[part * t + j];
-  weight_gradient(partial, c, oc, cp, ocp, dw.data());
+  sum_into_first(partial, static_cast<int64_t>(part), threads);
+  weight_gradient(partial, c, oc, cp, ocp, threads, dw.data());
   if (dbias) std::copy_n(partial + elements * cp * ocp, oc, dbias->data());
 }
 

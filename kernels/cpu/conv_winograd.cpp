@@ -150,31 +150,38 @@ void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* d
 
 /// u [xi][rp][qp] = G k G^T of the 3x3 kernel k(r, q) for r < rows, q < cols
 /// (zero elsewhere); `rotated` reads each kernel turned by 180 degrees. Rows
-/// split over `threads`.
+/// split over `threads`; in each row, the taps of every kernel are gathered
+/// [9][qp] (scratch slot 2) and W kernels transformed at a time, with the
+/// scalar formula's operations in its order.
 template <class Kernel>
 void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int64_t qp, bool rotated, int threads,
                       float* u) {
   std::fill_n(u, elements * rp * qp, 0.0f);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t q = 0; q < cols; ++q) {
-      const float* k = kernel(r, q);
-      float g[3][3];
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j) g[i][j] = rotated ? k[(2 - i) * 3 + (2 - j)] : k[i * 3 + j];
-      float t[4][3];  // G g
+  for (int64_t r = 0; r < rows; ++r) {
+    float* taps = scratch(2, static_cast<std::size_t>(9 * qp));
+    for (int64_t q = 0; q < qp; ++q) {
+      const float* k = q < cols ? kernel(r, q) : nullptr;
+      for (int tap = 0; tap < 9; ++tap) taps[tap * qp + q] = k ? k[rotated ? 8 - tap : tap] : 0.0f;
+    }
+    const simd::vec half = simd::splat(0.5f);
+    for (int64_t q0 = 0; q0 < qp; q0 += W) {
+      simd::vec t[4][3];  // G g
       for (int j = 0; j < 3; ++j) {
-        t[0][j] = g[0][j];
-        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-        t[3][j] = g[2][j];
+        const simd::vec g0 = simd::load(taps + j * qp + q0), g1 = simd::load(taps + (3 + j) * qp + q0);
+        const simd::vec g2 = simd::load(taps + (6 + j) * qp + q0);
+        t[0][j] = g0;
+        t[1][j] = simd::mul(half, simd::add(simd::add(g0, g1), g2));
+        t[2][j] = simd::mul(half, simd::add(simd::sub(g0, g1), g2));
+        t[3][j] = g2;
       }
       for (int i = 0; i < 4; ++i) {  // (G g) G^T
-        const float e[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
-                            t[i][2]};
-        for (int j = 0; j < 4; ++j) u[((4 * i + j) * rp + r) * qp + q] = e[j];
+        const simd::vec e[4] = {t[i][0], simd::mul(half, simd::add(simd::add(t[i][0], t[i][1]), t[i][2])),
+                                simd::mul(half, simd::add(simd::sub(t[i][0], t[i][1]), t[i][2])), t[i][2]};
+        for (int j = 0; j < 4; ++j) simd::store(u + ((4 * i + j) * rp + r) * qp + q0, e[j]);
       }
     }
+  }
 }
 
 /// The threads' partial sums (`threads` blocks of `part` floats) added into the first, each element in

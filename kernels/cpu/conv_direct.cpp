@@ -301,22 +301,24 @@ inline void transpose(block r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 /// them, so each of their cache lines is filled once, not once per block of channels.
 int64_t position_pass(int64_t ocp) { return std::max<int64_t>(tb, 4096 / ocp / tb * tb); }
 
-/// The full tb x tb blocks of store_channels: channels [0, full_o), positions [0, full_q).
-template <bool Bias, bool Relu>
-void store_full_blocks(const float* t, int64_t positions, int64_t ocp, int64_t full_o, int64_t full_q,
-                       const float* bias, float* y) {
+/// The tb x tb blocks of store_channels for channels [o_begin, o_end) (multiples of tb) and positions
+/// [0, full_q); with Partial, rows of channels from oc on are not stored (the last, partial block).
+template <bool Bias, bool Relu, bool Partial>
+void store_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc, int64_t o_begin, int64_t o_end,
+                  int64_t full_q, const float* bias, float* y) {
   const int64_t pass = position_pass(ocp);
   for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
     const int64_t p1 = std::min(full_q, p0 + pass);
-    for (int64_t o0 = 0; o0 < full_o; o0 += tb) {
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += tb) {
+      const int64_t rows = Partial ? std::min(tb, oc - o0) : tb;
       block b[tb];
       if (Bias)
-        for (int64_t r = 0; r < tb; ++r) b[r] = splat(bias[o0 + r]);
+        for (int64_t r = 0; r < tb; ++r) b[r] = splat(r < rows ? bias[o0 + r] : 0.0f);
       for (int64_t q0 = p0; q0 < p1; q0 += tb) {
         block v[tb];
         for (int64_t r = 0; r < tb; ++r) v[r] = load_block(t + (q0 + r) * ocp + o0);
         transpose(v);
-        for (int64_t r = 0; r < tb; ++r) {
+        for (int64_t r = 0; r < rows; ++r) {
           block o = Bias ? add_block(v[r], b[r]) : v[r];
           if (Relu) o = relu_block(o);
           store_block(y + (o0 + r) * positions + q0, o);
@@ -326,19 +328,32 @@ void store_full_blocks(const float* t, int64_t positions, int64_t ocp, int64_t f
   }
 }
 
-/// The full tb x tb blocks of load_positions: channels [0, full_o), positions [0, full_q).
-template <bool Masked>
-void load_full_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t full_o,
-                      int64_t full_q, float* t) {
+/// store_blocks over every channel block: the full ones, then the partial one.
+template <bool Bias, bool Relu>
+void store_all_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc, int64_t full_q, const float* bias,
+                      float* y) {
+  const int64_t full_o = oc / tb * tb;
+  store_blocks<Bias, Relu, false>(t, positions, ocp, oc, 0, full_o, full_q, bias, y);
+  if (full_o < oc) store_blocks<Bias, Relu, true>(t, positions, ocp, oc, full_o, full_o + tb, full_q, bias, y);
+}
+
+/// The tb x tb blocks of load_positions for channels [o_begin, o_end) (multiples of tb) and positions
+/// [0, full_q); with Partial, rows of channels from oc on are zero (the padding channels).
+template <bool Masked, bool Partial>
+void load_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc, int64_t o_begin,
+                 int64_t o_end, int64_t full_q, float* t) {
   const int64_t pass = position_pass(ocp);
   for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
     const int64_t p1 = std::min(full_q, p0 + pass);
-    for (int64_t o0 = 0; o0 < full_o; o0 += tb) {
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += tb) {
+      const int64_t rows = Partial ? std::max<int64_t>(0, std::min(tb, oc - o0)) : tb;
       for (int64_t q0 = p0; q0 < p1; q0 += tb) {
         block v[tb];
         for (int64_t r = 0; r < tb; ++r) {
           const int64_t at = (o0 + r) * positions + q0;
-          v[r] = Masked ? where_positive(load_block(mask + at), load_block(dy + at)) : load_block(dy + at);
+          v[r] = Partial && r >= rows ? splat(0.0f)
+                 : Masked             ? where_positive(load_block(mask + at), load_block(dy + at))
+                                      : load_block(dy + at);
         }
         transpose(v);
         for (int64_t r = 0; r < tb; ++r) store_block(t + (q0 + r) * ocp + o0, v[r]);
@@ -347,28 +362,33 @@ void load_full_blocks(const float* dy, const float* mask, int64_t positions, int
   }
 }
 
+/// load_blocks over every channel block: the full ones, then those holding padding channels.
+template <bool Masked>
+void load_all_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc, int64_t full_q,
+                     float* t) {
+  const int64_t full_o = oc / tb * tb;
+  load_blocks<Masked, false>(dy, mask, positions, ocp, oc, 0, full_o, full_q, t);
+  load_blocks<Masked, true>(dy, mask, positions, ocp, oc, full_o, ocp, full_q, t);
+}
+
 } // namespace
 
 /// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when
 /// asked). ocp is a multiple of the block size.
 void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
                     float* y) {
-  const int64_t full_o = oc / tb * tb, full_q = positions / tb * tb;
+  const int64_t full_q = positions / tb * tb;
   if (bias)
-    relu ? store_full_blocks<true, true>(t, positions, ocp, full_o, full_q, bias, y)
-         : store_full_blocks<true, false>(t, positions, ocp, full_o, full_q, bias, y);
+    relu ? store_all_blocks<true, true>(t, positions, ocp, oc, full_q, bias, y)
+         : store_all_blocks<true, false>(t, positions, ocp, oc, full_q, bias, y);
   else
-    relu ? store_full_blocks<false, true>(t, positions, ocp, full_o, full_q, bias, y)
-         : store_full_blocks<false, false>(t, positions, ocp, full_o, full_q, bias, y);
-  // What the blocks leave: the last oc % tb channels at every position, the last positions % tb positions.
-  const auto one = [&](int64_t o, int64_t q) {
-    const float v = t[q * ocp + o] + (bias ? bias[o] : 0.0f);
-    y[o * positions + q] = relu ? std::max(v, 0.0f) : v;
-  };
-  for (int64_t o = full_o; o < oc; ++o)
-    for (int64_t q = 0; q < positions; ++q) one(o, q);
-  for (int64_t o = 0; o < full_o; ++o)
-    for (int64_t q = full_q; q < positions; ++q) one(o, q);
+    relu ? store_all_blocks<false, true>(t, positions, ocp, oc, full_q, bias, y)
+         : store_all_blocks<false, false>(t, positions, ocp, oc, full_q, bias, y);
+  for (int64_t o = 0; o < oc; ++o)  // the last positions % tb positions
+    for (int64_t q = full_q; q < positions; ++q) {
+      const float v = t[q * ocp + o] + (bias ? bias[o] : 0.0f);
+      y[o * positions + q] = relu ? std::max(v, 0.0f) : v;
+    }
 }
 
 /// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels), where
@@ -376,22 +396,16 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias) {
-  const int64_t full_o = oc / tb * tb, full_q = positions / tb * tb;
+  const int64_t full_q = positions / tb * tb;
   if (mask)
-    load_full_blocks<true>(dy, mask, positions, ocp, full_o, full_q, t);
+    load_all_blocks<true>(dy, mask, positions, ocp, oc, full_q, t);
   else
-    load_full_blocks<false>(dy, mask, positions, ocp, full_o, full_q, t);
-  // What the blocks leave: the channels from full_o (padding ones zero) at every position, the last
-  // positions % tb positions of the others.
-  const auto one = [&](int64_t o, int64_t q) {
-    const int64_t at = o * positions + q;
-    const float v = o < oc && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
-    t[q * ocp + o] = v;
-  };
-  for (int64_t q = 0; q < positions; ++q)
-    for (int64_t o = full_o; o < ocp; ++o) one(o, q);
-  for (int64_t o = 0; o < full_o; ++o)
-    for (int64_t q = full_q; q < positions; ++q) one(o, q);
+    load_all_blocks<false>(dy, mask, positions, ocp, oc, full_q, t);
+  for (int64_t o = 0; o < ocp; ++o)  // the last positions % tb positions
+    for (int64_t q = full_q; q < positions; ++q) {
+      const int64_t at = o * positions + q;
+      t[q * ocp + o] = o < oc && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
+    }
   if (dbias) add_channel_sums(t, positions, oc, ocp, dbias);
 }
 
@@ -448,11 +462,13 @@ void store_pooled(const float* t, int64_t oh, int64_t ow, int64_t ocp, int64_t o
 }
 
 output_gradient output_gradient::of(const tensor& dy, const tensor* relu_output, const tensor* window, int64_t oh,
-                                    int64_t ow, int64_t oc) {
-  return {dy.data(), relu_output ? relu_output->data() : nullptr, window ? window->data() : nullptr, oh, ow, oc};
+                                    int64_t ow, int64_t oc, int64_t ocp, const char* kernel) {
+  if (window && window->dim(2) != ocp)
+    throw error(std::string(kernel) + ": the window's places are another kernel set's");
+  return {dy.data(), relu_output ? relu_output->data() : nullptr, window ? window->data() : nullptr, oh, ow, oc, ocp};
 }
 
-void output_gradient::load(int64_t i, int64_t ocp, float* t, float* dbias) const {
+void output_gradient::load(int64_t i, float* t, float* dbias) const {
   const int64_t pooled = (oh / 2) * (ow / 2);
   const int64_t plane = oc * (window ? pooled : oh * ow);  // floats per image of dy and mask
   const float* maski = mask ? mask + i * plane : nullptr;
@@ -610,9 +626,8 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
     pack_rotated_weights(w.data(), oc, c, k, cp, wrot);
   }
   const float* xp = x.data();
-  const output_gradient grad = output_gradient::of(dy, relu_output, window, oh, ow, oc);
-  if (window && window->dim(2) != ocp)
-    throw error("conv2d_backward_direct: the window's places are another kernel set's");
+  const output_gradient grad =
+      output_gradient::of(dy, relu_output, window, oh, ow, oc, ocp, "conv2d_backward_direct");
   if (window && dx && !direct_dx)
     throw error("conv2d_backward_direct: a pooled gradient's dx needs stride 1 and padding < kernel");
   float* dxp = dx ? dx->data() : nullptr;
@@ -631,7 +646,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
         in = padded;
       }
       float* dyt = scratch(3, static_cast<std::size_t>(positions * ocp));
-      grad.load(i, ocp, dyt, db);
+      grad.load(i, dyt, db);
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
       if (direct_dx) dx_image(dyt, ocp, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
     }

@@ -79,12 +79,13 @@ struct output_gradient {
   const float* dy;
   const float* mask;
   const float* window;
-  int64_t oh, ow, oc;
+  int64_t oh, ow, oc, ocp;
+  /// Throws, naming `kernel`, where the window's places were written by another kernel set (another ocp).
   static output_gradient of(const tensor& dy, const tensor* relu_output, const tensor* window, int64_t oh,
-                            int64_t ow, int64_t oc);
+                            int64_t ow, int64_t oc, int64_t ocp, const char* kernel);
   /// Image i's gradient of the convolution's output, position-major, into t [oh * ow][ocp] (load_positions or
   /// load_pooled); each channel's sum added to dbias when given.
-  void load(int64_t i, int64_t ocp, float* t, float* dbias) const;
+  void load(int64_t i, float* t, float* dbias) const;
 };
 
 } // namespace TROUPE_ISA

@@ -355,9 +355,8 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
                      urot);
   }
   const float* xp = x.data();
-  const output_gradient grad = output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc);
-  if (window && window->dim(2) != ocp)
-    throw error("conv2d_backward_winograd: the window's places are another kernel set's");
+  const output_gradient grad =
+      output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc, ocp, "conv2d_backward_winograd");
   float* dxp = dx ? dx->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -371,7 +370,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
       float* dm = scratch(5, static_cast<std::size_t>(elements * fwd.tiles() * ocp));
       load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
       input_transform(xt, fwd, cp, v);
-      grad.load(i, ocp, dyt, db);
+      grad.load(i, dyt, db);
       gradient_transform(dyt, fwd, ocp, dm);
       const int64_t tiles = fwd.tiles();
       for (int64_t xi = 0; xi < elements; ++xi)  // dU[xi] += V[xi]^T dM[xi]

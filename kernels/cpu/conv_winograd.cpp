@@ -59,64 +59,96 @@ tiling make_tiling(int64_t h, int64_t w, int64_t p) {
 
 // ---------------------------------------------------------------- transforms
 
-/// v[xi][t][cp] = B^T d B for every 4x4 tile d of xt [h * w][cp]
-/// (position-major); zero outside the plane.
-void input_transform(const float* xt, const tiling& g, int64_t cp, float* v) {
-  const int64_t step = g.tiles() * cp;  // between the 16 elements
-  for (int64_t ty = 0; ty < g.th; ++ty)
-    for (int64_t tx = 0; tx < g.tw; ++tx) {
-      const int64_t r0 = 2 * ty - g.p, c0 = 2 * tx - g.p;
-      const bool inside = r0 >= 0 && c0 >= 0 && r0 + 3 < g.h && c0 + 3 < g.w;
-      float* out = v + (ty * g.tw + tx) * cp;
-      for (int64_t cb = 0; cb < cp; cb += W) {
-        simd::vec e[4][4];
-        for (int j = 0; j < 4; ++j) {
-          const int64_t c = c0 + j;
-          simd::vec d[4];
-          for (int i = 0; i < 4; ++i) {
-            const int64_t r = r0 + i;
-            d[i] = inside || (r >= 0 && r < g.h && c >= 0 && c < g.w) ? simd::load(xt + (r * g.w + c) * cp + cb)
-                                                                      : simd::zero();
-          }
-          // B^T d, column j.
-          e[0][j] = simd::sub(d[0], d[2]);
-          e[1][j] = simd::add(d[1], d[2]);
-          e[2][j] = simd::sub(d[2], d[1]);
-          e[3][j] = simd::sub(d[1], d[3]);
-        }
-        for (int i = 0; i < 4; ++i) {  // (B^T d) B, row i
-          simd::store(out + (4 * i + 0) * step + cb, simd::sub(e[i][0], e[i][2]));
-          simd::store(out + (4 * i + 1) * step + cb, simd::add(e[i][1], e[i][2]));
-          simd::store(out + (4 * i + 2) * step + cb, simd::sub(e[i][2], e[i][1]));
-          simd::store(out + (4 * i + 3) * step + cb, simd::sub(e[i][1], e[i][3]));
-        }
-      }
-    }
+/// B^T d B of one channel vector's 4x4 tile d (element (i, j) at d + i * row + j * col) into the
+/// 16 elements' rows of v, `step` apart. Straight-line code on registers: the tile's loads,
+/// 32 additions, the 16 stores.
+inline void tile_input_transform(const float* d, int64_t row, int64_t col, float* out, int64_t step) {
+  simd::vec e[4][4];
+  for (int j = 0; j < 4; ++j) {  // B^T d, column j
+    const float* at = d + j * col;
+    const simd::vec d0 = simd::load(at), d1 = simd::load(at + row), d2 = simd::load(at + 2 * row),
+                    d3 = simd::load(at + 3 * row);
+    e[0][j] = simd::sub(d0, d2);
+    e[1][j] = simd::add(d1, d2);
+    e[2][j] = simd::sub(d2, d1);
+    e[3][j] = simd::sub(d1, d3);
+  }
+  for (int i = 0; i < 4; ++i) {  // (B^T d) B, row i
+    simd::store(out, simd::sub(e[i][0], e[i][2]));
+    simd::store(out + step, simd::add(e[i][1], e[i][2]));
+    simd::store(out + 2 * step, simd::sub(e[i][2], e[i][1]));
+    simd::store(out + 3 * step, simd::sub(e[i][1], e[i][3]));
+    out += 4 * step;
+  }
 }
 
-/// out [oh * ow][ocp] (position-major) = A^T m A for every tile of
-/// m [xi][t][ocp]; positions beyond the plane are dropped.
-void output_transform(const float* m, const tiling& g, int64_t ocp, float* out) {
-  const int64_t step = g.tiles() * ocp;
-  for (int64_t ty = 0; ty < g.th; ++ty)
-    for (int64_t tx = 0; tx < g.tw; ++tx) {
-      const float* in = m + (ty * g.tw + tx) * ocp;
-      const int64_t y0 = 2 * ty, x0 = 2 * tx;
-      for (int64_t cb = 0; cb < ocp; cb += W) {
-        simd::vec f[2][4];
-        for (int j = 0; j < 4; ++j) {
-          const simd::vec m0 = simd::load(in + (0 + j) * step + cb), m1 = simd::load(in + (4 + j) * step + cb);
-          const simd::vec m2 = simd::load(in + (8 + j) * step + cb), m3 = simd::load(in + (12 + j) * step + cb);
-          f[0][j] = simd::add(simd::add(m0, m1), m2);  // A^T m, column j
-          f[1][j] = simd::sub(simd::sub(m1, m2), m3);
-        }
-        for (int a = 0; a < 2 && y0 + a < g.oh; ++a) {
-          float* row = out + ((y0 + a) * g.ow + x0) * ocp + cb;
-          simd::store(row, simd::add(simd::add(f[a][0], f[a][1]), f[a][2]));
-          if (x0 + 1 < g.ow) simd::store(row + ocp, simd::sub(simd::sub(f[a][1], f[a][2]), f[a][3]));
-        }
-      }
+/// v[xi][t - t0][cp] = B^T d B for the 4x4 tiles d of xt [h * w][cp]
+/// (position-major) numbered t0 ... t0 + nt - 1 (row by row); zero outside the plane.
+/// A tile inside the plane is read in place; one at its edge is copied into a
+/// zero-padded 4x4 first (the same arithmetic either way).
+void input_transform(const float* xt, const tiling& g, int64_t cp, int64_t t0, int64_t nt, float* v) {
+  const int64_t step = nt * cp;  // between the 16 elements
+  alignas(64) float edge[elements * W];
+  for (int64_t t = t0; t < t0 + nt; ++t) {
+    const int64_t ty = t / g.tw, tx = t % g.tw;
+    const int64_t r0 = 2 * ty - g.p, c0 = 2 * tx - g.p;
+    const bool inside = r0 >= 0 && c0 >= 0 && r0 + 3 < g.h && c0 + 3 < g.w;
+    float* out = v + (t - t0) * cp;
+    if (inside) {
+      const float* corner = xt + (r0 * g.w + c0) * cp;
+      for (int64_t cb = 0; cb < cp; cb += W) tile_input_transform(corner + cb, g.w * cp, cp, out + cb, step);
+      continue;
     }
+    for (int64_t cb = 0; cb < cp; cb += W) {
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          const int64_t r = r0 + i, c = c0 + j;
+          const bool in = r >= 0 && r < g.h && c >= 0 && c < g.w;
+          simd::store(edge + (4 * i + j) * W, in ? simd::load(xt + (r * g.w + c) * cp + cb) : simd::zero());
+        }
+      tile_input_transform(edge, 4 * W, W, out + cb, step);
+    }
+  }
+}
+
+/// A^T m A of one channel vector's tile (its 16 elements `step` apart from m) into the 2x2
+/// outputs y00 (at y), y01 (y + col), y10 (y + row), y11 (y + row + col).
+inline void tile_output_transform(const float* m, int64_t step, float* y, int64_t row, int64_t col) {
+  simd::vec f[2][4];
+  for (int j = 0; j < 4; ++j) {  // A^T m, column j
+    const simd::vec m0 = simd::load(m + j * step), m1 = simd::load(m + (4 + j) * step);
+    const simd::vec m2 = simd::load(m + (8 + j) * step), m3 = simd::load(m + (12 + j) * step);
+    f[0][j] = simd::add(simd::add(m0, m1), m2);
+    f[1][j] = simd::sub(simd::sub(m1, m2), m3);
+  }
+  for (int a = 0; a < 2; ++a, y += row) {
+    simd::store(y, simd::add(simd::add(f[a][0], f[a][1]), f[a][2]));
+    simd::store(y + col, simd::sub(simd::sub(f[a][1], f[a][2]), f[a][3]));
+  }
+}
+
+/// out [oh * ow][ocp] (position-major) = A^T m A for the tiles t0 ... t0 + nt - 1 of
+/// m [xi][t - t0][ocp]; positions beyond the plane are dropped (a tile at the plane's
+/// edge goes through a 2x2 of its own first).
+void output_transform(const float* m, const tiling& g, int64_t ocp, int64_t t0, int64_t nt, float* out) {
+  const int64_t step = nt * ocp;
+  alignas(64) float edge[4 * W];
+  for (int64_t t = t0; t < t0 + nt; ++t) {
+    const int64_t ty = t / g.tw, tx = t % g.tw, y0 = 2 * ty, x0 = 2 * tx;
+    const float* in = m + (t - t0) * ocp;
+    float* corner = out + (y0 * g.ow + x0) * ocp;
+    const bool down = y0 + 1 < g.oh, across = x0 + 1 < g.ow;
+    if (down && across) {
+      for (int64_t cb = 0; cb < ocp; cb += W) tile_output_transform(in + cb, step, corner + cb, g.ow * ocp, ocp);
+      continue;
+    }
+    for (int64_t cb = 0; cb < ocp; cb += W) {
+      tile_output_transform(in + cb, step, edge, 2 * W, W);
+      simd::store(corner + cb, simd::load(edge));
+      if (across) simd::store(corner + ocp + cb, simd::load(edge + W));
+      if (down) simd::store(corner + g.ow * ocp + cb, simd::load(edge + 2 * W));
+    }
+  }
 }
 
 /// dm [xi][t][ocp] = A dy A^T for every 2x2 tile of dyt [oh * ow][ocp]
@@ -127,7 +159,7 @@ void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* d
     for (int64_t tx = 0; tx < g.tw; ++tx) {
       const int64_t y0 = 2 * ty, x0 = 2 * tx;
       const bool down = y0 + 1 < g.oh, across = x0 + 1 < g.ow;
-      float* out = dm + (ty * g.tw + tx) * ocp;
+      float* tile = dm + (ty * g.tw + tx) * ocp;
       for (int64_t cb = 0; cb < ocp; cb += W) {
         const float* at = dyt + (y0 * g.ow + x0) * ocp + cb;
         const simd::vec d00 = simd::load(at), d01 = across ? simd::load(at + ocp) : simd::zero();
@@ -138,11 +170,12 @@ void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* d
                                    {simd::add(d00, d10), simd::add(d01, d11)},
                                    {simd::sub(d00, d10), simd::sub(d01, d11)},
                                    {simd::sub(simd::zero(), d10), simd::sub(simd::zero(), d11)}};
-        for (int i = 0; i < 4; ++i) {  // (A dy) A^T, row i
-          simd::store(out + (4 * i + 0) * step + cb, r[i][0]);
-          simd::store(out + (4 * i + 1) * step + cb, simd::add(r[i][0], r[i][1]));
-          simd::store(out + (4 * i + 2) * step + cb, simd::sub(r[i][0], r[i][1]));
-          simd::store(out + (4 * i + 3) * step + cb, simd::sub(simd::zero(), r[i][1]));
+        float* out = tile + cb;
+        for (int i = 0; i < 4; ++i, out += 4 * step) {  // (A dy) A^T, row i
+          simd::store(out, r[i][0]);
+          simd::store(out + step, simd::add(r[i][0], r[i][1]));
+          simd::store(out + 2 * step, simd::sub(r[i][0], r[i][1]));
+          simd::store(out + 3 * step, simd::sub(simd::zero(), r[i][1]));
         }
       }
     }
@@ -289,15 +322,30 @@ void gemm(int64_t rows, int64_t depth, const float* a, int64_t a_row, int64_t a_
   }
 }
 
+/// How many tiles convolve transforms and multiplies at a time: as many as keep that block's
+/// V and M in the L1 cache (24 KiB of them), at least a register tile's rows.
+int64_t block_tiles(int64_t cp, int64_t ocp) {
+  constexpr int64_t l1_bytes = 24 * 1024, rows = 12;
+  const int64_t fit = l1_bytes / (elements * (cp + ocp) * static_cast<int64_t>(sizeof(float)));
+  return std::max(rows, fit / rows * rows);
+}
+
 /// One image's convolution in the Winograd domain: xt [h * w][cp] (c real
-/// channels) into out [oh * ow][ocp] with u [xi][cp][ocp]. v and m are scratch.
+/// channels) into out [oh * ow][ocp] with u [xi][cp][ocp]. The tiles go in
+/// near-equal blocks of at most block_tiles: each block's input transform,
+/// 16 products and output transform run while its V and M are in the L1
+/// cache (the whole image's would be in L2). v and m are scratch for a block.
 void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const float* u, int64_t ocp, float* v,
               float* m, float* out) {
-  const int64_t tiles = g.tiles();
-  input_transform(xt, g, cp, v);
-  for (int64_t xi = 0; xi < elements; ++xi)
-    gemm(tiles, c, v + xi * tiles * cp, cp, 1, u + xi * cp * ocp, ocp, ocp / W, m + xi * tiles * ocp, ocp, false);
-  output_transform(m, g, ocp, out);
+  const int64_t tiles = g.tiles(), most = block_tiles(cp, ocp), blocks = (tiles + most - 1) / most;
+  for (int64_t b = 0, t0 = 0; b < blocks; ++b) {
+    const int64_t nt = (tiles - t0) / (blocks - b);
+    input_transform(xt, g, cp, t0, nt, v);
+    for (int64_t xi = 0; xi < elements; ++xi)
+      gemm(nt, c, v + xi * nt * cp, cp, 1, u + xi * cp * ocp, ocp, ocp / W, m + xi * nt * ocp, ocp, false);
+    output_transform(m, g, ocp, t0, nt, out);
+    t0 += nt;
+  }
 }
 
 } // namespace
@@ -321,8 +369,9 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
-    float* v = scratch(3, static_cast<std::size_t>(elements * tl.tiles() * cp));
-    float* m = scratch(4, static_cast<std::size_t>(elements * tl.tiles() * ocp));
+    const int64_t block = std::min(tl.tiles(), block_tiles(cp, ocp));
+    float* v = scratch(3, static_cast<std::size_t>(elements * block * cp));
+    float* m = scratch(4, static_cast<std::size_t>(elements * block * ocp));
     float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
     load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
     convolve(xt, tl, c, cp, u, ocp, v, m, out);
@@ -369,7 +418,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
       float* dyt = scratch(4, static_cast<std::size_t>(positions * ocp));
       float* dm = scratch(5, static_cast<std::size_t>(elements * fwd.tiles() * ocp));
       load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
-      input_transform(xt, fwd, cp, v);
+      input_transform(xt, fwd, cp, 0, fwd.tiles(), v);
       grad.load(i, dyt, db);
       gradient_transform(dyt, fwd, ocp, dm);
       const int64_t tiles = fwd.tiles();
@@ -377,8 +426,9 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
         gemm(c, tiles, v + xi * tiles * cp, 1, cp, dm + xi * tiles * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp,
              true);
       if (dx) {
-        float* vd = scratch(6, static_cast<std::size_t>(elements * bwd.tiles() * ocp));
-        float* md = scratch(7, static_cast<std::size_t>(elements * bwd.tiles() * cp));
+        const int64_t block = std::min(bwd.tiles(), block_tiles(ocp, cp));
+        float* vd = scratch(6, static_cast<std::size_t>(elements * block * ocp));
+        float* md = scratch(7, static_cast<std::size_t>(elements * block * cp));
         float* out = scratch(8, static_cast<std::size_t>(h * wd * cp));
         convolve(dyt, bwd, oc, ocp, urot, cp, vd, md, out);
         store_channels(out, h * wd, cp, c, nullptr, false, dxp + i * c * h * wd);

@@ -478,6 +478,40 @@ void output_gradient::load(int64_t i, float* t, float* dbias) const {
     load_positions(dy + i * plane, maski, oh * ow, oc, ocp, t, dbias);
 }
 
+namespace {
+
+/// dbias += each channel's sum of the gradient load_pooled spreads, with add_channel_sums' bits: that
+/// adds every position of the plane in order, one vector chain per channel block; here the positions
+/// no maximum took (+0, which leaves a sum started at +0 as it is) are left out, row 2 py (places 0
+/// and 1) before row 2 py + 1 (places 2 and 3), and up to four channel blocks' chains interleave.
+void add_pooled_channel_sums(const float* grad_t, const float* window, int64_t ph, int64_t pw, int64_t oc,
+                             int64_t ocp, float* dbias) {
+  constexpr int most = 4;
+  for (int64_t o0 = 0; o0 < ocp; o0 += most * W) {
+    const int nv = static_cast<int>(std::min<int64_t>(most, (ocp - o0) / W));
+    simd::vec acc[most] = {simd::zero(), simd::zero(), simd::zero(), simd::zero()};
+    for (int64_t py = 0; py < ph; ++py)
+      for (int row = 0; row < 2; ++row) {
+        const simd::vec split = simd::splat(1.5f);  // places 0, 1 above it; 2, 3 below
+        for (int64_t px = 0; px < pw; ++px) {
+          const int64_t q = (py * pw + px) * ocp + o0;
+          for (int v = 0; v < nv; ++v) {
+            const simd::vec place = simd::load(window + q + v * W);
+            const simd::ivec in_row = (simd::ivec)(row ? place > split : place < split);
+            acc[v] = simd::add(acc[v], choose(in_row, simd::zero(), simd::load(grad_t + q + v * W)));
+          }
+        }
+      }
+    for (int v = 0; v < nv; ++v) {
+      alignas(64) float lanes[W];
+      simd::store(lanes, acc[v]);
+      for (int64_t l = 0, o = o0 + v * W; l < W && o + l < oc; ++l) dbias[o + l] += lanes[l];
+    }
+  }
+}
+
+} // namespace
+
 void load_pooled(const float* dy, const float* y, const float* window, int64_t oh, int64_t ow, int64_t oc,
                  int64_t ocp, float* t, float* dbias) {
   const int64_t ph = oh / 2, pw = ow / 2, pp = ph * pw;
@@ -496,7 +530,7 @@ void load_pooled(const float* dy, const float* y, const float* window, int64_t o
         }
       }
     }
-  if (dbias) add_channel_sums(t, oh * ow, oc, ocp, dbias);  // over every position, as load_positions
+  if (dbias) add_pooled_channel_sums(grad_t, window, ph, pw, oc, ocp, dbias);
 }
 
 namespace {

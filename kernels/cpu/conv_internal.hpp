@@ -14,6 +14,9 @@ namespace troupe::kernels::detail {
 bool conv2d_direct_supported(const conv2d_geometry& g);
 /// Whether the Winograd kernels handle `g`: 3x3, stride 1, padding 0 to 2.
 bool conv2d_winograd_supported(const conv2d_geometry& g);
+/// The Winograd kernels' output tile side for an oh x ow output plane: 4 (F(4x4, 3x3)) or 2
+/// (F(2x2, 3x3)), for the forward or the backward pass (dense_conv.cpp says why).
+int winograd_tile_side(int64_t oh, int64_t ow, bool backward);
 /// dx alone by GEMM and col2im, image by image (needs no column buffer).
 void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy, const conv2d_geometry& g,
                                tensor& dx);
@@ -32,7 +35,8 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
                             tensor* dbias, const tensor* window);
-/// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) (conv_winograd.cpp).
+/// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) or F(4x4, 3x3)
+/// (conv_winograd.cpp; winograd_tile_side chooses).
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                              const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
@@ -43,7 +47,7 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
 
 int64_t round_up(int64_t v, int64_t m);
 /// Per-thread scratch slots (see conv_direct.cpp's scratch()).
-constexpr int scratch_slots = 10;
+constexpr int scratch_slots = 12;
 /// Scratch of the calling thread, kept between calls: one buffer per slot,
 /// grown as needed, contents unspecified. The calling thread is also thread 0
 /// of a parallel region: what it holds across one uses other slots than the

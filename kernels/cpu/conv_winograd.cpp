@@ -1,13 +1,17 @@
-// conv2d by Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray, "Fast
-// Algorithms for Convolutional Neural Networks", 2016): 3x3 kernels, stride 1.
+// conv2d by Winograd's minimal filtering (Lavin and Gray, "Fast Algorithms
+// for Convolutional Neural Networks", 2016): 3x3 kernels, stride 1, in two
+// schemes, F(2x2, 3x3) and F(4x4, 3x3), chosen per plane (winograd_tile_side).
 //
-// Each 2x2 block of outputs comes from a 4x4 tile d of the input:
-// Y = A^T [(G g G^T) . (B^T d B)] A, 16 multiplications per input channel
-// instead of 36. Over a whole image the 16 elementwise products become 16
-// GEMMs, one per tile element xi: M[xi] (tiles x oc) = V[xi] (tiles x c) *
-// U[xi] (c x oc), with V = B^T d B of every tile and U = G g G^T of every
-// kernel: 2.25x fewer multiply-adds than the direct convolution, paid for by
-// the transforms (additions only, on channel vectors).
+// F(m x m, 3x3): each m x m block of outputs comes from an (m+2) x (m+2)
+// tile d of the input: Y = A^T [(G g G^T) . (B^T d B)] A, (m+2)^2
+// multiplications per input channel instead of 9 m^2. Over a whole image the
+// (m+2)^2 elementwise products become as many GEMMs, one per tile element xi:
+// M[xi] (tiles x oc) = V[xi] (tiles x c) * U[xi] (c x oc), with V = B^T d B of
+// every tile and U = G g G^T of every kernel: 2.25x (m = 2) or 4x (m = 4)
+// fewer multiply-adds than the direct convolution, paid for by the transforms
+// (additions and multiplications by small constants, on channel vectors), and
+// by tiles that reach past the plane's edge (with m = 4 a 14 x 14 plane takes
+// 16 x 16).
 //
 // Backward data of a stride-1 convolution is the forward convolution of dy
 // (padded by 2 - p) with the kernels rotated by 180 degrees and their channels
@@ -16,11 +20,13 @@
 // summed over the tiles of every image, then dW = G^T dU G.
 //
 // Layouts, per image: the input position-major [h * w][cp] (load_positions
-// transposes it, channel vectors contiguous), V [16][tiles][cp], U [16][cp][ocp],
-// M [16][tiles][ocp], the output position-major [oh * ow][ocp] until
+// transposes it, channel vectors contiguous), then zero-padded so that every
+// tile lies inside (pad_plane); V [xi][tiles][cp], U [xi][cp][ocp],
+// M [xi][tiles][ocp], the output position-major [oh * ow][ocp] until
 // store_channels writes NCHW with the bias and ReLU. The rounding differs
 // from the direct kernels' (the transforms add and subtract before the
-// products): the tests compare against im2col within 1e-5 relative.
+// products; F(4x4)'s constants reach 5 and 8, and 1/24): the tests compare
+// against im2col within 1e-5 of the largest value.
 //
 // Compiled once per instruction set, into namespace detail::TROUPE_ISA
 // (cmake/troupe_kernel_sets.cmake, simd_set.hpp): simd::width is that set's.
@@ -41,141 +47,245 @@ namespace troupe::kernels::detail::TROUPE_ISA {
 namespace {
 
 constexpr int W = simd::width;
-constexpr int64_t elements = 16;  // of a 4x4 tile
 
-/// A plane of h x w positions cut into 2x2 output tiles, each reading a 4x4
-/// input tile whose corner is at (2 ty - p, 2 tx - p).
+// ---------------------------------------------------------------- the schemes
+// Each applies its matrices to a line of channel vectors (B^T, A^T, A, G) or of
+// floats (G^T); a tile's 2-D transform applies one to every row, then to every
+// column.
+
+/// F(2x2, 3x3): 4x4 input tiles, 16 elements.
+struct f2 {
+  static constexpr int out = 2, in = 4;
+  /// o = B^T d (4 -> 4).
+  static void bt(const simd::vec* d, simd::vec* o) {
+    o[0] = simd::sub(d[0], d[2]);
+    o[1] = simd::add(d[1], d[2]);
+    o[2] = simd::sub(d[2], d[1]);
+    o[3] = simd::sub(d[1], d[3]);
+  }
+  /// o = A^T m (4 -> 2).
+  static void at(const simd::vec* m, simd::vec* o) {
+    o[0] = simd::add(simd::add(m[0], m[1]), m[2]);
+    o[1] = simd::sub(simd::sub(m[1], m[2]), m[3]);
+  }
+  /// o = A d (2 -> 4).
+  static void a(const simd::vec* d, simd::vec* o) {
+    o[0] = d[0];
+    o[1] = simd::add(d[0], d[1]);
+    o[2] = simd::sub(d[0], d[1]);
+    o[3] = simd::sub(simd::zero(), d[1]);
+  }
+  /// o = G g (3 -> 4).
+  static void g(const simd::vec* g, simd::vec* o) {
+    const simd::vec half = simd::splat(0.5f);
+    o[0] = g[0];
+    o[1] = simd::mul(half, simd::add(simd::add(g[0], g[1]), g[2]));
+    o[2] = simd::mul(half, simd::add(simd::sub(g[0], g[1]), g[2]));
+    o[3] = g[2];
+  }
+  /// o = G^T d (4 -> 3).
+  static void gt(const float* d, float* o) {
+    o[0] = d[0] + 0.5f * (d[1] + d[2]);
+    o[1] = 0.5f * (d[1] - d[2]);
+    o[2] = 0.5f * (d[1] + d[2]) + d[3];
+  }
+};
+
+/// F(4x4, 3x3): 6x6 input tiles, 36 elements.
+struct f4 {
+  static constexpr int out = 4, in = 6;
+  /// o = B^T d (6 -> 6).
+  static void bt(const simd::vec* d, simd::vec* o) {
+    const simd::vec four = simd::splat(4.0f), minus_four = simd::splat(-4.0f), two = simd::splat(2.0f),
+                    minus_two = simd::splat(-2.0f), minus_five = simd::splat(-5.0f);
+    o[0] = simd::fma(four, d[0], simd::fma(minus_five, d[2], d[4]));
+    o[1] = simd::fma(minus_four, simd::add(d[1], d[2]), simd::add(d[3], d[4]));
+    o[2] = simd::fma(four, simd::sub(d[1], d[2]), simd::sub(d[4], d[3]));
+    const simd::vec d31 = simd::sub(d[3], d[1]), d42 = simd::sub(d[4], d[2]);
+    o[3] = simd::fma(two, d31, d42);
+    o[4] = simd::fma(minus_two, d31, d42);
+    o[5] = simd::fma(four, d[1], simd::fma(minus_five, d[3], d[5]));
+  }
+  /// o = A^T m (6 -> 4).
+  static void at(const simd::vec* m, simd::vec* o) {
+    const simd::vec sum12 = simd::add(m[1], m[2]), sum34 = simd::add(m[3], m[4]);
+    const simd::vec dif12 = simd::sub(m[1], m[2]), dif34 = simd::sub(m[3], m[4]);
+    o[0] = simd::add(simd::add(m[0], sum12), sum34);
+    o[1] = simd::fma(simd::splat(2.0f), dif34, dif12);
+    o[2] = simd::fma(simd::splat(4.0f), sum34, sum12);
+    o[3] = simd::add(simd::fma(simd::splat(8.0f), dif34, dif12), m[5]);
+  }
+  /// o = A d (4 -> 6).
+  static void a(const simd::vec* d, simd::vec* o) {
+    const simd::vec even = simd::add(d[0], d[2]), odd = simd::add(d[1], d[3]);
+    const simd::vec even4 = simd::fma(simd::splat(4.0f), d[2], d[0]);
+    const simd::vec odd4 = simd::fma(simd::splat(4.0f), d[3], d[1]);
+    o[0] = d[0];
+    o[1] = simd::add(even, odd);
+    o[2] = simd::sub(even, odd);
+    o[3] = simd::fma(simd::splat(2.0f), odd4, even4);
+    o[4] = simd::fma(simd::splat(-2.0f), odd4, even4);
+    o[5] = d[3];
+  }
+  /// o = G g (3 -> 6).
+  static void g(const simd::vec* g, simd::vec* o) {
+    const simd::vec outer = simd::add(g[0], g[2]);
+    const simd::vec near = simd::fma(simd::splat(1.0f / 24), g[0], simd::mul(simd::splat(1.0f / 6), g[2]));
+    const simd::vec mid = simd::mul(simd::splat(1.0f / 12), g[1]);
+    o[0] = simd::mul(simd::splat(0.25f), g[0]);
+    o[1] = simd::mul(simd::splat(-1.0f / 6), simd::add(outer, g[1]));
+    o[2] = simd::mul(simd::splat(-1.0f / 6), simd::sub(outer, g[1]));
+    o[3] = simd::add(near, mid);
+    o[4] = simd::sub(near, mid);
+    o[5] = g[2];
+  }
+  /// o = G^T d (6 -> 3).
+  static void gt(const float* d, float* o) {
+    const float sum12 = d[1] + d[2], sum34 = d[3] + d[4];
+    o[0] = 0.25f * d[0] - sum12 / 6 + sum34 / 24;
+    o[1] = (d[2] - d[1]) / 6 + (d[3] - d[4]) / 12;
+    o[2] = (sum34 - sum12) / 6 + d[5];
+  }
+};
+
+template <class S>
+constexpr int64_t elements = S::in * S::in;  // of a tile in the Winograd domain
+
+/// A plane of h x w positions cut into `side` x `side` output tiles, each reading a
+/// (side + 2)-square input tile whose corner is at (side ty - p, side tx - p).
 struct tiling {
   int64_t h, w, p;  // input plane and padding
+  int64_t side;     // of an output tile
   int64_t oh, ow;   // output plane
   int64_t th, tw;   // tiles down and across
   int64_t tiles() const { return th * tw; }
+  /// The zero-padded plane the tiles read (pad_plane): every tile inside it.
+  int64_t padded_rows() const { return side * th + 2; }
+  int64_t padded_cols() const { return side * tw + 2; }
 };
 
-tiling make_tiling(int64_t h, int64_t w, int64_t p) {
+tiling make_tiling(int64_t h, int64_t w, int64_t p, int64_t side) {
   const int64_t oh = h + 2 * p - 2, ow = w + 2 * p - 2;
-  return {h, w, p, oh, ow, (oh + 1) / 2, (ow + 1) / 2};
+  return {h, w, p, side, oh, ow, (oh + side - 1) / side, (ow + side - 1) / side};
 }
 
 // ---------------------------------------------------------------- transforms
 
-/// B^T d B of one channel vector's 4x4 tile d (element (i, j) at d + i * row + j * col) into the
-/// 16 elements' rows of v, `step` apart. Straight-line code on registers: the tile's loads,
-/// 32 additions, the 16 stores.
+/// B^T d B of one channel vector's tile d (element (i, j) at d + i * row + j * col) into the
+/// elements' rows of v, `step` apart: each column's transform (in registers as far as they
+/// go), then each row's straight to v (the rows in order, one pointer step apart).
+template <class S>
 inline void tile_input_transform(const float* d, int64_t row, int64_t col, float* out, int64_t step) {
-  simd::vec e[4][4];
-  for (int j = 0; j < 4; ++j) {  // B^T d, column j
+  simd::vec cols[S::in][S::in];  // [i][j]: B^T d
+  for (int j = 0; j < S::in; ++j) {  // B^T d, column j
+    simd::vec line[S::in], t[S::in];
     const float* at = d + j * col;
-    const simd::vec d0 = simd::load(at), d1 = simd::load(at + row), d2 = simd::load(at + 2 * row),
-                    d3 = simd::load(at + 3 * row);
-    e[0][j] = simd::sub(d0, d2);
-    e[1][j] = simd::add(d1, d2);
-    e[2][j] = simd::sub(d2, d1);
-    e[3][j] = simd::sub(d1, d3);
+    for (int i = 0; i < S::in; ++i, at += row) line[i] = simd::load(at);
+    S::bt(line, t);
+    for (int i = 0; i < S::in; ++i) cols[i][j] = t[i];
   }
-  for (int i = 0; i < 4; ++i) {  // (B^T d) B, row i
-    simd::store(out, simd::sub(e[i][0], e[i][2]));
-    simd::store(out + step, simd::add(e[i][1], e[i][2]));
-    simd::store(out + 2 * step, simd::sub(e[i][2], e[i][1]));
-    simd::store(out + 3 * step, simd::sub(e[i][1], e[i][3]));
-    out += 4 * step;
+  for (int i = 0; i < S::in; ++i) {  // (B^T d) B, row i
+    simd::vec t[S::in];
+    S::bt(cols[i], t);
+    for (int j = 0; j < S::in; ++j, out += step) simd::store(out, t[j]);
   }
 }
 
-/// v[xi][t - t0][cp] = B^T d B for the 4x4 tiles d of xt [h * w][cp]
-/// (position-major) numbered t0 ... t0 + nt - 1 (row by row); zero outside the plane.
-/// A tile inside the plane is read in place; one at its edge is copied into a
-/// zero-padded 4x4 first (the same arithmetic either way).
-void input_transform(const float* xt, const tiling& g, int64_t cp, int64_t t0, int64_t nt, float* v) {
-  const int64_t step = nt * cp;  // between the 16 elements
-  alignas(64) float edge[elements * W];
+/// xt [h * w][cp] (position-major) into the zero-padded plane [padded_rows][padded_cols][cp]
+/// the tiles read, the plane's first position at (p, p).
+void pad_plane(const float* xt, const tiling& g, int64_t cp, float* padded) {
+  const int64_t rows = g.padded_rows(), line = g.padded_cols() * cp;  // at least h + 2p and w + 2p
+  std::fill_n(padded, g.p * line, 0.0f);
+  for (int64_t r = 0; r < g.h; ++r) {
+    float* out = padded + (g.p + r) * line;
+    std::fill_n(out, g.p * cp, 0.0f);
+    std::copy_n(xt + r * g.w * cp, g.w * cp, out + g.p * cp);
+    std::fill(out + (g.p + g.w) * cp, out + line, 0.0f);
+  }
+  std::fill(padded + (g.p + g.h) * line, padded + rows * line, 0.0f);
+}
+
+/// v[xi][t - t0][cp] = B^T d B for the tiles d numbered t0 ... t0 + nt - 1 (row by row)
+/// of the padded plane (pad_plane).
+template <class S>
+void input_transform(const float* padded, const tiling& g, int64_t cp, int64_t t0, int64_t nt, float* v) {
+  const int64_t step = nt * cp, line = g.padded_cols() * cp;  // between the elements; between rows
   for (int64_t t = t0; t < t0 + nt; ++t) {
     const int64_t ty = t / g.tw, tx = t % g.tw;
-    const int64_t r0 = 2 * ty - g.p, c0 = 2 * tx - g.p;
-    const bool inside = r0 >= 0 && c0 >= 0 && r0 + 3 < g.h && c0 + 3 < g.w;
+    const float* corner = padded + S::out * (ty * line + tx * cp);
     float* out = v + (t - t0) * cp;
-    if (inside) {
-      const float* corner = xt + (r0 * g.w + c0) * cp;
-      for (int64_t cb = 0; cb < cp; cb += W) tile_input_transform(corner + cb, g.w * cp, cp, out + cb, step);
-      continue;
-    }
-    for (int64_t cb = 0; cb < cp; cb += W) {
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) {
-          const int64_t r = r0 + i, c = c0 + j;
-          const bool in = r >= 0 && r < g.h && c >= 0 && c < g.w;
-          simd::store(edge + (4 * i + j) * W, in ? simd::load(xt + (r * g.w + c) * cp + cb) : simd::zero());
-        }
-      tile_input_transform(edge, 4 * W, W, out + cb, step);
-    }
+    for (int64_t cb = 0; cb < cp; cb += W) tile_input_transform<S>(corner + cb, line, cp, out + cb, step);
   }
 }
 
-/// A^T m A of one channel vector's tile (its 16 elements `step` apart from m) into the 2x2
-/// outputs y00 (at y), y01 (y + col), y10 (y + row), y11 (y + row + col).
+/// A^T m A of one channel vector's tile (its elements `step` apart from m) into the
+/// outputs, output (a, b) at y + a * row + b * col: each column's transform, then each row's.
+template <class S>
 inline void tile_output_transform(const float* m, int64_t step, float* y, int64_t row, int64_t col) {
-  simd::vec f[2][4];
-  for (int j = 0; j < 4; ++j) {  // A^T m, column j
-    const simd::vec m0 = simd::load(m + j * step), m1 = simd::load(m + (4 + j) * step);
-    const simd::vec m2 = simd::load(m + (8 + j) * step), m3 = simd::load(m + (12 + j) * step);
-    f[0][j] = simd::add(simd::add(m0, m1), m2);
-    f[1][j] = simd::sub(simd::sub(m1, m2), m3);
+  simd::vec cols[S::out][S::in];  // [a][j]: A^T m
+  for (int j = 0; j < S::in; ++j) {  // A^T m, column j
+    simd::vec line[S::in], t[S::out];
+    const float* at = m + j * step;
+    for (int i = 0; i < S::in; ++i, at += S::in * step) line[i] = simd::load(at);
+    S::at(line, t);
+    for (int a = 0; a < S::out; ++a) cols[a][j] = t[a];
   }
-  for (int a = 0; a < 2; ++a, y += row) {
-    simd::store(y, simd::add(simd::add(f[a][0], f[a][1]), f[a][2]));
-    simd::store(y + col, simd::sub(simd::sub(f[a][1], f[a][2]), f[a][3]));
+  for (int a = 0; a < S::out; ++a) {  // (A^T m) A, row a
+    simd::vec t[S::out];
+    S::at(cols[a], t);
+    for (int b = 0; b < S::out; ++b) simd::store(y + a * row + b * col, t[b]);
   }
 }
 
 /// out [oh * ow][ocp] (position-major) = A^T m A for the tiles t0 ... t0 + nt - 1 of
 /// m [xi][t - t0][ocp]; positions beyond the plane are dropped (a tile at the plane's
-/// edge goes through a 2x2 of its own first).
+/// edge goes through a tile of its own first).
+template <class S>
 void output_transform(const float* m, const tiling& g, int64_t ocp, int64_t t0, int64_t nt, float* out) {
   const int64_t step = nt * ocp;
-  alignas(64) float edge[4 * W];
+  alignas(64) float edge[S::out * S::out * W];
   for (int64_t t = t0; t < t0 + nt; ++t) {
-    const int64_t ty = t / g.tw, tx = t % g.tw, y0 = 2 * ty, x0 = 2 * tx;
+    const int64_t ty = t / g.tw, tx = t % g.tw, y0 = S::out * ty, x0 = S::out * tx;
     const float* in = m + (t - t0) * ocp;
     float* corner = out + (y0 * g.ow + x0) * ocp;
-    const bool down = y0 + 1 < g.oh, across = x0 + 1 < g.ow;
-    if (down && across) {
-      for (int64_t cb = 0; cb < ocp; cb += W) tile_output_transform(in + cb, step, corner + cb, g.ow * ocp, ocp);
+    const int64_t down = std::min<int64_t>(S::out, g.oh - y0), across = std::min<int64_t>(S::out, g.ow - x0);
+    if (down == S::out && across == S::out) {
+      for (int64_t cb = 0; cb < ocp; cb += W) tile_output_transform<S>(in + cb, step, corner + cb, g.ow * ocp, ocp);
       continue;
     }
     for (int64_t cb = 0; cb < ocp; cb += W) {
-      tile_output_transform(in + cb, step, edge, 2 * W, W);
-      simd::store(corner + cb, simd::load(edge));
-      if (across) simd::store(corner + ocp + cb, simd::load(edge + W));
-      if (down) simd::store(corner + g.ow * ocp + cb, simd::load(edge + 2 * W));
+      tile_output_transform<S>(in + cb, step, edge, S::out * W, W);
+      for (int64_t a = 0; a < down; ++a)
+        for (int64_t b = 0; b < across; ++b)
+          simd::store(corner + (a * g.ow + b) * ocp + cb, simd::load(edge + (a * S::out + b) * W));
     }
   }
 }
 
-/// dm [xi][t][ocp] = A dy A^T for every 2x2 tile of dyt [oh * ow][ocp]
+/// dm [xi][t][ocp] = A dy A^T for every output tile of dyt [oh * ow][ocp]
 /// (position-major); zero beyond the plane.
+template <class S>
 void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* dm) {
   const int64_t step = g.tiles() * ocp;
   for (int64_t ty = 0; ty < g.th; ++ty)
     for (int64_t tx = 0; tx < g.tw; ++tx) {
-      const int64_t y0 = 2 * ty, x0 = 2 * tx;
-      const bool down = y0 + 1 < g.oh, across = x0 + 1 < g.ow;
+      const int64_t y0 = S::out * ty, x0 = S::out * tx;
+      const int64_t down = std::min<int64_t>(S::out, g.oh - y0), across = std::min<int64_t>(S::out, g.ow - x0);
       float* tile = dm + (ty * g.tw + tx) * ocp;
       for (int64_t cb = 0; cb < ocp; cb += W) {
-        const float* at = dyt + (y0 * g.ow + x0) * ocp + cb;
-        const simd::vec d00 = simd::load(at), d01 = across ? simd::load(at + ocp) : simd::zero();
-        const simd::vec d10 = down ? simd::load(at + g.ow * ocp) : simd::zero();
-        const simd::vec d11 = down && across ? simd::load(at + (g.ow + 1) * ocp) : simd::zero();
-        // A dy: rows d0, d0 + d1, d0 - d1, -d1 (for each column b).
-        const simd::vec r[4][2] = {{d00, d01},
-                                   {simd::add(d00, d10), simd::add(d01, d11)},
-                                   {simd::sub(d00, d10), simd::sub(d01, d11)},
-                                   {simd::sub(simd::zero(), d10), simd::sub(simd::zero(), d11)}};
+        simd::vec cols[S::in][S::out];  // [i][b]: A dy
+        for (int b = 0; b < S::out; ++b) {  // A dy, column b
+          simd::vec line[S::out], t[S::in];
+          for (int a = 0; a < S::out; ++a)
+            line[a] = a < down && b < across ? simd::load(dyt + ((y0 + a) * g.ow + x0 + b) * ocp + cb) : simd::zero();
+          S::a(line, t);
+          for (int i = 0; i < S::in; ++i) cols[i][b] = t[i];
+        }
         float* out = tile + cb;
-        for (int i = 0; i < 4; ++i, out += 4 * step) {  // (A dy) A^T, row i
-          simd::store(out, r[i][0]);
-          simd::store(out + step, simd::add(r[i][0], r[i][1]));
-          simd::store(out + 2 * step, simd::sub(r[i][0], r[i][1]));
-          simd::store(out + 3 * step, simd::sub(simd::zero(), r[i][1]));
+        for (int i = 0; i < S::in; ++i) {  // (A dy) A^T, row i
+          simd::vec t[S::in];
+          S::a(cols[i], t);
+          for (int j = 0; j < S::in; ++j, out += step) simd::store(out, t[j]);
         }
       }
     }
@@ -184,12 +294,12 @@ void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* d
 /// u [xi][rp][qp] = G k G^T of the 3x3 kernel k(r, q) for r < rows, q < cols
 /// (zero elsewhere); `rotated` reads each kernel turned by 180 degrees. Rows
 /// split over `threads`; in each row, the taps of every kernel are gathered
-/// [9][qp] (scratch slot 2) and W kernels transformed at a time, with the
-/// scalar formula's operations in its order.
-template <class Kernel>
+/// [9][qp] (scratch slot 2) and W kernels transformed at a time.
+template <class S, class Kernel>
 void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int64_t qp, bool rotated, int threads,
                       float* u) {
-  std::fill_n(u, elements * rp * qp, 0.0f);
+  for (int64_t xi = 0; xi < elements<S>; ++xi)  // the padding rows; the loop below writes every other
+    std::fill_n(u + (xi * rp + rows) * qp, (rp - rows) * qp, 0.0f);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     float* taps = scratch(2, static_cast<std::size_t>(9 * qp));
@@ -197,21 +307,19 @@ void weight_transform(Kernel kernel, int64_t rows, int64_t cols, int64_t rp, int
       const float* k = q < cols ? kernel(r, q) : nullptr;
       for (int tap = 0; tap < 9; ++tap) taps[tap * qp + q] = k ? k[rotated ? 8 - tap : tap] : 0.0f;
     }
-    const simd::vec half = simd::splat(0.5f);
     for (int64_t q0 = 0; q0 < qp; q0 += W) {
-      simd::vec t[4][3];  // G g
+      simd::vec t[S::in][3];  // G g: column j of the kernel into column j of t
       for (int j = 0; j < 3; ++j) {
-        const simd::vec g0 = simd::load(taps + j * qp + q0), g1 = simd::load(taps + (3 + j) * qp + q0);
-        const simd::vec g2 = simd::load(taps + (6 + j) * qp + q0);
-        t[0][j] = g0;
-        t[1][j] = simd::mul(half, simd::add(simd::add(g0, g1), g2));
-        t[2][j] = simd::mul(half, simd::add(simd::sub(g0, g1), g2));
-        t[3][j] = g2;
+        const simd::vec line[3] = {simd::load(taps + j * qp + q0), simd::load(taps + (3 + j) * qp + q0),
+                                   simd::load(taps + (6 + j) * qp + q0)};
+        simd::vec col[S::in];
+        S::g(line, col);
+        for (int i = 0; i < S::in; ++i) t[i][j] = col[i];
       }
-      for (int i = 0; i < 4; ++i) {  // (G g) G^T
-        const simd::vec e[4] = {t[i][0], simd::mul(half, simd::add(simd::add(t[i][0], t[i][1]), t[i][2])),
-                                simd::mul(half, simd::add(simd::sub(t[i][0], t[i][1]), t[i][2])), t[i][2]};
-        for (int j = 0; j < 4; ++j) simd::store(u + ((4 * i + j) * rp + r) * qp + q0, e[j]);
+      for (int i = 0; i < S::in; ++i) {  // (G g) G^T, row i
+        simd::vec e[S::in];
+        S::g(t[i], e);
+        for (int j = 0; j < S::in; ++j) simd::store(u + ((S::in * i + j) * rp + r) * qp + q0, e[j]);
       }
     }
   }
@@ -227,29 +335,24 @@ void sum_into_first(float* partial, int64_t part, int threads) {
 
 /// dw [oc][c][3][3] = G^T du G of du [xi][cp][ocp] (rows: input channels); output
 /// channels split over `threads`.
+template <class S>
 void weight_gradient(const float* du, int64_t c, int64_t oc, int64_t cp, int64_t ocp, int threads, float* dw) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t o = 0; o < oc; ++o)
     for (int64_t ci = 0; ci < c; ++ci) {
-      float d[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) d[i][j] = du[((4 * i + j) * cp + ci) * ocp + o];
-      float s[3][4];  // G^T d
-      for (int j = 0; j < 4; ++j) {
-        s[0][j] = d[0][j] + 0.5f * (d[1][j] + d[2][j]);
-        s[1][j] = 0.5f * (d[1][j] - d[2][j]);
-        s[2][j] = 0.5f * (d[1][j] + d[2][j]) + d[3][j];
+      float s[3][S::in];  // G^T d: column j of d into column j of s
+      for (int j = 0; j < S::in; ++j) {
+        float line[S::in], col[3];
+        for (int i = 0; i < S::in; ++i) line[i] = du[((S::in * i + j) * cp + ci) * ocp + o];
+        S::gt(line, col);
+        for (int k = 0; k < 3; ++k) s[k][j] = col[k];
       }
       float* out = dw + (o * c + ci) * 9;
-      for (int k = 0; k < 3; ++k) {  // (G^T d) G
-        out[k * 3 + 0] = s[k][0] + 0.5f * (s[k][1] + s[k][2]);
-        out[k * 3 + 1] = 0.5f * (s[k][1] - s[k][2]);
-        out[k * 3 + 2] = 0.5f * (s[k][1] + s[k][2]) + s[k][3];
-      }
+      for (int k = 0; k < 3; ++k) S::gt(s[k], out + 3 * k);  // (G^T d) G, row k
     }
 }
 
-// ---------------------------------------------------------------- the 16 GEMMs
+// ---------------------------------------------------------------- the GEMMs, one per element
 
 /// c[j][v] (MR rows x NV vectors, row stride ldc) (+)= sum over kk < depth of
 /// a[j * a_row + kk * a_depth] * b[kk * ldb + v * W]: a register tile, A read
@@ -323,42 +426,44 @@ void gemm(int64_t rows, int64_t depth, const float* a, int64_t a_row, int64_t a_
 }
 
 /// How many tiles convolve transforms and multiplies at a time: as many as keep that block's
-/// V and M in the L1 cache (24 KiB of them), at least a register tile's rows.
+/// V and M in the L1 cache (24 KiB of them), at least two register tiles' rows.
+template <class S>
 int64_t block_tiles(int64_t cp, int64_t ocp) {
-  constexpr int64_t l1_bytes = 24 * 1024, rows = 12;
-  const int64_t fit = l1_bytes / (elements * (cp + ocp) * static_cast<int64_t>(sizeof(float)));
+  constexpr int64_t l1_bytes = 24 * 1024, rows = S::out == 2 ? 12 : 24;
+  const int64_t fit = l1_bytes / (elements<S> * (cp + ocp) * static_cast<int64_t>(sizeof(float)));
   return std::max(rows, fit / rows * rows);
 }
 
 /// One image's convolution in the Winograd domain: xt [h * w][cp] (c real
 /// channels) into out [oh * ow][ocp] with u [xi][cp][ocp]. The tiles go in
 /// near-equal blocks of at most block_tiles: each block's input transform,
-/// 16 products and output transform run while its V and M are in the L1
-/// cache (the whole image's would be in L2). v and m are scratch for a block.
-void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const float* u, int64_t ocp, float* v,
-              float* m, float* out) {
-  const int64_t tiles = g.tiles(), most = block_tiles(cp, ocp), blocks = (tiles + most - 1) / most;
+/// products and output transform run while its V and M are in the L1 or L2
+/// cache. padded, v and m are scratch (the padded plane, a block's V and M).
+template <class S>
+void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const float* u, int64_t ocp, float* padded,
+              float* v, float* m, float* out) {
+  pad_plane(xt, g, cp, padded);
+  const int64_t tiles = g.tiles(), most = block_tiles<S>(cp, ocp), blocks = (tiles + most - 1) / most;
   for (int64_t b = 0, t0 = 0; b < blocks; ++b) {
     const int64_t nt = (tiles - t0) / (blocks - b);
-    input_transform(xt, g, cp, t0, nt, v);
-    for (int64_t xi = 0; xi < elements; ++xi)
+    input_transform<S>(padded, g, cp, t0, nt, v);
+    for (int64_t xi = 0; xi < elements<S>; ++xi)
       gemm(nt, c, v + xi * nt * cp, cp, 1, u + xi * cp * ocp, ocp, ocp / W, m + xi * nt * ocp, ocp, false);
-    output_transform(m, g, ocp, t0, nt, out);
+    output_transform<S>(m, g, ocp, t0, nt, out);
     t0 += nt;
   }
 }
 
-} // namespace
-
-void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
+template <class S>
+void forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias, const conv2d_geometry& g,
+             bool relu, tensor& y, tensor* window) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
-  const tiling tl = make_tiling(h, wd, g.padding);
-  float* u = scratch(0, static_cast<std::size_t>(elements * cp * ocp));
+  const tiling tl = make_tiling(h, wd, g.padding, S::out);
+  float* u = scratch(0, static_cast<std::size_t>(elements<S> * cp * ocp));
   const float* wp = w.data();
-  weight_transform([&](int64_t ci, int64_t o) { return wp + (o * c + ci) * 9; }, c, oc, cp, ocp, false,
-                   detail::threads(ctx), u);
+  weight_transform<S>([&](int64_t ci, int64_t o) { return wp + (o * c + ci) * 9; }, c, oc, cp, ocp, false,
+                      detail::threads(ctx), u);
   const float* xp = x.data();
   const float* bp = bias.defined() ? bias.data() : nullptr;
   float* yp = y.data();
@@ -369,12 +474,13 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
-    const int64_t block = std::min(tl.tiles(), block_tiles(cp, ocp));
-    float* v = scratch(3, static_cast<std::size_t>(elements * block * cp));
-    float* m = scratch(4, static_cast<std::size_t>(elements * block * ocp));
+    const int64_t block = std::min(tl.tiles(), block_tiles<S>(cp, ocp));
+    float* v = scratch(3, static_cast<std::size_t>(elements<S> * block * cp));
+    float* m = scratch(4, static_cast<std::size_t>(elements<S> * block * ocp));
     float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
+    float* padded = scratch(10, static_cast<std::size_t>(tl.padded_rows() * tl.padded_cols() * cp));
     load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
-    convolve(xt, tl, c, cp, u, ocp, v, m, out);
+    convolve<S>(xt, tl, c, cp, u, ocp, padded, v, m, out);
     if (windowp)
       store_pooled(out, tl.oh, tl.ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * pooled * ocp);
     else
@@ -382,63 +488,104 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
   }
 }
 
-void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                              tensor* dbias, const tensor* window) {
+/// Image i's share of the backward pass: its dU (and dbias) added into du (db), its dx written.
+template <class S>
+struct backward_image {
+  const tiling fwd, bwd;
+  int64_t c, oc, cp, ocp;
+  const float* x;
+  const output_gradient& grad;
+  const float* urot;  // null: no dx
+  float* dx;
+
+  void operator()(int64_t i, float* du, float* db) const {
+    const int64_t h = fwd.h, wd = fwd.w, tiles = fwd.tiles();
+    float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
+    float* v = scratch(3, static_cast<std::size_t>(elements<S> * tiles * cp));
+    float* dyt = scratch(4, static_cast<std::size_t>(fwd.oh * fwd.ow * ocp));
+    float* dm = scratch(5, static_cast<std::size_t>(elements<S> * tiles * ocp));
+    float* padded = scratch(10, static_cast<std::size_t>(fwd.padded_rows() * fwd.padded_cols() * cp));
+    load_positions(x + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
+    pad_plane(xt, fwd, cp, padded);
+    input_transform<S>(padded, fwd, cp, 0, tiles, v);
+    grad.load(i, dyt, db);
+    gradient_transform<S>(dyt, fwd, ocp, dm);
+    for (int64_t xi = 0; xi < elements<S>; ++xi)  // dU[xi] += V[xi]^T dM[xi]
+      gemm(c, tiles, v + xi * tiles * cp, 1, cp, dm + xi * tiles * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp, true);
+    if (!urot) return;
+    const int64_t block = std::min(bwd.tiles(), block_tiles<S>(ocp, cp));
+    float* vd = scratch(6, static_cast<std::size_t>(elements<S> * block * ocp));
+    float* md = scratch(7, static_cast<std::size_t>(elements<S> * block * cp));
+    float* out = scratch(8, static_cast<std::size_t>(h * wd * cp));
+    float* dy_padded = scratch(11, static_cast<std::size_t>(bwd.padded_rows() * bwd.padded_cols() * ocp));
+    convolve<S>(dyt, bwd, oc, ocp, urot, cp, dy_padded, vd, md, out);
+    store_channels(out, h * wd, cp, c, nullptr, false, dx + i * c * h * wd);
+  }
+};
+
+template <class S>
+void backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy, const tensor* relu_output,
+              const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* window) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
-  const tiling fwd = make_tiling(h, wd, g.padding);          // x -> y
-  const tiling bwd = make_tiling(fwd.oh, fwd.ow, 2 - g.padding);  // dy -> dx
-  const int64_t positions = fwd.oh * fwd.ow;
+  const tiling fwd = make_tiling(h, wd, g.padding, S::out);                // x -> y
+  const tiling bwd = make_tiling(fwd.oh, fwd.ow, 2 - g.padding, S::out);  // dy -> dx
   const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dU [xi][cp][ocp] and dbias [ocp], in the calling thread's scratch.
-  const std::size_t part = static_cast<std::size_t>(elements * cp * ocp + ocp);
+  const std::size_t part = static_cast<std::size_t>(elements<S> * cp * ocp + ocp);
   float* partial = scratch(0, part * threads);
-  std::fill_n(partial, part * threads, 0.0f);
+  int team = 1;  // the threads the region below gets; each zeroes its own partial sums
   float* urot = nullptr;  // the rotated kernels, output channels as rows
   if (dx) {
-    urot = scratch(1, static_cast<std::size_t>(elements * ocp * cp));
+    urot = scratch(1, static_cast<std::size_t>(elements<S> * ocp * cp));
     const float* wp = w.data();
-    weight_transform([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true, threads,
-                     urot);
+    weight_transform<S>([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true,
+                        threads, urot);
   }
-  const float* xp = x.data();
   const output_gradient grad =
       output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc, ocp, "conv2d_backward_winograd");
-  float* dxp = dx ? dx->data() : nullptr;
+  const backward_image<S> image{fwd, bwd, c, oc, cp, ocp, x.data(), grad, urot, dx ? dx->data() : nullptr};
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float* du = partial + part * omp_get_thread_num();
-    float* db = dbias ? du + elements * cp * ocp : nullptr;
+    std::fill_n(du, part, 0.0f);
+#pragma omp single nowait
+    team = omp_get_num_threads();
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
-      float* v = scratch(3, static_cast<std::size_t>(elements * fwd.tiles() * cp));
-      float* dyt = scratch(4, static_cast<std::size_t>(positions * ocp));
-      float* dm = scratch(5, static_cast<std::size_t>(elements * fwd.tiles() * ocp));
-      load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
-      input_transform(xt, fwd, cp, 0, fwd.tiles(), v);
-      grad.load(i, dyt, db);
-      gradient_transform(dyt, fwd, ocp, dm);
-      const int64_t tiles = fwd.tiles();
-      for (int64_t xi = 0; xi < elements; ++xi)  // dU[xi] += V[xi]^T dM[xi]
-        gemm(c, tiles, v + xi * tiles * cp, 1, cp, dm + xi * tiles * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp,
-             true);
-      if (dx) {
-        const int64_t block = std::min(bwd.tiles(), block_tiles(ocp, cp));
-        float* vd = scratch(6, static_cast<std::size_t>(elements * block * ocp));
-        float* md = scratch(7, static_cast<std::size_t>(elements * block * cp));
-        float* out = scratch(8, static_cast<std::size_t>(h * wd * cp));
-        convolve(dyt, bwd, oc, ocp, urot, cp, vd, md, out);
-        store_channels(out, h * wd, cp, c, nullptr, false, dxp + i * c * h * wd);
-      }
-    }
+    for (int64_t i = 0; i < n; ++i) image(i, du, dbias ? du + elements<S> * cp * ocp : nullptr);
   }
+  std::fill(partial + part * team, partial + part * threads, 0.0f);  // threads the region did not get
   // Sum the threads' partials into the first, then back from the Winograd domain.
   sum_into_first(partial, static_cast<int64_t>(part), threads);
-  weight_gradient(partial, c, oc, cp, ocp, threads, dw.data());
-  if (dbias) std::copy_n(partial + elements * cp * ocp, oc, dbias->data());
+  weight_gradient<S>(partial, c, oc, cp, ocp, threads, dw.data());
+  if (dbias) std::copy_n(partial + elements<S> * cp * ocp, oc, dbias->data());
+}
+
+/// The output plane of g on x.
+std::pair<int64_t, int64_t> output_plane(const tensor& x, const conv2d_geometry& g) {
+  return {x.dim(2) + 2 * g.padding - 2, x.dim(3) + 2 * g.padding - 2};
+}
+
+} // namespace
+
+void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
+  const auto [oh, ow] = output_plane(x, g);
+  if (winograd_tile_side(oh, ow, false) == f4::out)
+    forward<f4>(ctx, x, w, bias, g, relu, y, window);
+  else
+    forward<f2>(ctx, x, w, bias, g, relu, y, window);
+}
+
+void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
+                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
+                              tensor* dbias, const tensor* window) {
+  const auto [oh, ow] = output_plane(x, g);
+  if (winograd_tile_side(oh, ow, true) == f4::out)
+    backward<f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+  else
+    backward<f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "kernels/cpu/conv_internal.hpp"
 #include "kernels/kernels.hpp"
 #include "tests/gradcheck.hpp"
 
@@ -117,6 +118,38 @@ TEST_CASE("conv2d's Winograd path matches im2col on random 3x3 stride-1 shapes",
     t.dx = pick(0, 3) != 0;
     compare_path(t, 5000 + i, k::conv_path::winograd);
   }
+}
+
+TEST_CASE("conv2d's Winograd path takes F(4x4, 3x3) on planes where it is cheaper and matches im2col there", "[kernels]") {
+  // The choice on the zoo's planes (docs/benchmarks.md has the measurements behind it).
+  CHECK(k::detail::winograd_tile_side(28, 28, false) == 4);
+  CHECK(k::detail::winograd_tile_side(28, 28, true) == 4);
+  CHECK(k::detail::winograd_tile_side(14, 14, false) == 2);
+  CHECK(k::detail::winograd_tile_side(14, 14, true) == 2);
+  CHECK(k::detail::winograd_tile_side(7, 7, false) == 4);
+  CHECK(k::detail::winograd_tile_side(7, 7, true) == 2);
+  // Output planes of 4k - 1 or 4k positions each way (16 to 32: the last tile partly outside
+  // or not), both passes by F(4x4).
+  std::mt19937_64 rng(4444);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int both = 0;
+  for (int i = 0; i < 20; ++i) {
+    conv_case t{};
+    t.n = pick(1, 2);
+    t.c = pick(1, 40);
+    t.oc = pick(1, 40);
+    t.k = 3;
+    t.s = 1;
+    t.p = pick(0, 2);
+    t.h = 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * t.p;
+    t.w = 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * t.p;
+    t.bias = pick(0, 1) == 1;
+    t.dx = pick(0, 3) != 0;
+    const int64_t oh = t.h + 2 * t.p - 2, ow = t.w + 2 * t.p - 2;
+    both += k::detail::winograd_tile_side(oh, ow, false) == 4 && k::detail::winograd_tile_side(oh, ow, true) == 4;
+    compare_path(t, 7000 + i, k::conv_path::winograd);
+  }
+  CHECK(both == 20);
 }
 
 TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kernels]") {

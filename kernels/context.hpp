@@ -17,10 +17,10 @@ const char* to_string(gemm_backend b);
 /// The backend named `name` (one of to_string's); throws troupe::error naming the choices.
 gemm_backend parse_gemm_backend(const std::string& name);
 
-/// How conv2d computes. `automatic` (the default): Winograd's F(2x2, 3x3) for
-/// 3x3 stride-1 layers of at least 8 input and output channels, the direct
-/// kernels for the other strides 1 and 2 with kernels 1, 3, 5 and 7, im2col +
-/// GEMM for the rest. `winograd` and `direct` take that path wherever it
+/// How conv2d computes. `automatic` (the default): Winograd's F(2x2, 3x3) or
+/// F(4x4, 3x3) (chosen by the output plane's size) for 3x3 stride-1 layers of
+/// at least 8 input and output channels, the direct kernels for the other
+/// strides 1 and 2 with kernels 1, 3, 5 and 7, im2col + GEMM for the rest. `winograd` and `direct` take that path wherever it
 /// applies (the next one elsewhere); `im2col` is the reference every path is
 /// tested against. All give the same results up to float rounding.
 enum class conv_path { automatic, direct, winograd, im2col };

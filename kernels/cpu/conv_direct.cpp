@@ -337,16 +337,25 @@ void store_all_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc
   if (full_o < oc) store_blocks<Bias, Relu, true>(t, positions, ocp, oc, full_o, full_o + tb, full_q, bias, y);
 }
 
+/// Where load_blocks puts the channel vector of position q of a plane `w` wide: at
+/// origin + (q / w) * line + (q % w) * ocp floats (w = positions: position-major, q * ocp).
+struct position_rows {
+  int64_t w, line, origin;
+  int64_t at(int64_t q, int64_t ocp) const { return origin + q / w * line + q % w * ocp; }
+};
+
 /// The tb x tb blocks of load_positions for channels [o_begin, o_end) (multiples of tb) and positions
 /// [0, full_q); with Partial, rows of channels from oc on are zero (the padding channels).
 template <bool Masked, bool Partial>
 void load_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc, int64_t o_begin,
-                 int64_t o_end, int64_t full_q, float* t) {
+                 int64_t o_end, int64_t full_q, const position_rows& to, float* t) {
   const int64_t pass = position_pass(ocp);
   for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
     const int64_t p1 = std::min(full_q, p0 + pass);
     for (int64_t o0 = o_begin; o0 < o_end; o0 += tb) {
       const int64_t rows = Partial ? std::max<int64_t>(0, std::min(tb, oc - o0)) : tb;
+      float* row = t + to.at(p0 - p0 % to.w, ocp) + o0;  // position p0's row, and its column in it
+      int64_t col = p0 % to.w;
       for (int64_t q0 = p0; q0 < p1; q0 += tb) {
         block v[tb];
         for (int64_t r = 0; r < tb; ++r) {
@@ -356,19 +365,30 @@ void load_blocks(const float* dy, const float* mask, int64_t positions, int64_t 
                                       : load_block(dy + at);
         }
         transpose(v);
-        for (int64_t r = 0; r < tb; ++r) store_block(t + (q0 + r) * ocp + o0, v[r]);
+        for (int64_t r = 0; r < tb; ++r) {
+          store_block(row + col * ocp, v[r]);
+          if (++col == to.w) col = 0, row += to.line;
+        }
       }
     }
   }
 }
 
-/// load_blocks over every channel block: the full ones, then those holding padding channels.
+/// load_blocks over every channel block (the full ones, then those holding padding channels), then
+/// the last positions % tb positions one float at a time.
 template <bool Masked>
-void load_all_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc, int64_t full_q,
-                     float* t) {
-  const int64_t full_o = oc / tb * tb;
-  load_blocks<Masked, false>(dy, mask, positions, ocp, oc, 0, full_o, full_q, t);
-  load_blocks<Masked, true>(dy, mask, positions, ocp, oc, full_o, ocp, full_q, t);
+void load_all(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc,
+              const position_rows& to, float* t) {
+  const int64_t full_q = positions / tb * tb, full_o = oc / tb * tb;
+  load_blocks<Masked, false>(dy, mask, positions, ocp, oc, 0, full_o, full_q, to, t);
+  load_blocks<Masked, true>(dy, mask, positions, ocp, oc, full_o, ocp, full_q, to, t);
+  for (int64_t q = full_q; q < positions; ++q) {
+    float* out = t + to.at(q, ocp);
+    for (int64_t o = 0; o < ocp; ++o) {
+      const int64_t at = o * positions + q;
+      out[o] = o < oc && (!Masked || mask[at] > 0.0f) ? dy[at] : 0.0f;
+    }
+  }
 }
 
 } // namespace
@@ -396,17 +416,17 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias) {
-  const int64_t full_q = positions / tb * tb;
+  const position_rows contiguous{positions, positions * ocp, 0};
   if (mask)
-    load_all_blocks<true>(dy, mask, positions, ocp, oc, full_q, t);
+    load_all<true>(dy, mask, positions, ocp, oc, contiguous, t);
   else
-    load_all_blocks<false>(dy, mask, positions, ocp, oc, full_q, t);
-  for (int64_t o = 0; o < ocp; ++o)  // the last positions % tb positions
-    for (int64_t q = full_q; q < positions; ++q) {
-      const int64_t at = o * positions + q;
-      t[q * ocp + o] = o < oc && (!mask || mask[at] > 0.0f) ? dy[at] : 0.0f;
-    }
+    load_all<false>(dy, mask, positions, ocp, oc, contiguous, t);
   if (dbias) add_channel_sums(t, positions, oc, ocp, dbias);
+}
+
+void load_positions_padded(const float* x, int64_t h, int64_t w, int64_t c, int64_t cp, int64_t p, int64_t cols,
+                           float* t) {
+  load_all<false>(x, nullptr, h * w, cp, c, position_rows{w, cols * cp, (p * cols + p) * cp}, t);
 }
 
 void add_channel_sums(const float* t, int64_t positions, int64_t oc, int64_t ocp, float* dbias) {

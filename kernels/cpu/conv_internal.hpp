@@ -61,6 +61,10 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 /// t to dbias when given.
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias);
+/// load_positions of an image x [c][h][w] without mask or sums into rows `cols` positions wide: position
+/// (r, q) at t [((r + p) * cols + q + p) * cp]; the rest of t is left as it is.
+void load_positions_padded(const float* x, int64_t h, int64_t w, int64_t c, int64_t cp, int64_t p, int64_t cols,
+                           float* t);
 /// dbias [oc] += each channel's sum of t [positions][ocp], position by position (the order
 /// load_positions and load_pooled share, so that both give the same bits).
 void add_channel_sums(const float* t, int64_t positions, int64_t oc, int64_t ocp, float* dbias);

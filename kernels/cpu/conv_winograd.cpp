@@ -19,9 +19,9 @@
 // dU[xi] (c x oc) = V[xi]^T dM[xi] with dM = A dy A^T of each output tile,
 // summed over the tiles of every image, then dW = G^T dU G.
 //
-// Layouts, per image: the input position-major [h * w][cp] (load_positions
-// transposes it, channel vectors contiguous), then zero-padded so that every
-// tile lies inside (pad_plane); V [xi][tiles][cp], U [xi][cp][ocp],
+// Layouts, per image: the input position-major and zero-padded so that every
+// tile lies inside, [rows][cols][cp] (load_padded transposes it, channel
+// vectors contiguous); V [xi][tiles][cp], U [xi][cp][ocp],
 // M [xi][tiles][ocp], the output position-major [oh * ow][ocp] until
 // store_channels writes NCHW with the bias and ReLU. The rounding differs
 // from the direct kernels' (the transforms add and subtract before the
@@ -191,18 +191,30 @@ inline void tile_input_transform(const float* d, int64_t row, int64_t col, float
   }
 }
 
-/// xt [h * w][cp] (position-major) into the zero-padded plane [padded_rows][padded_cols][cp]
-/// the tiles read, the plane's first position at (p, p).
-void pad_plane(const float* xt, const tiling& g, int64_t cp, float* padded) {
-  const int64_t rows = g.padded_rows(), line = g.padded_cols() * cp;  // at least h + 2p and w + 2p
+/// Zeros in the padded plane [padded_rows][padded_cols][cp] the tiles read (at least h + 2p by
+/// w + 2p) wherever the h x w plane, its first position at (p, p), does not go.
+void zero_border(const tiling& g, int64_t cp, float* padded) {
+  const int64_t rows = g.padded_rows(), line = g.padded_cols() * cp;
   std::fill_n(padded, g.p * line, 0.0f);
   for (int64_t r = 0; r < g.h; ++r) {
     float* out = padded + (g.p + r) * line;
     std::fill_n(out, g.p * cp, 0.0f);
-    std::copy_n(xt + r * g.w * cp, g.w * cp, out + g.p * cp);
     std::fill(out + (g.p + g.w) * cp, out + line, 0.0f);
   }
   std::fill(padded + (g.p + g.h) * line, padded + rows * line, 0.0f);
+}
+
+/// An image x [c][h][w] (NCHW) into the padded plane, position-major.
+void load_padded(const float* x, const tiling& g, int64_t c, int64_t cp, float* padded) {
+  zero_border(g, cp, padded);
+  load_positions_padded(x, g.h, g.w, c, cp, g.p, g.padded_cols(), padded);
+}
+
+/// xt [h * w][cp] (position-major) into the padded plane.
+void pad_plane(const float* xt, const tiling& g, int64_t cp, float* padded) {
+  zero_border(g, cp, padded);
+  const int64_t line = g.padded_cols() * cp;
+  for (int64_t r = 0; r < g.h; ++r) std::copy_n(xt + r * g.w * cp, g.w * cp, padded + (g.p + r) * line + g.p * cp);
 }
 
 /// v[xi][t - t0][cp] = B^T d B for the tiles d numbered t0 ... t0 + nt - 1 (row by row)
@@ -434,15 +446,14 @@ int64_t block_tiles(int64_t cp, int64_t ocp) {
   return std::max(rows, fit / rows * rows);
 }
 
-/// One image's convolution in the Winograd domain: xt [h * w][cp] (c real
+/// One image's convolution in the Winograd domain: its padded plane (pad_plane, load_padded; c real
 /// channels) into out [oh * ow][ocp] with u [xi][cp][ocp]. The tiles go in
 /// near-equal blocks of at most block_tiles: each block's input transform,
 /// products and output transform run while its V and M are in the L1 or L2
-/// cache. padded, v and m are scratch (the padded plane, a block's V and M).
+/// cache. v and m are scratch (a block's V and M).
 template <class S>
-void convolve(const float* xt, const tiling& g, int64_t c, int64_t cp, const float* u, int64_t ocp, float* padded,
-              float* v, float* m, float* out) {
-  pad_plane(xt, g, cp, padded);
+void convolve(const float* padded, const tiling& g, int64_t c, int64_t cp, const float* u, int64_t ocp, float* v,
+              float* m, float* out) {
   const int64_t tiles = g.tiles(), most = block_tiles<S>(cp, ocp), blocks = (tiles + most - 1) / most;
   for (int64_t b = 0, t0 = 0; b < blocks; ++b) {
     const int64_t nt = (tiles - t0) / (blocks - b);
@@ -473,14 +484,13 @@ void forward(const context& ctx, const tensor& x, const tensor& w, const tensor&
   const int threads = detail::image_threads(ctx, n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
-    float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
     const int64_t block = std::min(tl.tiles(), block_tiles<S>(cp, ocp));
     float* v = scratch(3, static_cast<std::size_t>(elements<S> * block * cp));
     float* m = scratch(4, static_cast<std::size_t>(elements<S> * block * ocp));
     float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
     float* padded = scratch(10, static_cast<std::size_t>(tl.padded_rows() * tl.padded_cols() * cp));
-    load_positions(xp + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
-    convolve<S>(xt, tl, c, cp, u, ocp, padded, v, m, out);
+    load_padded(xp + i * c * h * wd, tl, c, cp, padded);
+    convolve<S>(padded, tl, c, cp, u, ocp, v, m, out);
     if (windowp)
       store_pooled(out, tl.oh, tl.ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * pooled * ocp);
     else
@@ -500,13 +510,11 @@ struct backward_image {
 
   void operator()(int64_t i, float* du, float* db) const {
     const int64_t h = fwd.h, wd = fwd.w, tiles = fwd.tiles();
-    float* xt = scratch(2, static_cast<std::size_t>(h * wd * cp));
     float* v = scratch(3, static_cast<std::size_t>(elements<S> * tiles * cp));
     float* dyt = scratch(4, static_cast<std::size_t>(fwd.oh * fwd.ow * ocp));
     float* dm = scratch(5, static_cast<std::size_t>(elements<S> * tiles * ocp));
     float* padded = scratch(10, static_cast<std::size_t>(fwd.padded_rows() * fwd.padded_cols() * cp));
-    load_positions(x + i * c * h * wd, nullptr, h * wd, c, cp, xt, nullptr);
-    pad_plane(xt, fwd, cp, padded);
+    load_padded(x + i * c * h * wd, fwd, c, cp, padded);
     input_transform<S>(padded, fwd, cp, 0, tiles, v);
     grad.load(i, dyt, db);
     gradient_transform<S>(dyt, fwd, ocp, dm);
@@ -518,7 +526,8 @@ struct backward_image {
     float* md = scratch(7, static_cast<std::size_t>(elements<S> * block * cp));
     float* out = scratch(8, static_cast<std::size_t>(h * wd * cp));
     float* dy_padded = scratch(11, static_cast<std::size_t>(bwd.padded_rows() * bwd.padded_cols() * ocp));
-    convolve<S>(dyt, bwd, oc, ocp, urot, cp, dy_padded, vd, md, out);
+    pad_plane(dyt, bwd, ocp, dy_padded);
+    convolve<S>(dy_padded, bwd, oc, ocp, urot, cp, vd, md, out);
     store_channels(out, h * wd, cp, c, nullptr, false, dx + i * c * h * wd);
   }
 };

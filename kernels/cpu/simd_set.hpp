@@ -41,7 +41,7 @@ struct simd_kernel_set {
   /// conv_internal.hpp's contracts, by the direct kernels (conv_direct.cpp).
   conv_forward forward_direct;
   conv_backward backward_direct;
-  /// The same, by Winograd's F(2x2, 3x3) (conv_winograd.cpp).
+  /// The same, by Winograd's F(2x2, 3x3) or F(4x4, 3x3) (conv_winograd.cpp).
   conv_forward forward_winograd;
   conv_backward backward_winograd;
   /// A 2x2 stride-2 max pool of one plane x [h, w] (oh = h / 2, ow = w / 2):

@@ -63,6 +63,24 @@ void compare_path(const conv_case& t, uint64_t seed, k::conv_path path) {
   if (t.bias) CHECK(max_rel_diff(db1, db2) < 1e-5);
 }
 
+/// A random 3x3 stride-1 case (at most n images, 40 input and oc output channels, padding 0 to 2);
+/// `side(p)` draws each side of the input plane for padding p.
+template <class Pick, class Side>
+conv_case random_3x3(Pick& pick, int64_t n, int64_t oc, Side side) {
+  conv_case t{};
+  t.n = pick(1, n);
+  t.c = pick(1, 40);
+  t.oc = pick(1, oc);
+  t.k = 3;
+  t.s = 1;
+  t.p = pick(0, 2);
+  t.h = side(t.p);
+  t.w = side(t.p);
+  t.bias = pick(0, 1) == 1;
+  t.dx = pick(0, 3) != 0;
+  return t;
+}
+
 void compare_paths(const conv_case& t, uint64_t seed) {
   for (k::conv_path path : {k::conv_path::automatic, k::conv_path::direct, k::conv_path::winograd})
     compare_path(t, seed, path);
@@ -105,17 +123,7 @@ TEST_CASE("conv2d's Winograd path matches im2col on random 3x3 stride-1 shapes",
   std::mt19937_64 rng(77);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   for (int i = 0; i < 40; ++i) {
-    conv_case t{};
-    t.n = pick(1, 3);
-    t.c = pick(1, 40);
-    t.oc = pick(1, 70);
-    t.k = 3;
-    t.s = 1;
-    t.p = pick(0, 2);
-    t.h = pick(std::max<int64_t>(1, 3 - 2 * t.p), 17);
-    t.w = pick(std::max<int64_t>(1, 3 - 2 * t.p), 17);
-    t.bias = pick(0, 1) == 1;
-    t.dx = pick(0, 3) != 0;
+    const conv_case t = random_3x3(pick, 3, 70, [&](int64_t p) { return pick(std::max<int64_t>(1, 3 - 2 * p), 17); });
     compare_path(t, 5000 + i, k::conv_path::winograd);
   }
 }
@@ -134,17 +142,7 @@ TEST_CASE("conv2d's Winograd path takes F(4x4, 3x3) on planes where it is cheape
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   int both = 0;
   for (int i = 0; i < 20; ++i) {
-    conv_case t{};
-    t.n = pick(1, 2);
-    t.c = pick(1, 40);
-    t.oc = pick(1, 40);
-    t.k = 3;
-    t.s = 1;
-    t.p = pick(0, 2);
-    t.h = 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * t.p;
-    t.w = 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * t.p;
-    t.bias = pick(0, 1) == 1;
-    t.dx = pick(0, 3) != 0;
+    const conv_case t = random_3x3(pick, 2, 40, [&](int64_t p) { return 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * p; });
     const int64_t oh = t.h + 2 * t.p - 2, ow = t.w + 2 * t.p - 2;
     both += k::detail::winograd_tile_side(oh, ow, false) == 4 && k::detail::winograd_tile_side(oh, ow, true) == 4;
     compare_path(t, 7000 + i, k::conv_path::winograd);

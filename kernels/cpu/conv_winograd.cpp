@@ -56,6 +56,7 @@ constexpr int W = simd::width;
 /// F(2x2, 3x3): 4x4 input tiles, 16 elements.
 struct f2 {
   static constexpr int out = 2, in = 4;
+  static constexpr int64_t block_rows = 12;  // the fewest tiles convolve takes at a time (block_tiles)
   /// o = B^T d (4 -> 4).
   static void bt(const simd::vec* d, simd::vec* o) {
     o[0] = simd::sub(d[0], d[2]);
@@ -94,6 +95,7 @@ struct f2 {
 /// F(4x4, 3x3): 6x6 input tiles, 36 elements.
 struct f4 {
   static constexpr int out = 4, in = 6;
+  static constexpr int64_t block_rows = 24;
   /// o = B^T d (6 -> 6).
   static void bt(const simd::vec* d, simd::vec* o) {
     const simd::vec four = simd::splat(4.0f), minus_four = simd::splat(-4.0f), two = simd::splat(2.0f),
@@ -438,10 +440,11 @@ void gemm(int64_t rows, int64_t depth, const float* a, int64_t a_row, int64_t a_
 }
 
 /// How many tiles convolve transforms and multiplies at a time: as many as keep that block's
-/// V and M in the L1 cache (24 KiB of them), at least two register tiles' rows.
+/// V and M in the L1 cache (24 KiB of them), in multiples of the scheme's block_rows and at least
+/// that many (F(2x2): a register tile's 12 rows; F(4x4): two).
 template <class S>
 int64_t block_tiles(int64_t cp, int64_t ocp) {
-  constexpr int64_t l1_bytes = 24 * 1024, rows = S::out == 2 ? 12 : 24;
+  constexpr int64_t l1_bytes = 24 * 1024, rows = S::block_rows;
   const int64_t fit = l1_bytes / (elements<S> * (cp + ocp) * static_cast<int64_t>(sizeof(float)));
   return std::max(rows, fit / rows * rows);
 }
@@ -482,9 +485,9 @@ void forward(const context& ctx, const tensor& x, const tensor& w, const tensor&
   if (window) ensure_shape(*window, {n, pooled, ocp});
   float* windowp = window ? window->data() : nullptr;
   const int threads = detail::image_threads(ctx, n);
+  const int64_t block = std::min(tl.tiles(), block_tiles<S>(cp, ocp));
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t block = std::min(tl.tiles(), block_tiles<S>(cp, ocp));
     float* v = scratch(3, static_cast<std::size_t>(elements<S> * block * cp));
     float* m = scratch(4, static_cast<std::size_t>(elements<S> * block * ocp));
     float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
@@ -571,17 +574,12 @@ void backward(const context& ctx, const tensor& x, const tensor& w, const tensor
   if (dbias) std::copy_n(partial + elements<S> * cp * ocp, oc, dbias->data());
 }
 
-/// The output plane of g on x.
-std::pair<int64_t, int64_t> output_plane(const tensor& x, const conv2d_geometry& g) {
-  return {x.dim(2) + 2 * g.padding - 2, x.dim(3) + 2 * g.padding - 2};
-}
-
 } // namespace
 
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                              const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
-  const auto [oh, ow] = output_plane(x, g);
-  if (winograd_tile_side(oh, ow, false) == f4::out)
+  const shape ys = conv2d_output_shape(x.shape(), g);
+  if (winograd_tile_side(ys[2], ys[3], false) == f4::out)
     forward<f4>(ctx, x, w, bias, g, relu, y, window);
   else
     forward<f2>(ctx, x, w, bias, g, relu, y, window);
@@ -590,8 +588,8 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
                               tensor* dbias, const tensor* window) {
-  const auto [oh, ow] = output_plane(x, g);
-  if (winograd_tile_side(oh, ow, true) == f4::out)
+  const shape ys = conv2d_output_shape(x.shape(), g);
+  if (winograd_tile_side(ys[2], ys[3], true) == f4::out)
     backward<f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
   else
     backward<f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);

@@ -14,9 +14,10 @@ namespace troupe::kernels::detail {
 bool conv2d_direct_supported(const conv2d_geometry& g);
 /// Whether the Winograd kernels handle `g`: 3x3, stride 1, padding 0 to 2.
 bool conv2d_winograd_supported(const conv2d_geometry& g);
-/// The Winograd kernels' output tile side for an oh x ow output plane: 4 (F(4x4, 3x3)) or 2
-/// (F(2x2, 3x3)), for the forward or the backward pass (dense_conv.cpp says why).
-int winograd_tile_side(int64_t oh, int64_t ow, bool backward);
+/// The Winograd kernels' output tile side for a pass whose tiles cover an oh x ow plane (y's for
+/// the forward pass and the weight gradient, dx's for the data gradient, a convolution of dy):
+/// 4 (F(4x4, 3x3)) or 2 (F(2x2, 3x3)); dense_conv.cpp says why.
+int winograd_tile_side(int64_t oh, int64_t ow);
 /// dx alone by GEMM and col2im, image by image (needs no column buffer).
 void conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy, const conv2d_geometry& g,
                                tensor& dx);

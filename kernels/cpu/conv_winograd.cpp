@@ -219,11 +219,12 @@ void pad_plane(const float* xt, const tiling& g, int64_t cp, float* padded) {
   for (int64_t r = 0; r < g.h; ++r) std::copy_n(xt + r * g.w * cp, g.w * cp, padded + (g.p + r) * line + g.p * cp);
 }
 
-/// v[xi][t - t0][cp] = B^T d B for the tiles d numbered t0 ... t0 + nt - 1 (row by row)
-/// of the padded plane (pad_plane).
+/// v[xi * step + (t - t0) * cp] = B^T d B for the tiles d numbered t0 ... t0 + nt - 1 (row by
+/// row) of the padded plane (pad_plane).
 template <class S>
-void input_transform(const float* padded, const tiling& g, int64_t cp, int64_t t0, int64_t nt, float* v) {
-  const int64_t step = nt * cp, line = g.padded_cols() * cp;  // between the elements; between rows
+void input_transform(const float* padded, const tiling& g, int64_t cp, int64_t t0, int64_t nt, float* v,
+                     int64_t step) {
+  const int64_t line = g.padded_cols() * cp;  // between rows
   for (int64_t t = t0; t < t0 + nt; ++t) {
     const int64_t ty = t / g.tw, tx = t % g.tw;
     const float* corner = padded + S::out * (ty * line + tx * cp);
@@ -276,11 +277,10 @@ void output_transform(const float* m, const tiling& g, int64_t ocp, int64_t t0, 
   }
 }
 
-/// dm [xi][t][ocp] = A dy A^T for every output tile of dyt [oh * ow][ocp]
+/// dm [xi * step + t * ocp] = A dy A^T for every output tile t of dyt [oh * ow][ocp]
 /// (position-major); zero beyond the plane.
 template <class S>
-void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* dm) {
-  const int64_t step = g.tiles() * ocp;
+void gradient_transform(const float* dyt, const tiling& g, int64_t ocp, float* dm, int64_t step) {
   for (int64_t ty = 0; ty < g.th; ++ty)
     for (int64_t tx = 0; tx < g.tw; ++tx) {
       const int64_t y0 = S::out * ty, x0 = S::out * tx;
@@ -460,7 +460,7 @@ void convolve(const float* padded, const tiling& g, int64_t c, int64_t cp, const
   const int64_t tiles = g.tiles(), most = block_tiles<S>(cp, ocp), blocks = (tiles + most - 1) / most;
   for (int64_t b = 0, t0 = 0; b < blocks; ++b) {
     const int64_t nt = (tiles - t0) / (blocks - b);
-    input_transform<S>(padded, g, cp, t0, nt, v);
+    input_transform<S>(padded, g, cp, t0, nt, v, nt * cp);
     for (int64_t xi = 0; xi < elements<S>; ++xi)
       gemm(nt, c, v + xi * nt * cp, cp, 1, u + xi * cp * ocp, ocp, ocp / W, m + xi * nt * ocp, ocp, false);
     output_transform<S>(m, g, ocp, t0, nt, out);
@@ -501,77 +501,105 @@ void forward(const context& ctx, const tensor& x, const tensor& w, const tensor&
   }
 }
 
-/// Image i's share of the backward pass: its dU (and dbias) added into du (db), its dx written.
+/// How many images' tiles one product of the weight gradient takes (its depth: their tiles
+/// together): enough for a depth of at least 32 where their V and dM fit 512 KiB (half the L2
+/// cache). One image's tiles alone make too shallow a product on small planes (4 tiles of F(4x4)
+/// on 7 x 7): it would load and store its dU tiles for every 4 steps. Measured on the zoo's
+/// planes (docs/benchmarks.md): with 8 images a group, 7 x 7's backward takes F(4x4) and is a
+/// quarter faster; larger planes (49 tiles and more) stay at one image, where depths of 64 and
+/// 128 gained nothing.
 template <class S>
-struct backward_image {
-  const tiling fwd, bwd;
-  int64_t c, oc, cp, ocp;
+int64_t weight_group(int64_t tiles, int64_t cp, int64_t ocp) {
+  constexpr int64_t depth = 32, bytes = 512 * 1024;
+  const int64_t fit = bytes / (elements<S> * tiles * (cp + ocp) * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(1, std::min((depth + tiles - 1) / tiles, fit));
+}
+
+/// A run of images' share of the backward pass: their dU (and dbias) added into du (db), their dx
+/// written. The weight gradient goes by the scheme SW over the forward's tiles, the data gradient
+/// (the rotated kernels over dy) by SD, each chosen for its own plane.
+template <class SW, class SD>
+struct backward_images {
+  const tiling fwd, bwd;  // SW's tiles of x (and of dy, the forward's output); SD's of dy -> dx
+  int64_t c, oc, cp, ocp, group;
   const float* x;
   const output_gradient& grad;
   const float* urot;  // null: no dx
   float* dx;
 
-  void operator()(int64_t i, float* du, float* db) const {
-    const int64_t h = fwd.h, wd = fwd.w, tiles = fwd.tiles();
-    float* v = scratch(3, static_cast<std::size_t>(elements<S> * tiles * cp));
+  /// Images i0 ... i0 + count - 1 (count at most `group`): one product per element over all their tiles.
+  void operator()(int64_t i0, int64_t count, float* du, float* db) const {
+    const int64_t h = fwd.h, wd = fwd.w, tiles = fwd.tiles(), depth = count * tiles;
+    float* v = scratch(3, static_cast<std::size_t>(elements<SW> * group * tiles * cp));
     float* dyt = scratch(4, static_cast<std::size_t>(fwd.oh * fwd.ow * ocp));
-    float* dm = scratch(5, static_cast<std::size_t>(elements<S> * tiles * ocp));
+    float* dm = scratch(5, static_cast<std::size_t>(elements<SW> * group * tiles * ocp));
     float* padded = scratch(10, static_cast<std::size_t>(fwd.padded_rows() * fwd.padded_cols() * cp));
-    load_padded(x + i * c * h * wd, fwd, c, cp, padded);
-    input_transform<S>(padded, fwd, cp, 0, tiles, v);
-    grad.load(i, dyt, db);
-    gradient_transform<S>(dyt, fwd, ocp, dm);
-    for (int64_t xi = 0; xi < elements<S>; ++xi)  // dU[xi] += V[xi]^T dM[xi]
-      gemm(c, tiles, v + xi * tiles * cp, 1, cp, dm + xi * tiles * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp, true);
-    if (!urot) return;
-    const int64_t block = std::min(bwd.tiles(), block_tiles<S>(ocp, cp));
-    float* vd = scratch(6, static_cast<std::size_t>(elements<S> * block * ocp));
-    float* md = scratch(7, static_cast<std::size_t>(elements<S> * block * cp));
+    for (int64_t k = 0; k < count; ++k) {  // V [xi][depth][cp] and dM [xi][depth][ocp], image k's tiles at k * tiles
+      load_padded(x + (i0 + k) * c * h * wd, fwd, c, cp, padded);
+      input_transform<SW>(padded, fwd, cp, 0, tiles, v + k * tiles * cp, depth * cp);
+      grad.load(i0 + k, dyt, db);
+      gradient_transform<SW>(dyt, fwd, ocp, dm + k * tiles * ocp, depth * ocp);
+      if (urot) data_gradient(i0 + k, dyt);
+    }
+    for (int64_t xi = 0; xi < elements<SW>; ++xi)  // dU[xi] += V[xi]^T dM[xi]
+      gemm(c, depth, v + xi * depth * cp, 1, cp, dm + xi * depth * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp, true);
+  }
+
+  /// Image i's dx from its dyt [oh * ow][ocp].
+  void data_gradient(int64_t i, const float* dyt) const {
+    const int64_t h = fwd.h, wd = fwd.w;
+    const int64_t block = std::min(bwd.tiles(), block_tiles<SD>(ocp, cp));
+    float* vd = scratch(6, static_cast<std::size_t>(elements<SD> * block * ocp));
+    float* md = scratch(7, static_cast<std::size_t>(elements<SD> * block * cp));
     float* out = scratch(8, static_cast<std::size_t>(h * wd * cp));
     float* dy_padded = scratch(11, static_cast<std::size_t>(bwd.padded_rows() * bwd.padded_cols() * ocp));
     pad_plane(dyt, bwd, ocp, dy_padded);
-    convolve<S>(dy_padded, bwd, oc, ocp, urot, cp, vd, md, out);
+    convolve<SD>(dy_padded, bwd, oc, ocp, urot, cp, vd, md, out);
     store_channels(out, h * wd, cp, c, nullptr, false, dx + i * c * h * wd);
   }
 };
 
-template <class S>
+template <class SW, class SD>
 void backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy, const tensor* relu_output,
               const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* window) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
-  const tiling fwd = make_tiling(h, wd, g.padding, S::out);                // x -> y
-  const tiling bwd = make_tiling(fwd.oh, fwd.ow, 2 - g.padding, S::out);  // dy -> dx
+  const tiling fwd = make_tiling(h, wd, g.padding, SW::out);                // x -> y
+  const tiling bwd = make_tiling(fwd.oh, fwd.ow, 2 - g.padding, SD::out);  // dy -> dx
   const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dU [xi][cp][ocp] and dbias [ocp], in the calling thread's scratch.
-  const std::size_t part = static_cast<std::size_t>(elements<S> * cp * ocp + ocp);
+  const std::size_t part = static_cast<std::size_t>(elements<SW> * cp * ocp + ocp);
   float* partial = scratch(0, part * threads);
   int team = 1;  // the threads the region below gets; each zeroes its own partial sums
   float* urot = nullptr;  // the rotated kernels, output channels as rows
   if (dx) {
-    urot = scratch(1, static_cast<std::size_t>(elements<S> * ocp * cp));
+    urot = scratch(1, static_cast<std::size_t>(elements<SD> * ocp * cp));
     const float* wp = w.data();
-    weight_transform<S>([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true,
-                        threads, urot);
+    weight_transform<SD>([&](int64_t o, int64_t ci) { return wp + (o * c + ci) * 9; }, oc, c, ocp, cp, true,
+                         threads, urot);
   }
   const output_gradient grad =
       output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc, ocp, "conv2d_backward_winograd");
-  const backward_image<S> image{fwd, bwd, c, oc, cp, ocp, x.data(), grad, urot, dx ? dx->data() : nullptr};
+  const int64_t group = weight_group<SW>(fwd.tiles(), cp, ocp);
+  const backward_images<SW, SD> images{fwd, bwd, c, oc, cp, ocp, group, x.data(), grad, urot,
+                                       dx ? dx->data() : nullptr};
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float* du = partial + part * omp_get_thread_num();
+    const int t = omp_get_thread_num(), size = omp_get_num_threads();
+    float* du = partial + part * t;
     std::fill_n(du, part, 0.0f);
-#pragma omp single nowait
-    team = omp_get_num_threads();
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) image(i, du, dbias ? du + elements<S> * cp * ocp : nullptr);
+    if (t == 0) team = size;
+    // A contiguous run of images per thread (as a static schedule), in groups.
+    const int64_t lo = n * t / size, hi = n * (t + 1) / size;
+    for (int64_t i = lo; i < hi; i += group)
+      images(i, std::min(group, hi - i), du, dbias ? du + elements<SW> * cp * ocp : nullptr);
   }
   std::fill(partial + part * team, partial + part * threads, 0.0f);  // threads the region did not get
   // Sum the threads' partials into the first, then back from the Winograd domain.
   sum_into_first(partial, static_cast<int64_t>(part), threads);
-  weight_gradient<S>(partial, c, oc, cp, ocp, threads, dw.data());
-  if (dbias) std::copy_n(partial + elements<S> * cp * ocp, oc, dbias->data());
+  weight_gradient<SW>(partial, c, oc, cp, ocp, threads, dw.data());
+  if (dbias) std::copy_n(partial + elements<SW> * cp * ocp, oc, dbias->data());
 }
 
 } // namespace
@@ -579,7 +607,7 @@ void backward(const context& ctx, const tensor& x, const tensor& w, const tensor
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                              const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
   const shape ys = conv2d_output_shape(x.shape(), g);
-  if (winograd_tile_side(ys[2], ys[3], false) == f4::out)
+  if (winograd_tile_side(ys[2], ys[3]) == f4::out)
     forward<f4>(ctx, x, w, bias, g, relu, y, window);
   else
     forward<f2>(ctx, x, w, bias, g, relu, y, window);
@@ -589,10 +617,16 @@ void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor&
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
                               tensor* dbias, const tensor* window) {
   const shape ys = conv2d_output_shape(x.shape(), g);
-  if (winograd_tile_side(ys[2], ys[3], true) == f4::out)
-    backward<f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+  const bool weights4 = winograd_tile_side(ys[2], ys[3]) == f4::out;     // over the output's tiles
+  const bool data4 = winograd_tile_side(x.dim(2), x.dim(3)) == f4::out;  // onto dx's plane
+  if (weights4 && data4)
+    backward<f4, f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+  else if (weights4)
+    backward<f4, f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+  else if (data4)
+    backward<f2, f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
   else
-    backward<f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+    backward<f2, f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

@@ -82,12 +82,11 @@ bool detail::conv2d_winograd_supported(const conv2d_geometry& g) {
 // transforms cost more per output and its tiles reach further past the plane's edge. Measured
 // (troupe_conv_bench, docs/benchmarks.md): on 28 x 28 planes (49 tiles, its domain 0.56 of
 // F(2x2)'s) it is faster both ways; on 14 x 14 (16 tiles reaching 16 x 16, 0.73) slower both
-// ways; on 7 x 7 (0.56, 4 tiles) faster forward and slower backward, whose weight gradient
-// multiplies over an image's tiles, only 4 deep there.
-int detail::winograd_tile_side(int64_t oh, int64_t ow, bool backward) {
+// ways; on 7 x 7 (0.56, 4 tiles) faster both ways once the weight gradient's products take the
+// tiles of 8 images at a time (conv_winograd.cpp's weight_group).
+int detail::winograd_tile_side(int64_t oh, int64_t ow) {
   auto tiles = [&](int64_t side) { return ((oh + side - 1) / side) * ((ow + side - 1) / side); };
-  const bool smaller = 5 * 36 * tiles(4) <= 3 * 16 * tiles(2);  // at most 0.6 of F(2x2)'s domain
-  return smaller && (!backward || tiles(4) >= 16) ? 4 : 2;
+  return 5 * 36 * tiles(4) <= 3 * 16 * tiles(2) ? 4 : 2;  // F(4x4) at most 0.6 of F(2x2)'s domain
 }
 
 namespace {

@@ -130,24 +130,42 @@ TEST_CASE("conv2d's Winograd path matches im2col on random 3x3 stride-1 shapes",
 
 TEST_CASE("conv2d's Winograd path takes F(4x4, 3x3) on planes where it is cheaper and matches im2col there", "[kernels]") {
   // The choice on the zoo's planes (docs/benchmarks.md has the measurements behind it).
-  CHECK(k::detail::winograd_tile_side(28, 28, false) == 4);
-  CHECK(k::detail::winograd_tile_side(28, 28, true) == 4);
-  CHECK(k::detail::winograd_tile_side(14, 14, false) == 2);
-  CHECK(k::detail::winograd_tile_side(14, 14, true) == 2);
-  CHECK(k::detail::winograd_tile_side(7, 7, false) == 4);
-  CHECK(k::detail::winograd_tile_side(7, 7, true) == 2);
+  CHECK(k::detail::winograd_tile_side(28, 28) == 4);
+  CHECK(k::detail::winograd_tile_side(14, 14) == 2);
+  CHECK(k::detail::winograd_tile_side(7, 7) == 4);
   // Output planes of 4k - 1 or 4k positions each way (16 to 32: the last tile partly outside
-  // or not), both passes by F(4x4).
+  // or not): the forward pass and the weight gradient by F(4x4), the data gradient (onto x's
+  // plane, 2 larger or smaller than y's with padding 0 or 2) by either.
   std::mt19937_64 rng(4444);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  int both = 0;
+  int forward4 = 0, data4 = 0;
   for (int i = 0; i < 20; ++i) {
-    const conv_case t = random_3x3(pick, 2, 40, [&](int64_t p) { return 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * p; });
+    conv_case t = random_3x3(pick, 2, 40, [&](int64_t p) { return 4 * pick(4, 8) - pick(0, 1) + 2 - 2 * p; });
+    t.dx = true;
     const int64_t oh = t.h + 2 * t.p - 2, ow = t.w + 2 * t.p - 2;
-    both += k::detail::winograd_tile_side(oh, ow, false) == 4 && k::detail::winograd_tile_side(oh, ow, true) == 4;
+    forward4 += k::detail::winograd_tile_side(oh, ow) == 4;
+    data4 += k::detail::winograd_tile_side(t.h, t.w) == 4;
     compare_path(t, 7000 + i, k::conv_path::winograd);
   }
-  CHECK(both == 20);
+  CHECK(forward4 == 20);
+  CHECK(data4 >= 5);  // 7 of the 20: both data schemes under F(4x4)'s weight gradient
+  CHECK(data4 < 20);
+}
+
+TEST_CASE("conv2d's Winograd weight gradient over groups of images matches im2col", "[kernels]") {
+  // On small planes (7 x 7's 4 tiles of F(4x4), 3 x 3's 4 of F(2x2)) the weight gradient's
+  // products take up to 8 images' tiles at once; batches of 9 and 19 leave groups partly
+  // filled and more than one group per thread.
+  std::mt19937_64 rng(808);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int i = 0;
+  for (int64_t n : {9, 19})
+    for (int64_t side : {3, 5, 7, 8}) {
+      conv_case t = random_3x3(pick, 1, 40, [&](int64_t p) { return side + 2 - 2 * p; });
+      t.n = n;
+      t.dx = true;
+      compare_path(t, 9000 + i++, k::conv_path::winograd);
+    }
 }
 
 TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kernels]") {

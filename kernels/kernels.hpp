@@ -146,14 +146,17 @@ void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, 
 /// backward, and updates running statistics (running = (1-m) running + m batch,
 /// unbiased variance).
 /// With `relu`, y = max(y, 0) in the same pass; the backward pass then takes
-/// that y as `relu_output` and counts dy where y > 0 only.
+/// that y as `relu_output` and counts dy where y > 0 only. With `addend` (x's
+/// shape), y = normalized x + addend, before the ReLU: a residual block's sum
+/// in the same pass (the bits of add(), then relu, after batch norm).
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd, bool relu = false);
+                              tensor& saved_invstd, bool relu = false, const tensor* addend = nullptr);
 void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
                              const tensor& beta, float eps, const tensor& running_mean,
-                             const tensor& running_var, tensor& y, bool relu = false);
+                             const tensor& running_var, tensor& y, bool relu = false,
+                             const tensor* addend = nullptr);
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
                          const tensor& saved_mean, const tensor& saved_invstd, const tensor& dy,
                          tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output = nullptr);

@@ -36,6 +36,10 @@ struct layer_state {
   /// either at memory of its own with the result's shape (tensor::wrap), and
   /// the layer writes there (kernels keep a buffer of the right shape).
   tensor y, dx;
+  /// What the layer adds to its output in its forward pass, for a residual
+  /// block whose sum it makes (layer::fuse_residual_sum): set by the block
+  /// before each call; null otherwise.
+  const tensor* addend = nullptr;
 };
 
 /// One layer of a model. Forward and backward take the call's state and
@@ -110,6 +114,12 @@ public:
   /// after them), which is then told so as `next` was.
   virtual bool fuse_also(const layer* after) { return false; }
   virtual void set_applied_by_previous(bool applied) {}
+  /// Asked by a residual block of its body's last layer, after fuse_next (which
+  /// undoes it): true when this layer adds the block's shortcut (the state's
+  /// `addend`) to its output in its own output pass, then applies max(., 0)
+  /// when `relu`; the block's output is then this layer's, and the block makes
+  /// no sum of its own. Its backward pass stays that of the layer alone.
+  virtual bool fuse_residual_sum(bool relu) { return false; }
 
   /// Layers before the first one with parameters need no input gradient
   /// (model::build sets this); skipping it saves work. A block passes it on

@@ -357,16 +357,26 @@ public:
   }
   bool fuse_next(const layer* next) override {
     relu_ = next && next->kind() == "relu";
+    sum_ = sum_relu_ = false;
     return relu_;
+  }
+  bool fuse_residual_sum(bool relu) override {
+    if (relu_) return false;  // its own ReLU comes before any sum
+    sum_ = true;
+    sum_relu_ = relu;
+    return true;
   }
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, batch_norm_state& s) override {
     s.x = x;
+    const tensor* addend = sum_ ? s.addend : nullptr;
+    if (sum_ && !addend) throw error("batch_norm: makes its residual block's sum, but the block gave no shortcut");
+    const bool relu = relu_ || sum_relu_;
     if (training)
       k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps(), o_.momentum(),
-                                  running_mean_, running_var_, s.y, s.mean, s.invstd, relu_);
+                                  running_mean_, running_var_, s.y, s.mean, s.invstd, relu, addend);
     else
       k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps(), running_mean_,
-                                 running_var_, s.y, relu_);
+                                 running_var_, s.y, relu, addend);
     return s.y;
   }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, batch_norm_state& s) override {
@@ -382,6 +392,7 @@ public:
 private:
   nn::batch_norm o_;
   bool relu_ = false;  // applies the next layer, a ReLU
+  bool sum_ = false, sum_relu_ = false;  // makes its residual block's sum (and the ReLU after it)
   parameter gamma_{"gamma", {}, {}}, beta_{"beta", {}, {}};
   tensor running_mean_, running_var_;
 };

@@ -63,6 +63,7 @@ public:
     fuse_chain(body_);
     fuse_chain(projection_);
     relu_ = next && next->kind() == "relu";
+    body_sum_ = body_.back()->fuse_residual_sum(relu_);
     return relu_;
   }
 
@@ -74,6 +75,10 @@ public:
   }
 
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, residual_state& s) override {
+    if (body_sum_) {  // the body's last layer adds the shortcut (and applies the ReLU): the same bits
+      s.body.back()->addend = &forward_chain(ctx, projection_, s.projection, x, training);
+      return forward_chain(ctx, body_, s.body, x, training);
+    }
     const tensor& out = forward_chain(ctx, body_, s.body, x, training);
     const tensor& shortcut = forward_chain(ctx, projection_, s.projection, x, training);
     k::add(ctx, out, shortcut, s.y, relu_);
@@ -83,7 +88,7 @@ public:
   const tensor& run_backward(const k::context& ctx, const tensor& dy_out, residual_state& s) override {
     const tensor* dy = &dy_out;
     if (relu_) {
-      k::relu_backward(ctx, s.y, dy_out, s.dy);
+      k::relu_backward(ctx, body_sum_ ? s.body.back()->y : s.y, dy_out, s.dy);
       dy = &s.dy;
     }
     // d(body + shortcut)/dx: the gradient through the body plus the one through the shortcut.
@@ -167,7 +172,8 @@ private:
 
   layers body_, projection_;
   bool named_ = false;
-  bool relu_ = false;  // applies the next layer, a ReLU, to the sum
+  bool relu_ = false;      // applies the next layer, a ReLU, to the sum
+  bool body_sum_ = false;  // the body's last layer makes the sum (fuse_residual_sum)
 };
 
 } // namespace

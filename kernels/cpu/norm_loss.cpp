@@ -60,15 +60,18 @@ float plane_squared_deviation(const float* a, int64_t n, float mean) {
   return s;
 }
 
-void plane_affine(const float* a, float* y, int64_t n, float scale, float shift, bool relu) {
+/// y = a * scale + shift, plus r when given, then max(., 0) when `relu`.
+void plane_affine(const float* a, const float* r, float* y, int64_t n, float scale, float shift, bool relu) {
   const simd::vec sc = simd::splat(scale), sh = simd::splat(shift), z = simd::zero();
   int64_t i = 0;
   for (; i + V <= n; i += V) {
-    const simd::vec v = simd::fma(simd::load(a + i), sc, sh);
+    simd::vec v = simd::fma(simd::load(a + i), sc, sh);
+    if (r) v = simd::add(v, simd::load(r + i));
     simd::store(y + i, relu ? simd::max(v, z) : v);
   }
   for (; i < n; ++i) {
-    const float v = a[i] * scale + shift;
+    float v = a[i] * scale + shift;
+    if (r) v += r[i];
     y[i] = relu ? std::max(v, 0.0f) : v;
   }
 }
@@ -120,15 +123,17 @@ void plane_gradient(const float* g, const float* x, const float* y, float* dx, i
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd, bool relu) {
+                              tensor& saved_invstd, bool relu, const tensor* addend) {
   const char* k = "batch_norm_forward_train";
   bn_dims d = bn_check(x, gamma, beta, k);
+  if (addend) detail::require_same(x, *addend, k, "x", "addend");
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
   detail::require_shape(running_var, {d.c}, k, "running_var");
   ensure_shape(y, x.shape());
   ensure_shape(saved_mean, {d.c});
   ensure_shape(saved_invstd, {d.c});
   const float* xp = x.data();
+  const float* rp = addend ? addend->data() : nullptr;
   float* yp = y.data();
   const double m = static_cast<double>(d.n * d.inner);
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
@@ -148,27 +153,33 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
     running_var.data()[c] = (1 - momentum) * running_var.data()[c] + momentum * float(unbiased);
     const float scale = gamma.data()[c] * invstd;
     const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - mean * scale;
-    for (int64_t i = 0; i < d.n; ++i)
-      plane_affine(xp + (i * d.c + c) * d.inner, yp + (i * d.c + c) * d.inner, d.inner, scale, shift, relu);
+    for (int64_t i = 0; i < d.n; ++i) {
+      const int64_t at = (i * d.c + c) * d.inner;
+      plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scale, shift, relu);
+    }
   }
 }
 
 void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
                              const tensor& beta, float eps, const tensor& running_mean,
-                             const tensor& running_var, tensor& y, bool relu) {
+                             const tensor& running_var, tensor& y, bool relu, const tensor* addend) {
   const char* k = "batch_norm_forward_eval";
   bn_dims d = bn_check(x, gamma, beta, k);
+  if (addend) detail::require_same(x, *addend, k, "x", "addend");
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
   detail::require_shape(running_var, {d.c}, k, "running_var");
   ensure_shape(y, x.shape());
   const float* xp = x.data();
+  const float* rp = addend ? addend->data() : nullptr;
   float* yp = y.data();
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
     const float scale = gamma.data()[c] / std::sqrt(running_var.data()[c] + eps);
     const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - running_mean.data()[c] * scale;
-    for (int64_t i = 0; i < d.n; ++i)
-      plane_affine(xp + (i * d.c + c) * d.inner, yp + (i * d.c + c) * d.inner, d.inner, scale, shift, relu);
+    for (int64_t i = 0; i < d.n; ++i) {
+      const int64_t at = (i * d.c + c) * d.inner;
+      plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scale, shift, relu);
+    }
   }
 }
 

@@ -218,4 +218,23 @@ TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kern
   k::relu_forward(ctx, s, sum_relu);
   k::add(ctx, a, b2, s, true);
   CHECK(max_rel_diff(s, sum_relu) == 0);
+
+  // A residual block's sum (and its ReLU) in batch norm's pass: add's bits, then relu's; training
+  // and evaluation, with and without the ReLU.
+  const tensor shortcut = testing::random_tensor(x.shape(), 17);
+  for (bool relu : {false, true}) {
+    tensor bn, sum, ref, out;
+    k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, bn, mean, invstd);
+    k::add(ctx, bn, shortcut, ref, relu);
+    k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, out, mean, invstd, relu, &shortcut);
+    CHECK(max_rel_diff(out, ref) == 0);
+    k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm, rv, bn);
+    k::add(ctx, bn, shortcut, ref, relu);
+    k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm, rv, out, relu, &shortcut);
+    CHECK(max_rel_diff(out, ref) == 0);
+  }
+  const tensor wrong = testing::random_tensor({4, 3, 5, 5}, 18);
+  tensor out;
+  CHECK_THROWS_WITH(k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, out, mean, invstd, false, &wrong),
+                    Catch::Contains("addend"));
 }

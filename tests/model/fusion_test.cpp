@@ -14,12 +14,13 @@ namespace {
 const kernels::context ctx = testing::test_context();
 
 /// A chain where each ReLU follows a layer that can apply it, and one where
-/// dropout(0) (the identity) stands between them, so that nothing is fused.
+/// dropout(0) (the identity) stands between them, so that nothing is fused
+/// (nor the first block's sum into its last batch norm).
 template <class Sep>
 model::model net(const Sep& sep) {
   return sequential(conv2d(2, 6, 3).padding(1), sep, relu(), batch_norm(6), sep, relu(),
                     residual(conv2d(6, 6, 3).padding(1).bias(false), batch_norm(6), sep, relu(),
-                             conv2d(6, 6, 3).padding(1).bias(false), batch_norm(6)),
+                             conv2d(6, 6, 3).padding(1).bias(false), batch_norm(6), sep),
                     sep, relu(),
                     residual(conv2d(6, 8, 3).stride(2).padding(1), sep, relu())
                         .projection(conv2d(6, 8, 1).stride(2), batch_norm(8)),

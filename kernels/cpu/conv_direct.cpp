@@ -10,15 +10,19 @@
 // ReLU) on the way out.
 //
 // Backward data, stride 1: the same kernel on dy padded by k-1-p, with the
-// weights rotated by 180 degrees and their channels swapped.
+// weights rotated by 180 degrees and their channels swapped. Stride 2 (k > 1):
+// the same kernel once per parity class of dx's positions (parity_class), each
+// a stride-1 convolution of dy with that parity's taps, its outputs two
+// positions apart in one position-major plane.
 // Backward weights: dW^T[tap][oc] += x[tap at position] * dy^T[position][oc],
 // register tiles of G kernel rows (input channel, kernel row) x K columns x NV
 // channel vectors, accumulated over every position of the thread's images;
 // dy is transposed to position-major [P][oc] first (its sums give dbias).
 //
 // Everything else (strides other than 1 and 2, kernels other than 1, 3, 5 or
-// 7, dx of a strided convolution) goes to the im2col path of dense_conv.cpp,
-// which is also the reference these kernels are tested against.
+// 7, dx of a 1x1 stride-2 convolution or of a stride-1 one padded by k or
+// more) goes to the im2col path of dense_conv.cpp, which is also the
+// reference these kernels are tested against.
 //
 // Compiled once per instruction set, into namespace detail::TROUPE_ISA
 // (cmake/troupe_kernel_sets.cmake, simd_set.hpp): simd::width is that set's.
@@ -78,21 +82,21 @@ void pad_planes(const float* x, int64_t c, int64_t h, int64_t w, int64_t p, floa
 
 // ---------------------------------------------------------------- forward tiles
 
-/// out[j][v] (MRQ positions x NV channel vectors, row stride ocp) = sum over
-/// taps (ci, kh, kw) of in[ci][kh][kw + j*S] * wt[tap][v]. `in` points at the
-/// first position's window in the padded planes.
+/// out[j * step + v * W] (MRQ positions x NV channel vectors) = sum over taps
+/// (ci, kh < kh_n, kw < kw_n) of in[ci][kh][kw + j*S] * wt[tap][v]. `in` points
+/// at the first position's window in the padded planes.
 template <int S, int NV, int MRQ>
-void fwd_tile(const float* in, int64_t c, int64_t k, int64_t plane, int64_t wp, const float* wt, int64_t ocp,
-              float* out) {
+void fwd_tile(const float* in, int64_t c, int64_t kh_n, int64_t kw_n, int64_t plane, int64_t wp, const float* wt,
+              int64_t ocp, float* out, int64_t step) {
   simd::vec acc[MRQ][NV];
 #pragma GCC unroll 32
   for (int j = 0; j < MRQ; ++j)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[j][v] = simd::zero();
   for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t kh = 0; kh < k; ++kh) {
+    for (int64_t kh = 0; kh < kh_n; ++kh) {
       const float* row = in + ci * plane + kh * wp;
-      for (int64_t kw = 0; kw < k; ++kw, wt += ocp) {
+      for (int64_t kw = 0; kw < kw_n; ++kw, wt += ocp) {
         simd::vec wv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) wv[v] = simd::load(wt + v * W);
@@ -107,10 +111,11 @@ void fwd_tile(const float* in, int64_t c, int64_t k, int64_t plane, int64_t wp, 
 #pragma GCC unroll 32
   for (int j = 0; j < MRQ; ++j)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) simd::store(out + j * ocp + v * W, acc[j][v]);
+    for (int v = 0; v < NV; ++v) simd::store(out + j * step + v * W, acc[j][v]);
 }
 
-using fwd_fn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, float*);
+using fwd_fn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, float*,
+                        int64_t);
 
 /// The most positions a forward tile of NV channel vectors covers.
 constexpr int fwd_max_positions(int nv) { return simd::accumulators / nv; }
@@ -143,8 +148,8 @@ void conv_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, i
       for (int64_t t = 0, ox = 0; t < tiles; ++t) {
         // Near-equal tiles: a row of 28 is 14 + 14 positions, not 26 + 2.
         const int64_t n = (ow - ox) / (tiles - t);
-        fwd_kernel(s, nv, static_cast<int>(n))(in + oy * s * wp + ox * s, c, k, plane, wp, wt + ob, ocp,
-                                               out + (oy * ow + ox) * ocp + ob);
+        fwd_kernel(s, nv, static_cast<int>(n))(in + oy * s * wp + ox * s, c, k, k, plane, wp, wt + ob, ocp,
+                                               out + (oy * ow + ox) * ocp + ob, ocp);
         ox += n;
       }
     ob += nv * W;
@@ -595,6 +600,101 @@ void dx_image(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow,
   store_channels(out, h * wd, cp, c, nullptr, false, dxi);
 }
 
+// ---------------------------------------------------------------- dx of a stride-2 convolution
+
+/// dx of a stride-2 convolution, cut by the parity (a, b) of its positions (2u + a, 2v + b): each
+/// class is a stride-1 convolution of dy with the taps (kh, kw) of that parity, the kh with
+/// kh = a + p (mod 2), reading dy at (u + (a + p - kh) / 2, ...). Every tap is used by one class,
+/// so the classes together do the multiply-adds of one pass, with no zeros inserted.
+struct parity_class {
+  int64_t a, b;           // the positions' parity
+  int64_t kh_n, kw_n;     // the class's taps down and across
+  int64_t kh0, kw0;       // its first tap (the largest kh, kw of the parity): offset dh0, dw0 into dy
+  int64_t dh0, dw0;       // (a + p - kh0) / 2, (b + p - kw0) / 2
+  int64_t uh, vw;         // its positions down and across
+};
+
+/// The four classes of a k x k (k > 1: every class has taps), stride-2 convolution with padding p
+/// onto an h x w plane.
+std::array<parity_class, 4> parity_classes(int64_t k, int64_t p, int64_t h, int64_t w) {
+  std::array<parity_class, 4> out{};
+  auto axis = [&](int64_t a, int64_t len, int64_t& n, int64_t& first, int64_t& d0, int64_t& count) {
+    first = k - 1 - ((k - 1 - a - p) % 2 + 2) % 2;  // the largest tap of this parity
+    n = first / 2 + 1;
+    d0 = (a + p - first) / 2;
+    count = len > a ? (len - a + 1) / 2 : 0;
+  };
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 2; ++b) {
+      parity_class& q = out[static_cast<std::size_t>(a * 2 + b)];
+      q.a = a;
+      q.b = b;
+      axis(a, h, q.kh_n, q.kh0, q.dh0, q.uh);
+      axis(b, w, q.kw_n, q.kw0, q.dw0, q.vw);
+    }
+  return out;
+}
+
+/// The padding of dy [oh, ow] every class's reads stay inside, the same on each side.
+int64_t parity_padding(const std::array<parity_class, 4>& classes, int64_t oh, int64_t ow) {
+  int64_t pad = 0;
+  for (const parity_class& q : classes) {
+    if (q.uh == 0 || q.vw == 0) continue;
+    pad = std::max({pad, -q.dh0, -q.dw0, q.uh - 1 + q.dh0 + q.kh_n - oh, q.vw - 1 + q.dw0 + q.kw_n - ow});
+  }
+  return pad;
+}
+
+/// Each class's taps of W [oc, c, k, k], packed one after the other as [oc][kh_n][kw_n][cp]
+/// (fwd_tile's order), the class's kh' = 0 ... kh_n - 1 being kh0, kh0 - 2, ...
+void pack_parity_weights(const float* w, int64_t oc, int64_t c, int64_t k, int64_t cp,
+                         const std::array<parity_class, 4>& classes, float* wt) {
+  for (const parity_class& q : classes)
+    for (int64_t m = 0; m < oc; ++m)
+      for (int64_t i = 0; i < q.kh_n; ++i)
+        for (int64_t j = 0; j < q.kw_n; ++j, wt += cp) {
+          const int64_t tap = (q.kh0 - 2 * i) * k + (q.kw0 - 2 * j);
+          for (int64_t ci = 0; ci < c; ++ci) wt[ci] = w[(m * c + ci) * k * k + tap];
+          std::fill(wt + c, wt + cp, 0.0f);
+        }
+}
+
+/// dx [c, h, wd] of one image of a stride-2 convolution: dyt [oh * ow][ocp] (position-major) in NCHW
+/// planes padded by `pad` (parity_padding), each class convolved with its packed taps (wt,
+/// pack_parity_weights) into its positions of one position-major plane, then stored as NCHW.
+void dx_image_stride2(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, int64_t pad,
+                      const std::array<parity_class, 4>& classes, const float* wt, int64_t c, int64_t h, int64_t wd,
+                      int64_t cp, float* dxi) {
+  const int64_t ohp = oh + 2 * pad, owp = ow + 2 * pad;
+  float* din = scratch(6, static_cast<std::size_t>(oc * oh * ow));
+  store_channels(dyt, oh * ow, ocp, oc, nullptr, false, din);
+  if (pad > 0) {
+    float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
+    pad_planes(din, oc, oh, ow, pad, padded);
+    din = padded;
+  }
+  float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
+  const int64_t plane = ohp * owp;
+  for (const parity_class& q : classes) {
+    const float* wq = wt;
+    wt += oc * q.kh_n * q.kw_n * cp;
+    for (int64_t ob = 0; ob < cp;) {
+      const int nv = cp - ob >= 2 * W ? 2 : 1;
+      const int64_t most = fwd_max_positions(nv), tiles = (q.vw + most - 1) / most;
+      for (int64_t u = 0; u < q.uh; ++u)
+        for (int64_t t = 0, v = 0; t < tiles; ++t) {
+          const int64_t n = (q.vw - v) / (tiles - t);
+          const float* in = din + (pad + u + q.dh0) * owp + pad + v + q.dw0;
+          fwd_kernel(1, nv, static_cast<int>(n))(in, oc, q.kh_n, q.kw_n, plane, owp, wq + ob, cp,
+                                                 out + ((2 * u + q.a) * wd + 2 * v + q.b) * cp + ob, 2 * cp);
+          v += n;
+        }
+      ob += nv * W;
+    }
+  }
+  store_channels(out, h * wd, cp, c, nullptr, false, dxi);
+}
+
 /// The threads' partial sums (each `part` floats: dW^T [taps, ocp], then dbias [ocp]) summed into
 /// dw [oc, taps] (the transpose of dW^T) and dbias when it is given.
 void sum_partials(const float* partial, std::size_t part, int threads, int64_t oc, int64_t taps, int64_t ocp,
@@ -665,9 +765,12 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding, s = g.stride;
   const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), cp = round_up(c, W);
   const int64_t taps = c * k * k, positions = oh * ow;
-  // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0.
-  const bool direct_dx = dx && s == 1 && p <= k - 1;
+  // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0; or stride 2 and k > 1, by parity
+  // classes (a 1x1 kernel's dx is one product, which the GEMM does faster: ResNet's projections).
+  const bool direct_dx = dx && s == 1 && p <= k - 1, strided_dx = dx && s == 2 && k > 1;
   const int64_t pd = k - 1 - p;
+  const std::array<parity_class, 4> classes = parity_classes(k, p, h, wd);
+  const int64_t parity_pad = parity_padding(classes, oh, ow);
   const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dW^T [taps, ocp] and dbias [ocp], in the calling thread's scratch.
@@ -675,9 +778,12 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   float* partial = scratch(0, part * threads);
   std::fill_n(partial, part * threads, 0.0f);
   float* wrot = nullptr;
-  if (direct_dx) {
+  if (direct_dx || strided_dx) {
     wrot = scratch(1, static_cast<std::size_t>(oc * k * k * cp));
-    pack_rotated_weights(w.data(), oc, c, k, cp, wrot);
+    if (direct_dx)
+      pack_rotated_weights(w.data(), oc, c, k, cp, wrot);
+    else
+      pack_parity_weights(w.data(), oc, c, k, cp, classes, wrot);
   }
   const float* xp = x.data();
   const output_gradient grad =
@@ -703,10 +809,12 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
       grad.load(i, dyt, db);
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
       if (direct_dx) dx_image(dyt, ocp, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
+      if (strided_dx)
+        dx_image_stride2(dyt, ocp, oc, oh, ow, parity_pad, classes, wrot, c, h, wd, cp, dxp + i * c * h * wd);
     }
   }
   sum_partials(partial, part, threads, oc, taps, ocp, dw.data(), dbias ? dbias->data() : nullptr);
-  if (dx && !direct_dx) dx_by_gemm(ctx, w, dy, relu_output, g, *dx);
+  if (dx && !direct_dx && !strided_dx) dx_by_gemm(ctx, w, dy, relu_output, g, *dx);
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

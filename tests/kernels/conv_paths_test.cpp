@@ -117,6 +117,30 @@ TEST_CASE("conv2d's direct and Winograd paths match im2col on random shapes", "[
   }
 }
 
+TEST_CASE("conv2d's direct path takes a stride-2 convolution's dx by parity classes and matches im2col", "[kernels]") {
+  // Every kernel size the direct path has above 1 (k = 1 goes by GEMM), padding 0 to 3, odd and
+  // even planes down to a single row or column (where one parity has no positions).
+  std::mt19937_64 rng(2222);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int i = 0;
+  for (int64_t k : {3, 5, 7})
+    for (int64_t p = 0; p <= 3; ++p)
+      for (int rep = 0; rep < 3; ++rep) {
+        conv_case t{};
+        t.n = pick(1, 3);
+        t.c = pick(1, 40);
+        t.oc = pick(1, 40);
+        t.k = k;
+        t.s = 2;
+        t.p = p;
+        t.h = pick(std::max<int64_t>(1, k - 2 * p), 16);
+        t.w = pick(std::max<int64_t>(1, k - 2 * p), 16);
+        t.bias = rep == 1;
+        t.dx = true;
+        compare_path(t, 3000 + i++, k::conv_path::direct);
+      }
+}
+
 TEST_CASE("conv2d's Winograd path matches im2col on random 3x3 stride-1 shapes", "[kernels]") {
   // Odd and even planes (the last tile half outside), planes smaller than a
   // tile, padding 0 to 2, channel counts around the vector width.
@@ -170,7 +194,7 @@ TEST_CASE("conv2d's Winograd weight gradient over groups of images matches im2co
 
 TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kernels]") {
   const k::context ctx = testing::test_context();
-  // Stride 1 (dx by the direct kernel) and stride 2 (dx by GEMM), on both paths.
+  // Stride 1 and stride 2 (dx by parity classes on the direct path, by GEMM on im2col's).
   for (int64_t stride : {1, 2})
     for (k::conv_path path : {k::conv_path::direct, k::conv_path::winograd, k::conv_path::im2col}) {
       INFO("stride " << stride << " " << name(path));

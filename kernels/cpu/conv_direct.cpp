@@ -582,19 +582,24 @@ void pack_rotated_weights(const float* w, int64_t oc, int64_t c, int64_t k, int6
     }
 }
 
+/// dyt [oh * ow][ocp] (position-major) as NCHW planes [oc][oh + 2 pad][ow + 2 pad], zero-padded by
+/// `pad` (scratch slots 6 and 4).
+const float* padded_planes(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, int64_t pad) {
+  float* din = scratch(6, static_cast<std::size_t>(oc * oh * ow));
+  store_channels(dyt, oh * ow, ocp, oc, nullptr, false, din);
+  if (pad == 0) return din;
+  float* padded = scratch(4, static_cast<std::size_t>(oc * (oh + 2 * pad) * (ow + 2 * pad)));
+  pad_planes(din, oc, oh, ow, pad, padded);
+  return padded;
+}
+
 /// dx [c, h, wd] of one image by the direct kernel (stride 1): the output gradient dyt [oh * ow][ocp]
 /// (position-major, as output_gradient::load gives it) in NCHW planes padded by pd, convolved with the
 /// rotated weights wrot [oc*k*k, cp].
 void dx_image(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, int64_t pd, int64_t k,
               const float* wrot, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi) {
   const int64_t ohp = oh + 2 * pd, owp = ow + 2 * pd;
-  float* din = scratch(6, static_cast<std::size_t>(oc * oh * ow));
-  store_channels(dyt, oh * ow, ocp, oc, nullptr, false, din);
-  if (pd > 0) {
-    float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
-    pad_planes(din, oc, oh, ow, pd, padded);
-    din = padded;
-  }
+  const float* din = padded_planes(dyt, ocp, oc, oh, ow, pd);
   float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
   conv_image(din, oc, ohp, owp, k, 1, h, wd, wrot, cp, out);
   store_channels(out, h * wd, cp, c, nullptr, false, dxi);
@@ -666,13 +671,7 @@ void dx_image_stride2(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int
                       const std::array<parity_class, 4>& classes, const float* wt, int64_t c, int64_t h, int64_t wd,
                       int64_t cp, float* dxi) {
   const int64_t ohp = oh + 2 * pad, owp = ow + 2 * pad;
-  float* din = scratch(6, static_cast<std::size_t>(oc * oh * ow));
-  store_channels(dyt, oh * ow, ocp, oc, nullptr, false, din);
-  if (pad > 0) {
-    float* padded = scratch(4, static_cast<std::size_t>(oc * ohp * owp));
-    pad_planes(din, oc, oh, ow, pad, padded);
-    din = padded;
-  }
+  const float* din = padded_planes(dyt, ocp, oc, oh, ow, pad);
   float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
   const int64_t plane = ohp * owp;
   for (const parity_class& q : classes) {

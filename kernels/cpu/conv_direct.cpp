@@ -136,10 +136,10 @@ fwd_fn fwd_kernel(int64_t stride, int nv, int positions) {
   return nv == 1 ? fwd_kernel<2, 1>(positions) : fwd_kernel<2, 2>(positions);
 }
 
-/// One image: in = padded planes [c, hp, wp]; out [oh * ow, ocp] position-major.
-void conv_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, int64_t s, int64_t oh, int64_t ow,
-                const float* wt, int64_t ocp, float* out) {
-  const int64_t plane = hp * wp;
+/// A kh_n x kw_n convolution of stride s over planes [c][plane] of row length wp (in: the first
+/// output's window) into oh x ow outputs, output (r, q)'s ocp channels at out + r * row + q * step.
+void conv_grid(const float* in, int64_t c, int64_t plane, int64_t wp, int64_t kh_n, int64_t kw_n, int64_t s,
+               int64_t oh, int64_t ow, const float* wt, int64_t ocp, float* out, int64_t row, int64_t step) {
   for (int64_t ob = 0; ob < ocp;) {
     const int nv = ocp - ob >= 2 * W ? 2 : 1;
     const int64_t most = fwd_max_positions(nv);
@@ -148,12 +148,18 @@ void conv_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, i
       for (int64_t t = 0, ox = 0; t < tiles; ++t) {
         // Near-equal tiles: a row of 28 is 14 + 14 positions, not 26 + 2.
         const int64_t n = (ow - ox) / (tiles - t);
-        fwd_kernel(s, nv, static_cast<int>(n))(in + oy * s * wp + ox * s, c, k, k, plane, wp, wt + ob, ocp,
-                                               out + (oy * ow + ox) * ocp + ob, ocp);
+        fwd_kernel(s, nv, static_cast<int>(n))(in + oy * s * wp + ox * s, c, kh_n, kw_n, plane, wp, wt + ob, ocp,
+                                               out + oy * row + ox * step + ob, step);
         ox += n;
       }
     ob += nv * W;
   }
+}
+
+/// One image: in = padded planes [c, hp, wp]; out [oh * ow, ocp] position-major.
+void conv_image(const float* in, int64_t c, int64_t hp, int64_t wp, int64_t k, int64_t s, int64_t oh, int64_t ow,
+                const float* wt, int64_t ocp, float* out) {
+  conv_grid(in, c, hp * wp, wp, k, k, s, oh, ow, wt, ocp, out, ow * ocp, ocp);
 }
 
 // ---------------------------------------------------------------- weight-gradient tiles
@@ -640,14 +646,20 @@ std::array<parity_class, 4> parity_classes(int64_t k, int64_t p, int64_t h, int6
   return out;
 }
 
-/// The padding of dy [oh, ow] every class's reads stay inside, the same on each side.
-int64_t parity_padding(const std::array<parity_class, 4>& classes, int64_t oh, int64_t ow) {
+/// The four classes, and the padding of dy [oh, ow] every class's reads stay inside (the same on
+/// each side).
+struct parity_plan {
+  std::array<parity_class, 4> classes{};
   int64_t pad = 0;
-  for (const parity_class& q : classes) {
+};
+
+parity_plan make_parity_plan(int64_t k, int64_t p, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+  parity_plan out{parity_classes(k, p, h, w), 0};
+  for (const parity_class& q : out.classes) {
     if (q.uh == 0 || q.vw == 0) continue;
-    pad = std::max({pad, -q.dh0, -q.dw0, q.uh - 1 + q.dh0 + q.kh_n - oh, q.vw - 1 + q.dw0 + q.kw_n - ow});
+    out.pad = std::max({out.pad, -q.dh0, -q.dw0, q.uh - 1 + q.dh0 + q.kh_n - oh, q.vw - 1 + q.dw0 + q.kw_n - ow});
   }
-  return pad;
+  return out;
 }
 
 /// Each class's taps of W [oc, c, k, k], packed one after the other as [oc][kh_n][kw_n][cp]
@@ -665,31 +677,17 @@ void pack_parity_weights(const float* w, int64_t oc, int64_t c, int64_t k, int64
 }
 
 /// dx [c, h, wd] of one image of a stride-2 convolution: dyt [oh * ow][ocp] (position-major) in NCHW
-/// planes padded by `pad` (parity_padding), each class convolved with its packed taps (wt,
+/// planes padded by the plan's padding, each class convolved with its packed taps (wt,
 /// pack_parity_weights) into its positions of one position-major plane, then stored as NCHW.
-void dx_image_stride2(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, int64_t pad,
-                      const std::array<parity_class, 4>& classes, const float* wt, int64_t c, int64_t h, int64_t wd,
-                      int64_t cp, float* dxi) {
-  const int64_t ohp = oh + 2 * pad, owp = ow + 2 * pad;
+void dx_image_stride2(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, const parity_plan& plan,
+                      const float* wt, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi) {
+  const int64_t pad = plan.pad, owp = ow + 2 * pad, plane = (oh + 2 * pad) * owp;
   const float* din = padded_planes(dyt, ocp, oc, oh, ow, pad);
   float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
-  const int64_t plane = ohp * owp;
-  for (const parity_class& q : classes) {
-    const float* wq = wt;
+  for (const parity_class& q : plan.classes) {  // its outputs two positions apart each way
+    conv_grid(din + (pad + q.dh0) * owp + pad + q.dw0, oc, plane, owp, q.kh_n, q.kw_n, 1, q.uh, q.vw, wt, cp,
+              out + (q.a * wd + q.b) * cp, 2 * wd * cp, 2 * cp);
     wt += oc * q.kh_n * q.kw_n * cp;
-    for (int64_t ob = 0; ob < cp;) {
-      const int nv = cp - ob >= 2 * W ? 2 : 1;
-      const int64_t most = fwd_max_positions(nv), tiles = (q.vw + most - 1) / most;
-      for (int64_t u = 0; u < q.uh; ++u)
-        for (int64_t t = 0, v = 0; t < tiles; ++t) {
-          const int64_t n = (q.vw - v) / (tiles - t);
-          const float* in = din + (pad + u + q.dh0) * owp + pad + v + q.dw0;
-          fwd_kernel(1, nv, static_cast<int>(n))(in, oc, q.kh_n, q.kw_n, plane, owp, wq + ob, cp,
-                                                 out + ((2 * u + q.a) * wd + 2 * v + q.b) * cp + ob, 2 * cp);
-          v += n;
-        }
-      ob += nv * W;
-    }
   }
   store_channels(out, h * wd, cp, c, nullptr, false, dxi);
 }
@@ -768,8 +766,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   // classes (a 1x1 kernel's dx is one product, which the GEMM does faster: ResNet's projections).
   const bool direct_dx = dx && s == 1 && p <= k - 1, strided_dx = dx && s == 2 && k > 1;
   const int64_t pd = k - 1 - p;
-  const std::array<parity_class, 4> classes = parity_classes(k, p, h, wd);
-  const int64_t parity_pad = parity_padding(classes, oh, ow);
+  const parity_plan parity = strided_dx ? make_parity_plan(k, p, h, wd, oh, ow) : parity_plan{};
   const int threads = detail::image_threads(ctx, n);
 
   // Per-thread partial sums of dW^T [taps, ocp] and dbias [ocp], in the calling thread's scratch.
@@ -782,7 +779,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
     if (direct_dx)
       pack_rotated_weights(w.data(), oc, c, k, cp, wrot);
     else
-      pack_parity_weights(w.data(), oc, c, k, cp, classes, wrot);
+      pack_parity_weights(w.data(), oc, c, k, cp, parity.classes, wrot);
   }
   const float* xp = x.data();
   const output_gradient grad =
@@ -809,7 +806,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
       if (direct_dx) dx_image(dyt, ocp, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
       if (strided_dx)
-        dx_image_stride2(dyt, ocp, oc, oh, ow, parity_pad, classes, wrot, c, h, wd, cp, dxp + i * c * h * wd);
+        dx_image_stride2(dyt, ocp, oc, oh, ow, parity, wrot, c, h, wd, cp, dxp + i * c * h * wd);
     }
   }
   sum_partials(partial, part, threads, oc, taps, ocp, dw.data(), dbias ? dbias->data() : nullptr);

@@ -76,6 +76,15 @@ void plane_affine(const float* a, const float* r, float* y, int64_t n, float sca
   }
 }
 
+/// plane_affine over channel c's planes of x [n, c, inner] (xp), its addend (rp, or null) and y (yp).
+void channel_affine(const float* xp, const float* rp, float* yp, const bn_dims& d, int64_t c, float scale, float shift,
+                    bool relu) {
+  for (int64_t i = 0; i < d.n; ++i) {
+    const int64_t at = (i * d.c + c) * d.inner;
+    plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scale, shift, relu);
+  }
+}
+
 /// g' = g where y > 0 (y given), else g: sums of g' and g' * (x - mean).
 void plane_gradient_sums(const float* g, const float* x, const float* y, int64_t n, float mean, double& sg,
                          double& sgx) {
@@ -153,10 +162,7 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
     running_var.data()[c] = (1 - momentum) * running_var.data()[c] + momentum * float(unbiased);
     const float scale = gamma.data()[c] * invstd;
     const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - mean * scale;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const int64_t at = (i * d.c + c) * d.inner;
-      plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scale, shift, relu);
-    }
+    channel_affine(xp, rp, yp, d, c, scale, shift, relu);
   }
 }
 
@@ -176,10 +182,7 @@ void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& 
   for (int64_t c = 0; c < d.c; ++c) {
     const float scale = gamma.data()[c] / std::sqrt(running_var.data()[c] + eps);
     const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - running_mean.data()[c] * scale;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const int64_t at = (i * d.c + c) * d.inner;
-      plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scale, shift, relu);
-    }
+    channel_affine(xp, rp, yp, d, c, scale, shift, relu);
   }
 }
 

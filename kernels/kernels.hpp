@@ -149,17 +149,26 @@ void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, 
 /// that y as `relu_output` and counts dy where y > 0 only. With `addend` (x's
 /// shape), y = normalized x + addend, before the ReLU: a residual block's sum
 /// in the same pass (the bits of add(), then relu, after batch norm).
+/// With `saved_affine`, it receives [2, c]: each channel's scale and shift
+/// (y = x * scale + shift before any addend and ReLU), for the backward pass's
+/// `relu_affine`.
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd, bool relu = false, const tensor* addend = nullptr);
+                              tensor& saved_invstd, bool relu = false, const tensor* addend = nullptr,
+                              tensor* saved_affine = nullptr);
 void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
                              const tensor& beta, float eps, const tensor& running_mean,
                              const tensor& running_var, tensor& y, bool relu = false,
                              const tensor* addend = nullptr);
+/// The ReLU's mask comes from `relu_output` (dy counts where y > 0) or, without
+/// it, from `relu_affine` (the forward's `saved_affine`, for a ReLU with no
+/// addend: dy counts where x * scale + shift > 0, the forward's own arithmetic,
+/// so the same mask without reading y: one stream of the two passes fewer).
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
                          const tensor& saved_mean, const tensor& saved_invstd, const tensor& dy,
-                         tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output = nullptr);
+                         tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output = nullptr,
+                         const tensor* relu_affine = nullptr);
 
 // ---------------------------------------------------------------- loss
 

@@ -332,6 +332,7 @@ private:
 
 struct batch_norm_state : layer_state {
   tensor x, mean, invstd;  // its input, and the batch's statistics
+  tensor affine;           // with its own ReLU: each channel's scale and shift, the ReLU's mask in backward
 };
 
 class batch_norm_layer final : public layer_with_state<batch_norm_state> {
@@ -373,15 +374,17 @@ public:
     const bool relu = relu_ || sum_relu_;
     if (training)
       k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps(), o_.momentum(),
-                                  running_mean_, running_var_, s.y, s.mean, s.invstd, relu, addend);
+                                  running_mean_, running_var_, s.y, s.mean, s.invstd, relu, addend,
+                                  relu_ ? &s.affine : nullptr);
     else
       k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps(), running_mean_,
                                  running_var_, s.y, relu, addend);
     return s.y;
   }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, batch_norm_state& s) override {
-    k::batch_norm_backward(ctx, s.x, gamma_.value, s.mean, s.invstd, dy, s.dx, gamma_.grad, beta_.grad,
-                           relu_ ? &s.y : nullptr);
+    // Its own ReLU's mask from x and the forward's scale and shift: one read of y fewer.
+    k::batch_norm_backward(ctx, s.x, gamma_.value, s.mean, s.invstd, dy, s.dx, gamma_.grad, beta_.grad, nullptr,
+                           relu_ ? &s.affine : nullptr);
     return s.dx;
   }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }

@@ -60,17 +60,22 @@ float plane_squared_deviation(const float* a, int64_t n, float mean) {
   return s;
 }
 
+/// Batch norm's affine map, x * scale + shift: plane_affine's arithmetic, and
+/// the backward pass's mask for a ReLU after it (keep_where_affine) computes the same.
+inline simd::vec affine(simd::vec a, simd::vec scale, simd::vec shift) { return simd::fma(a, scale, shift); }
+inline float affine(float a, float scale, float shift) { return a * scale + shift; }
+
 /// y = a * scale + shift, plus r when given, then max(., 0) when `relu`.
 void plane_affine(const float* a, const float* r, float* y, int64_t n, float scale, float shift, bool relu) {
   const simd::vec sc = simd::splat(scale), sh = simd::splat(shift), z = simd::zero();
   int64_t i = 0;
   for (; i + V <= n; i += V) {
-    simd::vec v = simd::fma(simd::load(a + i), sc, sh);
+    simd::vec v = affine(simd::load(a + i), sc, sh);
     if (r) v = simd::add(v, simd::load(r + i));
     simd::store(y + i, relu ? simd::max(v, z) : v);
   }
   for (; i < n; ++i) {
-    float v = a[i] * scale + shift;
+    float v = affine(a[i], scale, shift);
     if (r) v += r[i];
     y[i] = relu ? std::max(v, 0.0f) : v;
   }
@@ -85,21 +90,51 @@ void channel_affine(const float* xp, const float* rp, float* yp, const bn_dims& 
   }
 }
 
-/// g' = g where y > 0 (y given), else g: sums of g' and g' * (x - mean).
-void plane_gradient_sums(const float* g, const float* x, const float* y, int64_t n, float mean, double& sg,
+// Which gradients batch norm's backward pass counts (a ReLU's mask), element i
+// of a plane, in vector registers and one at a time; `at` moves to a plane.
+
+/// Every one: no ReLU.
+struct keep_all {
+  keep_all at(int64_t) const { return *this; }
+  simd::vec operator()(simd::vec g, int64_t) const { return g; }
+  float operator()(float g, int64_t) const { return g; }
+};
+
+/// Where the ReLU's output y is positive.
+struct keep_where_output {
+  const float* y;
+  keep_where_output at(int64_t offset) const { return {y + offset}; }
+  simd::vec operator()(simd::vec g, int64_t i) const { return simd::where_positive(simd::load(y + i), g); }
+  float operator()(float g, int64_t i) const { return y[i] > 0.0f ? g : 0.0f; }
+};
+
+/// Where x * scale + shift is positive: the same mask as the output's, for a
+/// ReLU with no addend (max(v, 0) > 0 exactly where v > 0, NaN in neither).
+struct keep_where_affine {
+  const float* x;
+  float scale, shift;
+  keep_where_affine at(int64_t offset) const { return {x + offset, scale, shift}; }
+  simd::vec operator()(simd::vec g, int64_t i) const {
+    return simd::where_positive(affine(simd::load(x + i), simd::splat(scale), simd::splat(shift)), g);
+  }
+  float operator()(float g, int64_t i) const { return affine(x[i], scale, shift) > 0.0f ? g : 0.0f; }
+};
+
+/// g' = keep(g): sums of g' and g' * (x - mean).
+template <class Keep>
+void plane_gradient_sums(const float* g, const float* x, const Keep& keep, int64_t n, float mean, double& sg,
                          double& sgx) {
   const simd::vec m = simd::splat(mean);
   simd::vec a = simd::zero(), b = simd::zero();
   int64_t i = 0;
   for (; i + V <= n; i += V) {
-    simd::vec gv = simd::load(g + i);
-    if (y) gv = simd::where_positive(simd::load(y + i), gv);
+    const simd::vec gv = keep(simd::load(g + i), i);
     a = simd::add(a, gv);
     b = simd::fma(gv, simd::sub(simd::load(x + i), m), b);
   }
   float s0 = simd::reduce(a), s1 = simd::reduce(b);
   for (; i < n; ++i) {
-    const float gv = y && !(y[i] > 0.0f) ? 0.0f : g[i];
+    const float gv = keep(g[i], i);
     s0 += gv;
     s1 += gv * (x[i] - mean);
   }
@@ -108,22 +143,45 @@ void plane_gradient_sums(const float* g, const float* x, const float* y, int64_t
 }
 
 /// dx = a * (m * g' - sg - (x - mean) * invstd * sgx_hat), g' as above.
-void plane_gradient(const float* g, const float* x, const float* y, float* dx, int64_t n, float a, float m,
+template <class Keep>
+void plane_gradient(const float* g, const float* x, const Keep& keep, float* dx, int64_t n, float a, float m,
                     float mean, float invstd, float sg, float sgx_hat) {
   const simd::vec va = simd::splat(a), vm = simd::splat(m), vmean = simd::splat(mean),
                   vk = simd::splat(invstd * sgx_hat), vsg = simd::splat(sg);
   int64_t i = 0;
   for (; i + V <= n; i += V) {
-    simd::vec gv = simd::load(g + i);
-    if (y) gv = simd::where_positive(simd::load(y + i), gv);
+    const simd::vec gv = keep(simd::load(g + i), i);
     const simd::vec centred = simd::sub(simd::load(x + i), vmean);
     // m * g' - sg - centred * k
     const simd::vec t = simd::sub(simd::sub(simd::mul(vm, gv), vsg), simd::mul(centred, vk));
     simd::store(dx + i, simd::mul(va, t));
   }
   for (; i < n; ++i) {
-    const float gv = y && !(y[i] > 0.0f) ? 0.0f : g[i];
+    const float gv = keep(g[i], i);
     dx[i] = a * (m * gv - sg - (x[i] - mean) * invstd * sgx_hat);
+  }
+}
+
+/// Batch norm's backward pass over channel c: its gradient sums (dgamma,
+/// dbeta), then dx, each plane's mask `keep` moved to it.
+template <class Keep>
+void channel_gradient(const bn_dims& d, int64_t c, const float* xp, const float* gp, float* dxp, const Keep& keep,
+                      float gamma, float mean, float invstd, float& dgamma, float& dbeta) {
+  const float m = static_cast<float>(d.n * d.inner);
+  double sdy = 0, sdyx = 0;
+  for (int64_t i = 0; i < d.n; ++i) {
+    const int64_t at = (i * d.c + c) * d.inner;
+    plane_gradient_sums(gp + at, xp + at, keep.at(at), d.inner, mean, sdy, sdyx);
+  }
+  const float sdyx_hat = static_cast<float>(sdyx) * invstd;  // sum of dy * xhat
+  dbeta = static_cast<float>(sdy);
+  dgamma = sdyx_hat;
+  // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
+  const float a = gamma * invstd / m;
+  for (int64_t i = 0; i < d.n; ++i) {
+    const int64_t at = (i * d.c + c) * d.inner;
+    plane_gradient(gp + at, xp + at, keep.at(at), dxp + at, d.inner, a, m, mean, invstd, static_cast<float>(sdy),
+                   sdyx_hat);
   }
 }
 
@@ -132,7 +190,7 @@ void plane_gradient(const float* g, const float* x, const float* y, float* dx, i
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd, bool relu, const tensor* addend) {
+                              tensor& saved_invstd, bool relu, const tensor* addend, tensor* saved_affine) {
   const char* k = "batch_norm_forward_train";
   bn_dims d = bn_check(x, gamma, beta, k);
   if (addend) detail::require_same(x, *addend, k, "x", "addend");
@@ -141,6 +199,7 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
   ensure_shape(y, x.shape());
   ensure_shape(saved_mean, {d.c});
   ensure_shape(saved_invstd, {d.c});
+  if (saved_affine) ensure_shape(*saved_affine, {2, d.c});
   const float* xp = x.data();
   const float* rp = addend ? addend->data() : nullptr;
   float* yp = y.data();
@@ -162,6 +221,10 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
     running_var.data()[c] = (1 - momentum) * running_var.data()[c] + momentum * float(unbiased);
     const float scale = gamma.data()[c] * invstd;
     const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - mean * scale;
+    if (saved_affine) {
+      saved_affine->data()[c] = scale;
+      saved_affine->data()[d.c + c] = shift;
+    }
     channel_affine(xp, rp, yp, d, c, scale, shift, relu);
   }
 }
@@ -188,39 +251,33 @@ void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& 
 
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
                          const tensor& saved_mean, const tensor& saved_invstd, const tensor& dy,
-                         tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output) {
+                         tensor& dx, tensor& dgamma, tensor& dbeta, const tensor* relu_output,
+                         const tensor* relu_affine) {
   const char* k = "batch_norm_backward";
   bn_dims d = bn_check(x, gamma, tensor(), k);
   detail::require_same(x, dy, k, "x", "dy");
   detail::require_shape(saved_mean, {d.c}, k, "saved_mean");
   detail::require_shape(saved_invstd, {d.c}, k, "saved_invstd");
   if (relu_output) detail::require_same(x, *relu_output, k, "x", "relu_output");
+  else if (relu_affine) detail::require_shape(*relu_affine, {2, d.c}, k, "relu_affine");
   ensure_shape(dx, x.shape());
   ensure_shape(dgamma, {d.c});
   ensure_shape(dbeta, {d.c});
-  const float m = static_cast<float>(d.n * d.inner);
   const float* xp = x.data();
   const float* gp = dy.data();
-  const float* yp = relu_output ? relu_output->data() : nullptr;
   float* dxp = dx.data();
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
-    const float mean = saved_mean.data()[c], invstd = saved_invstd.data()[c];
-    double sdy = 0, sdyx = 0;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const int64_t at = (i * d.c + c) * d.inner;
-      plane_gradient_sums(gp + at, xp + at, yp ? yp + at : nullptr, d.inner, mean, sdy, sdyx);
-    }
-    const float sdyx_hat = static_cast<float>(sdyx) * invstd;  // sum of dy * xhat
-    dbeta.data()[c] = static_cast<float>(sdy);
-    dgamma.data()[c] = sdyx_hat;
-    // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
-    const float a = gamma.data()[c] * invstd / m;
-    for (int64_t i = 0; i < d.n; ++i) {
-      const int64_t at = (i * d.c + c) * d.inner;
-      plane_gradient(gp + at, xp + at, yp ? yp + at : nullptr, dxp + at, d.inner, a, m, mean, invstd,
-                     static_cast<float>(sdy), sdyx_hat);
-    }
+    const float g = gamma.data()[c], mean = saved_mean.data()[c], invstd = saved_invstd.data()[c];
+    float& dg = dgamma.data()[c];
+    float& db = dbeta.data()[c];
+    if (relu_output)
+      channel_gradient(d, c, xp, gp, dxp, keep_where_output{relu_output->data()}, g, mean, invstd, dg, db);
+    else if (relu_affine)
+      channel_gradient(d, c, xp, gp, dxp, keep_where_affine{xp, relu_affine->data()[c], relu_affine->data()[d.c + c]},
+                       g, mean, invstd, dg, db);
+    else
+      channel_gradient(d, c, xp, gp, dxp, keep_all{}, g, mean, invstd, dg, db);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -261,4 +262,33 @@ TEST_CASE("a ReLU fused into conv2d and batch norm gives relu's results", "[kern
   tensor out;
   CHECK_THROWS_WITH(k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, out, mean, invstd, false, &wrong),
                     Catch::Contains("addend"));
+}
+
+TEST_CASE("batch norm's backward takes its ReLU's mask from x and the forward's scale and shift with the output's bits",
+          "[kernels]") {
+  const k::context ctx = testing::test_context();
+  // Planes with whole vectors and tails at every width (49, 784, 30 and 1 values), and gammas of both signs.
+  for (const shape& s : {shape{3, 4, 7, 7}, shape{2, 5, 28, 28}, shape{4, 3, 5, 6}, shape{9, 6}}) {
+    const int64_t c = s[1];
+    tensor x = testing::random_tensor(s, 31), gamma = testing::random_tensor({c}, 32),
+           beta = testing::random_tensor({c}, 33), dy = testing::random_tensor(s, 34);
+    tensor rm = tensor::zeros({c}), rv = tensor::full({c}, 1.0f), y, mean, invstd, affine;
+    k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm, rv, y, mean, invstd, true, nullptr, &affine);
+    REQUIRE(affine.shape() == shape{2, c});
+    tensor dx1, dg1, db1, dx2, dg2, db2, dx3, dg3, db3;
+    k::batch_norm_backward(ctx, x, gamma, mean, invstd, dy, dx1, dg1, db1, &y);
+    k::batch_norm_backward(ctx, x, gamma, mean, invstd, dy, dx2, dg2, db2, nullptr, &affine);
+    k::batch_norm_backward(ctx, x, gamma, mean, invstd, dy, dx3, dg3, db3);  // no ReLU
+    auto same_bits = [](const tensor& a, const tensor& b) {
+      return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.numel() * sizeof(float)) == 0;
+    };
+    CHECK(same_bits(dx2, dx1));
+    CHECK(same_bits(dg2, dg1));
+    CHECK(same_bits(db2, db1));
+    CHECK(max_rel_diff(dx3, dx1) > 1e-3);  // the mask matters
+  }
+  tensor x = testing::random_tensor({2, 3, 4, 4}, 35), gamma = testing::random_tensor({3}, 36), dx, dg, db;
+  tensor mean = tensor::zeros({3}), invstd = tensor::full({3}, 1.0f), short_affine = tensor::zeros({2, 2});
+  CHECK_THROWS_WITH(k::batch_norm_backward(ctx, x, gamma, mean, invstd, x, dx, dg, db, nullptr, &short_affine),
+                    Catch::Contains("relu_affine"));
 }

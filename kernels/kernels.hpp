@@ -64,10 +64,12 @@ void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const 
 /// Gradients from dy, the forward pass's input x and its `cols` (same ctx.conv
 /// as the forward pass). dx and dbias are skipped when null (the first layer
 /// needs no input gradient). When the forward pass applied ReLU, `relu_output`
-/// is its output y: dy then counts where y > 0 only.
+/// is its output y: dy then counts where y > 0 only. With `dx_addend` (x's
+/// shape, not dx's memory), dx is the input gradient plus it, in the pass that
+/// writes dx (the bits of add() after): a residual block's sum of gradients.
 void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
                      const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias,
-                     const tensor* relu_output = nullptr);
+                     const tensor* relu_output = nullptr, const tensor* dx_addend = nullptr);
 
 /// Whether conv2d_relu_pool_forward and _backward take `g` in `ctx`: its path there is the direct
 /// kernels' (with stride 1 and padding < kernel, as their input gradient needs) or Winograd's, not im2col.

@@ -40,6 +40,11 @@ struct layer_state {
   /// block whose sum it makes (layer::fuse_residual_sum): set by the block
   /// before each call; null otherwise.
   const tensor* addend = nullptr;
+  /// What the layer adds to its input gradient in its backward pass, for a
+  /// residual block whose sum of gradients it makes
+  /// (layer::sums_input_gradient): set by the block before each call; null
+  /// otherwise.
+  const tensor* dx_addend = nullptr;
 };
 
 /// One layer of a model. Forward and backward take the call's state and
@@ -120,6 +125,11 @@ public:
   /// when `relu`; the block's output is then this layer's, and the block makes
   /// no sum of its own. Its backward pass stays that of the layer alone.
   virtual bool fuse_residual_sum(bool relu) { return false; }
+  /// Asked by a residual block of its body's first layer: true when this
+  /// layer's backward pass adds the state's `dx_addend` (the shortcut's
+  /// gradient) to its input gradient in the pass that writes it; the block
+  /// then makes no sum of gradients of its own. The same bits as add() after.
+  virtual bool sums_input_gradient() const { return false; }
 
   /// Layers before the first one with parameters need no input gradient
   /// (model::build sets this); skipping it saves work. A block passes it on

@@ -64,6 +64,7 @@ public:
     fuse_chain(projection_);
     relu_ = next && next->kind() == "relu";
     body_sum_ = body_.back()->fuse_residual_sum(relu_);
+    gradient_sum_ = body_.front()->sums_input_gradient();
     return relu_;
   }
 
@@ -92,6 +93,12 @@ public:
       dy = &s.dy;
     }
     // d(body + shortcut)/dx: the gradient through the body plus the one through the shortcut.
+    if (gradient_sum_ && needs_input_grad_) {  // the body's first layer adds the shortcut's: the same bits
+      const tensor& shortcut_dx = backward_chain(ctx, projection_, s.projection, *dy);
+      s.body.front()->dx_addend = &shortcut_dx;
+      return backward_chain(ctx, body_, s.body, *dy);
+    }
+    s.body.front()->dx_addend = nullptr;
     const tensor& body_dx = backward_chain(ctx, body_, s.body, *dy);
     const tensor& shortcut_dx = backward_chain(ctx, projection_, s.projection, *dy);
     if (!needs_input_grad_) {
@@ -174,6 +181,7 @@ private:
   bool named_ = false;
   bool relu_ = false;      // applies the next layer, a ReLU, to the sum
   bool body_sum_ = false;  // the body's last layer makes the sum (fuse_residual_sum)
+  bool gradient_sum_ = false;  // the body's first layer makes the sum of gradients (sums_input_gradient)
 };
 
 } // namespace

@@ -316,7 +316,7 @@ int64_t position_pass(int64_t ocp) { return std::max<int64_t>(tb, 4096 / ocp / t
 /// [0, full_q); with Partial, rows of channels from oc on are not stored (the last, partial block).
 template <bool Bias, bool Relu, bool Partial>
 void store_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc, int64_t o_begin, int64_t o_end,
-                  int64_t full_q, const float* bias, float* y) {
+                  int64_t full_q, const float* bias, const float* addend, float* y) {
   const int64_t pass = position_pass(ocp);
   for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
     const int64_t p1 = std::min(full_q, p0 + pass);
@@ -330,9 +330,11 @@ void store_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc, in
         for (int64_t r = 0; r < tb; ++r) v[r] = load_block(t + (q0 + r) * ocp + o0);
         transpose(v);
         for (int64_t r = 0; r < rows; ++r) {
+          const int64_t at = (o0 + r) * positions + q0;
           block o = Bias ? add_block(v[r], b[r]) : v[r];
+          if (addend) o = add_block(o, load_block(addend + at));
           if (Relu) o = relu_block(o);
-          store_block(y + (o0 + r) * positions + q0, o);
+          store_block(y + at, o);
         }
       }
     }
@@ -342,10 +344,11 @@ void store_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc, in
 /// store_blocks over every channel block: the full ones, then the partial one.
 template <bool Bias, bool Relu>
 void store_all_blocks(const float* t, int64_t positions, int64_t ocp, int64_t oc, int64_t full_q, const float* bias,
-                      float* y) {
+                      const float* addend, float* y) {
   const int64_t full_o = oc / tb * tb;
-  store_blocks<Bias, Relu, false>(t, positions, ocp, oc, 0, full_o, full_q, bias, y);
-  if (full_o < oc) store_blocks<Bias, Relu, true>(t, positions, ocp, oc, full_o, full_o + tb, full_q, bias, y);
+  store_blocks<Bias, Relu, false>(t, positions, ocp, oc, 0, full_o, full_q, bias, addend, y);
+  if (full_o < oc)
+    store_blocks<Bias, Relu, true>(t, positions, ocp, oc, full_o, full_o + tb, full_q, bias, addend, y);
 }
 
 /// Where load_blocks puts the channel vector of position q of a plane `w` wide: at
@@ -404,20 +407,21 @@ void load_all(const float* dy, const float* mask, int64_t positions, int64_t ocp
 
 } // namespace
 
-/// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when
-/// asked). ocp is a multiple of the block size.
+/// y [oc, P] = t [P, ocp] transposed, plus bias (when given), plus addend (when
+/// given), then ReLU (when asked). ocp is a multiple of the block size.
 void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
-                    float* y) {
+                    float* y, const float* addend) {
   const int64_t full_q = positions / tb * tb;
   if (bias)
-    relu ? store_all_blocks<true, true>(t, positions, ocp, oc, full_q, bias, y)
-         : store_all_blocks<true, false>(t, positions, ocp, oc, full_q, bias, y);
+    relu ? store_all_blocks<true, true>(t, positions, ocp, oc, full_q, bias, addend, y)
+         : store_all_blocks<true, false>(t, positions, ocp, oc, full_q, bias, addend, y);
   else
-    relu ? store_all_blocks<false, true>(t, positions, ocp, oc, full_q, bias, y)
-         : store_all_blocks<false, false>(t, positions, ocp, oc, full_q, bias, y);
+    relu ? store_all_blocks<false, true>(t, positions, ocp, oc, full_q, bias, addend, y)
+         : store_all_blocks<false, false>(t, positions, ocp, oc, full_q, bias, addend, y);
   for (int64_t o = 0; o < oc; ++o)  // the last positions % tb positions
     for (int64_t q = full_q; q < positions; ++q) {
-      const float v = t[q * ocp + o] + (bias ? bias[o] : 0.0f);
+      float v = t[q * ocp + o] + (bias ? bias[o] : 0.0f);
+      if (addend) v += addend[o * positions + q];
       y[o * positions + q] = relu ? std::max(v, 0.0f) : v;
     }
 }
@@ -603,12 +607,12 @@ const float* padded_planes(const float* dyt, int64_t ocp, int64_t oc, int64_t oh
 /// (position-major, as output_gradient::load gives it) in NCHW planes padded by pd, convolved with the
 /// rotated weights wrot [oc*k*k, cp].
 void dx_image(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, int64_t pd, int64_t k,
-              const float* wrot, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi) {
+              const float* wrot, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi, const float* addend) {
   const int64_t ohp = oh + 2 * pd, owp = ow + 2 * pd;
   const float* din = padded_planes(dyt, ocp, oc, oh, ow, pd);
   float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
   conv_image(din, oc, ohp, owp, k, 1, h, wd, wrot, cp, out);
-  store_channels(out, h * wd, cp, c, nullptr, false, dxi);
+  store_channels(out, h * wd, cp, c, nullptr, false, dxi, addend);
 }
 
 // ---------------------------------------------------------------- dx of a stride-2 convolution
@@ -680,7 +684,8 @@ void pack_parity_weights(const float* w, int64_t oc, int64_t c, int64_t k, int64
 /// planes padded by the plan's padding, each class convolved with its packed taps (wt,
 /// pack_parity_weights) into its positions of one position-major plane, then stored as NCHW.
 void dx_image_stride2(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int64_t ow, const parity_plan& plan,
-                      const float* wt, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi) {
+                      const float* wt, int64_t c, int64_t h, int64_t wd, int64_t cp, float* dxi,
+                      const float* addend) {
   const int64_t pad = plan.pad, owp = ow + 2 * pad, plane = (oh + 2 * pad) * owp;
   const float* din = padded_planes(dyt, ocp, oc, oh, ow, pad);
   float* out = scratch(5, static_cast<std::size_t>(h * wd * cp));
@@ -689,7 +694,7 @@ void dx_image_stride2(const float* dyt, int64_t ocp, int64_t oc, int64_t oh, int
               out + (q.a * wd + q.b) * cp, 2 * wd * cp, 2 * cp);
     wt += oc * q.kh_n * q.kw_n * cp;
   }
-  store_channels(out, h * wd, cp, c, nullptr, false, dxi);
+  store_channels(out, h * wd, cp, c, nullptr, false, dxi, addend);
 }
 
 /// The threads' partial sums (each `part` floats: dW^T [taps, ocp], then dbias [ocp]) summed into
@@ -711,12 +716,13 @@ void sum_partials(const float* partial, std::size_t part, int threads, int64_t o
 }
 
 /// dx by im2col and GEMM, where the direct kernel does not compute it: dy masked by relu_output's
-/// positives first when it is given.
+/// positives first when it is given; the addend added after when it is given.
 void dx_by_gemm(const context& ctx, const tensor& w, const tensor& dy, const tensor* relu_output,
-                const conv2d_geometry& g, tensor& dx) {
+                const conv2d_geometry& g, tensor& dx, const tensor* addend) {
   tensor masked;
   if (relu_output) relu_backward(ctx, *relu_output, dy, masked);
   conv2d_backward_data_gemm(ctx, w, relu_output ? masked : dy, g, dx);
+  if (addend) add(ctx, dx, *addend, dx);
 }
 
 } // namespace
@@ -755,8 +761,8 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
 }
 
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                            tensor* dbias, const tensor* window) {
+                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
+                            const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
   const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding, s = g.stride;
@@ -787,6 +793,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
   if (window && dx && !direct_dx)
     throw error("conv2d_backward_direct: a pooled gradient's dx needs stride 1 and padding < kernel");
   float* dxp = dx ? dx->data() : nullptr;
+  const float* addp = dx && dx_addend ? dx_addend->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num();
@@ -804,13 +811,14 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
       float* dyt = scratch(3, static_cast<std::size_t>(positions * ocp));
       grad.load(i, dyt, db);
       dw_image(in, c, hp, wp, k, s, oh, ow, dyt, ocp, dwt);
-      if (direct_dx) dx_image(dyt, ocp, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + i * c * h * wd);
+      const int64_t at = i * c * h * wd;
+      if (direct_dx) dx_image(dyt, ocp, oc, oh, ow, pd, k, wrot, c, h, wd, cp, dxp + at, addp ? addp + at : nullptr);
       if (strided_dx)
-        dx_image_stride2(dyt, ocp, oc, oh, ow, parity, wrot, c, h, wd, cp, dxp + i * c * h * wd);
+        dx_image_stride2(dyt, ocp, oc, oh, ow, parity, wrot, c, h, wd, cp, dxp + at, addp ? addp + at : nullptr);
     }
   }
   sum_partials(partial, part, threads, oc, taps, ocp, dw.data(), dbias ? dbias->data() : nullptr);
-  if (dx && !direct_dx && !strided_dx) dx_by_gemm(ctx, w, dy, relu_output, g, *dx);
+  if (dx && !direct_dx && !strided_dx) dx_by_gemm(ctx, w, dy, relu_output, g, *dx, dx_addend);
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

@@ -32,17 +32,17 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
                            const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
 /// dw, and dx and dbias when not null; dy counts where relu_output > 0 only, when given. With `window`, dy
 /// and relu_output are the 2x2 pool's gradient and output (load_pooled); dx then needs stride 1 and
-/// padding < kernel.
+/// padding < kernel. With `dx_addend` (x's shape), dx is the input gradient plus it (add()'s bits).
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                            tensor* dbias, const tensor* window);
+                            const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
+                            const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window);
 /// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) or F(4x4, 3x3)
 /// (conv_winograd.cpp; winograd_tile_side chooses).
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                              const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                              tensor* dbias, const tensor* window);
+                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
+                              const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window);
 
 // Shared by the direct and Winograd kernels (conv_direct.cpp).
 
@@ -54,9 +54,10 @@ constexpr int scratch_slots = 12;
 /// of a parallel region: what it holds across one uses other slots than the
 /// region's body.
 float* scratch(int slot, std::size_t n);
-/// y [oc, P] = t [P, ocp] transposed, plus bias (when given), then ReLU (when asked).
+/// y [oc, P] = t [P, ocp] transposed, plus bias (when given), plus addend [oc, P] (when given: add()'s
+/// bits), then ReLU (when asked).
 void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, const float* bias, bool relu,
-                    float* y);
+                    float* y, const float* addend = nullptr);
 /// t [P, ocp] = dy [oc, P] transposed (zero in the padding channels), where
 /// `mask` (of dy's shape) is > 0 when it is given; adds each channel's sum of
 /// t to dbias when given.

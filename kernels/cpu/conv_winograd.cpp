@@ -526,6 +526,7 @@ struct backward_images {
   const output_gradient& grad;
   const float* urot;  // null: no dx
   float* dx;
+  const float* dx_addend;  // added to dx when not null
 
   /// Images i0 ... i0 + count - 1 (count at most `group`): one product per element over all their tiles.
   void operator()(int64_t i0, int64_t count, float* du, float* db) const {
@@ -555,13 +556,15 @@ struct backward_images {
     float* dy_padded = scratch(11, static_cast<std::size_t>(bwd.padded_rows() * bwd.padded_cols() * ocp));
     pad_plane(dyt, bwd, ocp, dy_padded);
     convolve<SD>(dy_padded, bwd, oc, ocp, urot, cp, vd, md, out);
-    store_channels(out, h * wd, cp, c, nullptr, false, dx + i * c * h * wd);
+    const int64_t at = i * c * h * wd;
+    store_channels(out, h * wd, cp, c, nullptr, false, dx + at, dx_addend ? dx_addend + at : nullptr);
   }
 };
 
 template <class SW, class SD>
 void backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy, const tensor* relu_output,
-              const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* window) {
+              const conv2d_geometry& g, tensor* dx, const tensor* dx_addend, tensor& dw, tensor* dbias,
+              const tensor* window) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
   const tiling fwd = make_tiling(h, wd, g.padding, SW::out);                // x -> y
@@ -583,7 +586,7 @@ void backward(const context& ctx, const tensor& x, const tensor& w, const tensor
       output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc, ocp, "conv2d_backward_winograd");
   const int64_t group = weight_group<SW>(fwd.tiles(), cp, ocp);
   const backward_images<SW, SD> images{fwd, bwd, c, oc, cp, ocp, group, x.data(), grad, urot,
-                                       dx ? dx->data() : nullptr};
+                                       dx ? dx->data() : nullptr, dx && dx_addend ? dx_addend->data() : nullptr};
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num(), size = omp_get_num_threads();
@@ -614,19 +617,19 @@ void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& 
 }
 
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx, tensor& dw,
-                              tensor* dbias, const tensor* window) {
+                              const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
+                              const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   const bool weights4 = winograd_tile_side(ys[2], ys[3]) == f4::out;     // over the output's tiles
   const bool data4 = winograd_tile_side(x.dim(2), x.dim(3)) == f4::out;  // onto dx's plane
   if (weights4 && data4)
-    backward<f4, f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+    backward<f4, f4>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
   else if (weights4)
-    backward<f4, f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+    backward<f4, f2>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
   else if (data4)
-    backward<f2, f4>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+    backward<f2, f4>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
   else
-    backward<f2, f2>(ctx, x, w, dy, relu_output, g, dx, dw, dbias, window);
+    backward<f2, f2>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

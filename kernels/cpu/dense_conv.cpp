@@ -262,7 +262,8 @@ void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const 
 }
 
 void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
-                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output) {
+                     const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output,
+                     const tensor* dx_addend) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   detail::require_shape(dy, ys, "conv2d_backward", "dy");
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_backward", "w");
@@ -270,18 +271,27 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
   ensure_shape(dw, w.shape());
   if (dbias) ensure_shape(*dbias, {g.out_channels});
   if (dx) ensure_shape(*dx, x.shape());
+  if (dx && dx_addend) {
+    detail::require_shape(*dx_addend, x.shape(), "conv2d_backward", "dx_addend");
+    detail::require(!dx->shares_storage(*dx_addend), "conv2d_backward", "dx_addend shares dx's memory");
+  }
   const conv_path path = path_for(ctx, g);
   if (path == conv_path::winograd) {
-    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dw, dbias, nullptr);
-  } else if (path == conv_path::direct) {
-    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dw, dbias, nullptr);
-  } else if (relu_output) {
+    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, nullptr);
+    return;
+  }
+  if (path == conv_path::direct) {
+    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, nullptr);
+    return;
+  }
+  if (relu_output) {
     tensor masked;
     relu_backward(ctx, *relu_output, dy, masked);
     conv2d_backward_im2col(ctx, w, cols, masked, g, x.shape(), dx, dw, dbias);
   } else {
     conv2d_backward_im2col(ctx, w, cols, dy, g, x.shape(), dx, dw, dbias);
   }
+  if (dx && dx_addend) add(ctx, *dx, *dx_addend, *dx);
 }
 
 bool conv2d_relu_pool_supported(const context& ctx, const conv2d_geometry& g) {
@@ -329,7 +339,7 @@ void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor
   if (dx) ensure_shape(*dx, x.shape());
   const detail::simd_kernel_set& set = detail::active_simd_kernels();
   (path_for(ctx, g) == conv_path::winograd ? set.backward_winograd : set.backward_direct)(ctx, x, w, dy, &y, g, dx,
-                                                                                          dw, dbias, &window);
+                                                                                          nullptr, dw, dbias, &window);
 }
 
 void detail::conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy,

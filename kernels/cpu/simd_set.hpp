@@ -36,8 +36,8 @@ struct simd_kernel_set {
   using conv_forward = void (*)(const context&, const tensor& x, const tensor& w, const tensor& bias,
                                 const conv2d_geometry&, bool relu, tensor& y, tensor* window);
   using conv_backward = void (*)(const context&, const tensor& x, const tensor& w, const tensor& dy,
-                                 const tensor* relu_output, const conv2d_geometry&, tensor* dx, tensor& dw,
-                                 tensor* dbias, const tensor* window);
+                                 const tensor* relu_output, const conv2d_geometry&, tensor* dx,
+                                 const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window);
   /// conv_internal.hpp's contracts, by the direct kernels (conv_direct.cpp).
   conv_forward forward_direct;
   conv_backward backward_direct;

@@ -62,6 +62,15 @@ void compare_path(const conv_case& t, uint64_t seed, k::conv_path path) {
   CHECK(max_rel_diff(dw1, dw2) < 1e-5);
   if (t.dx) CHECK(max_rel_diff(dx1, dx2) < 1e-5);
   if (t.bias) CHECK(max_rel_diff(db1, db2) < 1e-5);
+  if (!t.dx) return;
+  // With an addend (a residual block's sum of gradients), in the pass that writes dx: add()'s bits, each path.
+  const tensor addend = testing::random_tensor(x.shape(), seed + 4);
+  for (const auto& [ctx, cols, dx] : {std::tie(direct, cols1, dx1), std::tie(reference, cols2, dx2)}) {
+    tensor summed, expect, dw3;
+    k::add(ctx, dx, addend, expect);
+    k::conv2d_backward(ctx, x, w, cols, dy, g, &summed, dw3, nullptr, nullptr, &addend);
+    CHECK(std::memcmp(summed.data(), expect.data(), expect.numel() * sizeof(float)) == 0);
+  }
 }
 
 /// A random 3x3 stride-1 case (at most n images, 40 input and oc output channels, padding 0 to 2);

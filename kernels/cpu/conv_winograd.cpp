@@ -528,8 +528,9 @@ struct backward_images {
   float* dx;
   const float* dx_addend;  // added to dx when not null
 
-  /// Images i0 ... i0 + count - 1 (count at most `group`): one product per element over all their tiles.
-  void operator()(int64_t i0, int64_t count, float* du, float* db) const {
+  /// Images i0 ... i0 + count - 1 (count at most `group`): one product per element over all their tiles,
+  /// added to du, or written to its first c rows when not `accumulate` (the same bits as onto zeros).
+  void operator()(int64_t i0, int64_t count, float* du, float* db, bool accumulate) const {
     const int64_t h = fwd.h, wd = fwd.w, tiles = fwd.tiles(), depth = count * tiles;
     float* v = scratch(3, static_cast<std::size_t>(elements<SW> * group * tiles * cp));
     float* dyt = scratch(4, static_cast<std::size_t>(fwd.oh * fwd.ow * ocp));
@@ -543,7 +544,8 @@ struct backward_images {
       if (urot) data_gradient(i0 + k, dyt);
     }
     for (int64_t xi = 0; xi < elements<SW>; ++xi)  // dU[xi] += V[xi]^T dM[xi]
-      gemm(c, depth, v + xi * depth * cp, 1, cp, dm + xi * depth * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp, true);
+      gemm(c, depth, v + xi * depth * cp, 1, cp, dm + xi * depth * ocp, ocp, ocp / W, du + xi * cp * ocp, ocp,
+           accumulate);
   }
 
   /// Image i's dx from its dyt [oh * ow][ocp].
@@ -591,12 +593,19 @@ void backward(const context& ctx, const tensor& x, const tensor& w, const tensor
   {
     const int t = omp_get_thread_num(), size = omp_get_num_threads();
     float* du = partial + part * t;
-    std::fill_n(du, part, 0.0f);
     if (t == 0) team = size;
-    // A contiguous run of images per thread (as a static schedule), in groups.
+    // A contiguous run of images per thread (as a static schedule), in groups. The first group writes
+    // the rows of dU it computes; only the rest (padding rows, dbias) starts at zero, or all of it
+    // where the thread has no images.
     const int64_t lo = n * t / size, hi = n * (t + 1) / size;
+    if (hi == lo) {
+      std::fill_n(du, part, 0.0f);
+    } else {
+      for (int64_t xi = 0; xi < elements<SW>; ++xi) std::fill(du + (xi * cp + c) * ocp, du + (xi + 1) * cp * ocp, 0.0f);
+      std::fill_n(du + elements<SW> * cp * ocp, ocp, 0.0f);
+    }
     for (int64_t i = lo; i < hi; i += group)
-      images(i, std::min(group, hi - i), du, dbias ? du + elements<SW> * cp * ocp : nullptr);
+      images(i, std::min(group, hi - i), du, dbias ? du + elements<SW> * cp * ocp : nullptr, i != lo);
   }
   std::fill(partial + part * team, partial + part * threads, 0.0f);  // threads the region did not get
   // Sum the threads' partials into the first, then back from the Winograd domain.

@@ -5,10 +5,11 @@
 // repetition (a slow phase of a shared machine hits all of them); the figures
 // are medians over the repetitions. One JSON line per candidate and a summary.
 //   troupe_gemm_bench [--size N] [--threads T] [--reps R]
-// With --mlp, the eight products of the reference MLP's training step
-// (784-256-128-10, batch 64): troupe's gemm on each backend against
-// OpenBLAS's own threading; one JSON line per product and a total.
-//   troupe_gemm_bench --mlp [--threads T] [--reps R]
+// With --mlp (--products mlp), the eight products of the reference MLP's training
+// step (784-256-128-10, batch 64); --products cnn and resnet, those of the
+// CNN's and ResNet-20's steps that go through kernels::gemm: troupe's gemm on
+// each backend against OpenBLAS's own threading; one JSON line per product and a total.
+//   troupe_gemm_bench --mlp | --products MODEL [--threads T] [--reps R]
 // With --peak, the FMA peak alone: 1 and T threads, every vector width the CPU has.
 //   troupe_gemm_bench --peak [--threads T]
 #include <cblas.h>
@@ -65,15 +66,37 @@ struct product {
   int m, n, k;
 };
 
-/// The MLP step's products as dense_forward/dense_backward call them (the first layer's input gradient is skipped).
-int mlp_products(int threads, int reps) {
-  const product ps[] = {{"fwd1", false, true, 64, 256, 784},  {"fwd2", false, true, 64, 128, 256},
-                        {"fwd3", false, true, 64, 10, 128},   {"dw3", true, false, 10, 128, 64},
-                        {"dx3", false, false, 64, 128, 10},   {"dw2", true, false, 128, 256, 64},
-                        {"dx2", false, false, 64, 256, 128},  {"dw1", true, false, 256, 784, 64}};
-  std::vector<float> a(256 * 784, 0.01f), b(256 * 784, 0.02f), c(256 * 784);
+/// A model's training-step products as the layers call kernels::gemm (logged from a step):
+/// the MLP's as dense_forward/dense_backward call them (the first layer's input gradient is
+/// skipped); the CNN's dense layers (3136 -> 128 -> 10); ResNet-20's classifier (64 -> 10) and its
+/// two 1x1 projections' input gradients, one image at a time (conv2d_backward_data_gemm).
+std::vector<product> products_of(const std::string& model) {
+  if (model == "mlp")
+    return {{"fwd1", false, true, 64, 256, 784}, {"fwd2", false, true, 64, 128, 256}, {"fwd3", false, true, 64, 10, 128},
+            {"dw3", true, false, 10, 128, 64},   {"dx3", false, false, 64, 128, 10},  {"dw2", true, false, 128, 256, 64},
+            {"dx2", false, false, 64, 256, 128}, {"dw1", true, false, 256, 784, 64}};
+  if (model == "cnn")
+    return {{"fwd1", false, true, 64, 128, 3136}, {"fwd2", false, true, 64, 10, 128},  {"dw2", true, false, 10, 128, 64},
+            {"dx2", false, false, 64, 128, 10},   {"dw1", true, false, 128, 3136, 64}, {"dx1", false, false, 64, 3136, 128}};
+  if (model == "resnet")
+    return {{"fwd", false, true, 64, 10, 64},      {"dw", true, false, 10, 64, 64},      {"dx", false, false, 64, 64, 10},
+            {"proj2_dx", true, false, 16, 196, 32}, {"proj3_dx", true, false, 32, 49, 64}};
+  return {};
+}
+
+/// The products of `model`'s step: troupe's gemm on each backend against OpenBLAS's own threading.
+int model_products(const std::string& model, int threads, int reps) {
+  const std::vector<product> ps = products_of(model);
+  if (ps.empty()) {
+    std::fprintf(stderr, "troupe_gemm_bench: --products takes mlp, cnn or resnet, not %s\n", model.c_str());
+    return 2;
+  }
+  std::size_t most = 0;
+  for (const product& p : ps) most = std::max<std::size_t>(most, std::size_t(std::max({p.m, p.n})) * p.k + p.m * p.n);
+  std::vector<float> a(most, 0.01f), b(most, 0.02f), c(most);
   const k::context own = on(threads, k::gemm_backend::own), blas = on(threads, k::gemm_backend::openblas);
   double total_own = 0, total_troupe_blas = 0, total_blas = 0, flops = 0;
+  const std::string tag = model == "mlp" ? "gemm_mlp" : "gemm_" + model;
   for (const product& p : ps) {
     const int lda = p.ta ? p.m : p.k, ldb = p.tb ? p.k : p.n;
     auto troupe = [&](const k::context& ctx) {
@@ -91,18 +114,18 @@ int mlp_products(int threads, int reps) {
     total_blas += t[2];
     const double flop = 2.0 * p.m * p.n * p.k;
     flops += flop;
-    std::printf("{\"bench\":\"gemm_mlp\",\"product\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,"
+    std::printf("{\"bench\":\"%s\",\"product\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,"
                 "\"own_us\":%.2f,\"troupe_openblas_us\":%.2f,\"openblas_us\":%.2f,\"own_gflops\":%.1f,"
                 "\"troupe_openblas_gflops\":%.1f,\"openblas_gflops\":%.1f}\n",
-                p.name, p.m, p.n, p.k, threads, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, flop / t[0] / 1e9,
+                tag.c_str(), p.name, p.m, p.n, p.k, threads, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, flop / t[0] / 1e9,
                 flop / t[1] / 1e9, flop / t[2] / 1e9);
   }
   const double pk = peak(threads, widest());
-  std::printf("{\"bench\":\"gemm_mlp_total\",\"threads\":%d,\"kernels\":\"%s\",\"own_us\":%.1f,"
+  std::printf("{\"bench\":\"%s_total\",\"threads\":%d,\"kernels\":\"%s\",\"own_us\":%.1f,"
               "\"troupe_openblas_us\":%.1f,\"openblas_us\":%.1f,\"own_vs_troupe_openblas\":%.3f,"
               "\"own_vs_openblas\":%.3f,\"peak_gflops\":%.1f,\"own_of_peak\":%.3f,\"troupe_openblas_of_peak\":%.3f}\n",
-              threads, k::cpu_kernels_name().c_str(), total_own * 1e6, total_troupe_blas * 1e6, total_blas * 1e6,
-              total_troupe_blas / total_own, total_blas / total_own, pk, flops / total_own / 1e9 / pk,
+              tag.c_str(), threads, k::cpu_kernels_name().c_str(), total_own * 1e6, total_troupe_blas * 1e6,
+              total_blas * 1e6, total_troupe_blas / total_own, total_blas / total_own, pk, flops / total_own / 1e9 / pk,
               flops / total_troupe_blas / 1e9 / pk);
   return 0;
 }
@@ -140,11 +163,13 @@ int square(int n, int threads, int reps) {
 
 int main(int argc, char** argv) {
   int n = 1024, threads = 2, reps = 10;
-  bool mlp = false, peak_only = false;
+  bool peak_only = false;
+  std::string model;
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--mlp" || a == "--peak") {
-      (a == "--mlp" ? mlp : peak_only) = true;
+      if (a == "--mlp") model = "mlp";
+      else peak_only = true;
       --i;
     } else if (i + 1 >= argc) {
       std::fprintf(stderr, "troupe_gemm_bench: %s needs a value\n", a.c_str());
@@ -152,13 +177,16 @@ int main(int argc, char** argv) {
     } else if (a == "--size") n = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--products") model = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: troupe_gemm_bench [--mlp | --peak] [--size N] [--threads T] [--reps R]\n");
+      std::fprintf(stderr,
+                   "usage: troupe_gemm_bench [--mlp | --products mlp|cnn|resnet | --peak] [--size N] [--threads T] "
+                   "[--reps R]\n");
       return 2;
     }
   }
   openblas_set_num_threads(threads);
   if (peak_only) return peak_lines(threads);
-  if (mlp) return mlp_products(threads, reps * 100);
+  if (!model.empty()) return model_products(model, threads, reps * 100);
   return square(n, threads, reps);
 }

@@ -6,13 +6,17 @@
 
 namespace troupe::kernels {
 
-/// Which implementation troupe's GEMM calls. OpenBLAS is the default: it
-/// measured faster than Eigen's product on the reference machine (see
-/// docs/benchmarks.md). `own` is troupe's own blocked SGEMM, on the kernel set
-/// chosen for this CPU when the process starts (kernels/machine.hpp).
-enum class gemm_backend { openblas, eigen, own };
+/// Which implementation troupe's GEMM calls. `own` is troupe's own blocked
+/// SGEMM, on the kernel set chosen for this CPU when the process starts
+/// (kernels/machine.hpp); `automatic` (the default) chooses per product: own
+/// where every dimension is at least 64 and the depth at most 1024 (where it
+/// measured faster on the models' products, docs/benchmarks.md: the MLP's
+/// and the CNN's dense layers but the CNN's 3136-deep forward product),
+/// OpenBLAS otherwise (small and skinny products, the convolutions' GEMMs).
+/// OpenBLAS measured faster than Eigen's product.
+enum class gemm_backend { automatic, openblas, eigen, own };
 
-/// "openblas", "eigen" or "own".
+/// "auto", "openblas", "eigen" or "own".
 const char* to_string(gemm_backend b);
 /// The backend named `name` (one of to_string's); throws troupe::error naming the choices.
 gemm_backend parse_gemm_backend(const std::string& name);
@@ -30,7 +34,7 @@ enum class conv_path { automatic, direct, winograd, im2col };
 /// Later: the device and its stream.
 struct context {
   int threads = 1;                              ///< >= 1
-  gemm_backend gemm = gemm_backend::openblas;
+  gemm_backend gemm = gemm_backend::automatic;
   conv_path conv = conv_path::automatic;
   device dev{};                                 ///< cpu only for now (tensor/tensor.hpp)
 

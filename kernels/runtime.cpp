@@ -24,6 +24,7 @@ context context::with_threads(int n) {
 
 const char* to_string(gemm_backend b) {
   switch (b) {
+    case gemm_backend::automatic: return "auto";
     case gemm_backend::openblas: return "openblas";
     case gemm_backend::eigen: return "eigen";
     case gemm_backend::own: return "own";
@@ -32,9 +33,9 @@ const char* to_string(gemm_backend b) {
 }
 
 gemm_backend parse_gemm_backend(const std::string& name) {
-  for (gemm_backend b : {gemm_backend::openblas, gemm_backend::eigen, gemm_backend::own})
+  for (gemm_backend b : {gemm_backend::automatic, gemm_backend::openblas, gemm_backend::eigen, gemm_backend::own})
     if (name == to_string(b)) return b;
-  throw error("gemm backend '" + name + "': give openblas, eigen or own");
+  throw error("gemm backend '" + name + "': give auto, openblas, eigen or own");
 }
 
 void ensure_shape(tensor& t, const shape& s) {

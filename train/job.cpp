@@ -233,9 +233,10 @@ void job::validate() const {
   if (make_for_vocabulary_ && !data_.is_text())
     throw error("model " + model_name_ + " is made for a vocabulary (job.model([](int64_t vocab) {...})): its data "
                 "must be text, e.g. troupe::data::text_file(path), not " + data_.description());
-  if (s_.gemm != kernels::gemm_backend::openblas && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
+  if (s_.gemm != kernels::gemm_backend::automatic && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
-                " is the sequential loop's for now: on actors the kernels use OpenBLAS (leave --gemm out)");
+                " is the sequential loop's for now: on actors the kernels choose per product, as --gemm auto "
+                "does (leave --gemm out)");
   // AdamW on actors: the shards of asgd and sa-asgd apply it (model::validate(update_config) says so for the
   // others), and so do the flat optimizers of allreduce's replicas and of a pipeline's stages (model/flat_optimizer.hpp).
   const bool adam_shards = model::steps_by_adamw(s_.algo.kind) && s_.pipeline.stages == 1;

@@ -240,8 +240,9 @@ struct settings {
   float momentum = 0.9f;          ///< SGD momentum of the sequential loop
   float weight_decay = 0.0f;      ///< weight decay of the sequential loop (L2 for sgd, decoupled for adamw)
   optimizer_kind optimizer = optimizer_kind::sgd;  ///< the sequential loop's optimizer
-  /// The sequential loop's matrix products: OpenBLAS, Eigen's, or troupe's own kernels.
-  kernels::gemm_backend gemm = kernels::gemm_backend::openblas;
+  /// The sequential loop's matrix products: per product (the default, kernels/context.hpp), OpenBLAS,
+  /// Eigen's, or troupe's own kernels.
+  kernels::gemm_backend gemm = kernels::gemm_backend::automatic;
   /// Clips each step's gradient to this global L2 norm (the whole model's);
   /// 0: no clipping. The sequential loop and allreduce (after the mean).
   float clip_grad_norm = 0.0f;

@@ -103,6 +103,14 @@ void openblas_gemm(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t 
   }
 }
 
+/// gemm_backend::automatic's choice: troupe's own kernels where every dimension is at least 64
+/// and the depth at most 1024. Measured with `troupe_gemm_bench --products mlp|cnn|resnet`
+/// (docs/benchmarks.md): own 9-14 % faster on the MLP's five large products and 20-36 % on the
+/// CNN's dense weight and input gradients (k 64 and 128), 16 % slower on the CNN's forward
+/// product (k = 3136: own's depth blocks reload C 13 times), 1.2-2.9x slower where a dimension is
+/// 10 (the classifiers) or on ResNet-20's per-image 1x1 projections (16 x 196 x 32, 32 x 49 x 64).
+bool own_is_faster(int64_t m, int64_t n, int64_t k) { return std::min({m, n, k}) >= 64 && k <= 1024; }
+
 } // namespace
 
 void gemm(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -110,7 +118,7 @@ void gemm(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, 
           float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   const int threads = detail::threads(ctx);
-  if (ctx.gemm == gemm_backend::own) {
+  if (ctx.gemm == gemm_backend::own || (ctx.gemm == gemm_backend::automatic && own_is_faster(m, n, k))) {
     detail::gemm_own(detail::active_gemm_kernels(), threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
                      c, ldc);
     return;

@@ -205,7 +205,7 @@ TEST_CASE("a context's thread count: 0 is every core, a negative one is an error
   CHECK(k::context::all_cores().threads == cores);
   CHECK(k::context::with_threads(3).threads == 3);
   CHECK(k::context{}.threads == 1);
-  CHECK(k::context{}.gemm == k::gemm_backend::openblas);
+  CHECK(k::context{}.gemm == k::gemm_backend::automatic);
   CHECK_THROWS_AS(k::context::with_threads(-1), error);
   CHECK_THROWS_WITH(k::context::with_threads(-2), Catch::Contains("-2") && Catch::Contains("0 for every core"));
   // A context filled in by hand is checked where the kernels use it.

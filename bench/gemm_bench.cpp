@@ -8,7 +8,8 @@
 // With --mlp (--products mlp), the eight products of the reference MLP's training
 // step (784-256-128-10, batch 64); --products cnn and resnet, those of the
 // CNN's and ResNet-20's steps that go through kernels::gemm: troupe's gemm on
-// each backend against OpenBLAS's own threading; one JSON line per product and a total.
+// each backend (auto: the default's choice per product) against OpenBLAS's own
+// threading; one JSON line per product and a total.
 //   troupe_gemm_bench --mlp | --products MODEL [--threads T] [--reps R]
 // With --peak, the FMA peak alone: 1 and T threads, every vector width the CPU has.
 //   troupe_gemm_bench --peak [--threads T]
@@ -84,7 +85,8 @@ std::vector<product> products_of(const std::string& model) {
   return {};
 }
 
-/// The products of `model`'s step: troupe's gemm on each backend against OpenBLAS's own threading.
+/// The products of `model`'s step: troupe's gemm on each backend (auto: as the default chooses) against
+/// OpenBLAS's own threading.
 int model_products(const std::string& model, int threads, int reps) {
   const std::vector<product> ps = products_of(model);
   if (ps.empty()) {
@@ -94,8 +96,9 @@ int model_products(const std::string& model, int threads, int reps) {
   std::size_t most = 0;
   for (const product& p : ps) most = std::max<std::size_t>(most, std::size_t(std::max({p.m, p.n})) * p.k + p.m * p.n);
   std::vector<float> a(most, 0.01f), b(most, 0.02f), c(most);
-  const k::context own = on(threads, k::gemm_backend::own), blas = on(threads, k::gemm_backend::openblas);
-  double total_own = 0, total_troupe_blas = 0, total_blas = 0, flops = 0;
+  const k::context own = on(threads, k::gemm_backend::own), blas = on(threads, k::gemm_backend::openblas),
+                   automatic = on(threads, k::gemm_backend::automatic);
+  double total_own = 0, total_troupe_blas = 0, total_blas = 0, total_auto = 0, flops = 0;
   const std::string tag = model == "mlp" ? "gemm_mlp" : "gemm_" + model;
   for (const product& p : ps) {
     const int lda = p.ta ? p.m : p.k, ldb = p.tb ? p.k : p.n;
@@ -107,26 +110,30 @@ int model_products(const std::string& model, int threads, int reps) {
          [&] {
            cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, p.m, p.n,
                        p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.n);
-         }},
+         },
+         [&] { troupe(automatic); }},
         reps);
     total_own += t[0];
     total_troupe_blas += t[1];
     total_blas += t[2];
+    total_auto += t[3];
     const double flop = 2.0 * p.m * p.n * p.k;
     flops += flop;
     std::printf("{\"bench\":\"%s\",\"product\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,"
-                "\"own_us\":%.2f,\"troupe_openblas_us\":%.2f,\"openblas_us\":%.2f,\"own_gflops\":%.1f,"
-                "\"troupe_openblas_gflops\":%.1f,\"openblas_gflops\":%.1f}\n",
-                tag.c_str(), p.name, p.m, p.n, p.k, threads, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, flop / t[0] / 1e9,
-                flop / t[1] / 1e9, flop / t[2] / 1e9);
+                "\"own_us\":%.2f,\"troupe_openblas_us\":%.2f,\"openblas_us\":%.2f,\"auto_us\":%.2f,"
+                "\"own_gflops\":%.1f,\"troupe_openblas_gflops\":%.1f,\"openblas_gflops\":%.1f}\n",
+                tag.c_str(), p.name, p.m, p.n, p.k, threads, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[3] * 1e6,
+                flop / t[0] / 1e9, flop / t[1] / 1e9, flop / t[2] / 1e9);
   }
   const double pk = peak(threads, widest());
   std::printf("{\"bench\":\"%s_total\",\"threads\":%d,\"kernels\":\"%s\",\"own_us\":%.1f,"
-              "\"troupe_openblas_us\":%.1f,\"openblas_us\":%.1f,\"own_vs_troupe_openblas\":%.3f,"
-              "\"own_vs_openblas\":%.3f,\"peak_gflops\":%.1f,\"own_of_peak\":%.3f,\"troupe_openblas_of_peak\":%.3f}\n",
+              "\"troupe_openblas_us\":%.1f,\"openblas_us\":%.1f,\"auto_us\":%.1f,\"own_vs_troupe_openblas\":%.3f,"
+              "\"own_vs_openblas\":%.3f,\"auto_vs_troupe_openblas\":%.3f,\"peak_gflops\":%.1f,\"own_of_peak\":%.3f,"
+              "\"troupe_openblas_of_peak\":%.3f,\"auto_of_peak\":%.3f}\n",
               tag.c_str(), threads, k::cpu_kernels_name().c_str(), total_own * 1e6, total_troupe_blas * 1e6,
-              total_blas * 1e6, total_troupe_blas / total_own, total_blas / total_own, pk, flops / total_own / 1e9 / pk,
-              flops / total_troupe_blas / 1e9 / pk);
+              total_blas * 1e6, total_auto * 1e6, total_troupe_blas / total_own, total_blas / total_own,
+              total_troupe_blas / total_auto, pk, flops / total_own / 1e9 / pk, flops / total_troupe_blas / 1e9 / pk,
+              flops / total_auto / 1e9 / pk);
   return 0;
 }
 

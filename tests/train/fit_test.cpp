@@ -625,6 +625,8 @@ TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actor
   fails(mlp_job(d.dir.path(), hogwild().workers(2).shards(2)), "--shards and --push-every do not apply");
   fails(mlp_job(d.dir.path(), asgd().workers(2000)), "--workers: expected an integer in [1, 1024], got 2000");
   fails(mlp_job(d.dir.path(), asgd().workers(2)).gemm(kernels::gemm_backend::own), "--gemm own is the sequential loop's");
+  fails(mlp_job(d.dir.path(), asgd().workers(2)).gemm(kernels::gemm_backend::openblas),
+        "on actors the kernels choose per product");
   // A worker whose loss diverges stops the run with its reason, not a hang.
   fails(mlp_job(d.dir.path(), asgd().workers(2)).lr(1e6f).epochs(3), "worker");
 }

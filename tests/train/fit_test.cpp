@@ -141,11 +141,12 @@ TEST_CASE("fit with the same seed gives the same losses", "[train][fit]") {
   CHECK(c[0].train_loss != a[0].train_loss);
 }
 
-TEST_CASE("fit with --gemm own or eigen trains as with OpenBLAS, up to float rounding", "[train][fit]") {
+TEST_CASE("fit with --gemm auto, own or eigen trains as with OpenBLAS, up to float rounding", "[train][fit]") {
   small_data d;
   std::ostringstream log;
-  const history a = fit(mlp_job(d.dir.path()), log);
-  for (kernels::gemm_backend b : {kernels::gemm_backend::own, kernels::gemm_backend::eigen}) {
+  const history a = fit(mlp_job(d.dir.path()).gemm(kernels::gemm_backend::openblas), log);
+  for (kernels::gemm_backend b :
+       {kernels::gemm_backend::automatic, kernels::gemm_backend::own, kernels::gemm_backend::eigen}) {
     INFO(kernels::to_string(b));
     const history o = fit(mlp_job(d.dir.path()).gemm(b), log);
     REQUIRE(o.size() == a.size());

@@ -141,21 +141,20 @@ public:
     if (pool_) k::max_pool2d_forward(ctx, s.conv_y, k::pool2d_geometry{}, s.y, s.argmax);
     return s.y;
   }
-  bool sums_input_gradient() const override { return true; }
+  /// Without a fused pool: conv2d_backward adds the addend where it writes dx.
+  bool sums_input_gradient() const override { return !pool_; }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, conv2d_state& s) override {
     tensor* dx = needs_input_grad_ ? &s.dx : nullptr;
     tensor* dbias = o_.bias() ? &b_.grad : nullptr;
-    const tensor* addend = dx ? s.dx_addend : nullptr;
     if (s.pooled) {
       k::conv2d_relu_pool_backward(ctx, s.x, w_.value, dy, s.y, s.window, g_, dx, w_.grad, dbias);
     } else if (pool_) {
       k::max_pool2d_backward(ctx, dy, s.argmax, s.conv_y.shape(), s.spread);
       k::conv2d_backward(ctx, s.x, w_.value, s.cols, s.spread, g_, dx, w_.grad, dbias, &s.conv_y);
     } else {
-      k::conv2d_backward(ctx, s.x, w_.value, s.cols, dy, g_, dx, w_.grad, dbias, relu_ ? &s.y : nullptr, addend);
-      addend = nullptr;  // added in the pass
+      k::conv2d_backward(ctx, s.x, w_.value, s.cols, dy, g_, dx, w_.grad, dbias, relu_ ? &s.y : nullptr,
+                         s.dx_addend);
     }
-    if (addend) k::add(ctx, s.dx, *addend, s.dx);
     if (!needs_input_grad_) s.dx = tensor();
     return s.dx;
   }

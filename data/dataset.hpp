@@ -89,9 +89,13 @@ struct batch {
 /// Converts images `indices` of `ds` into `out` (reusing its buffers when
 /// their size fits), the images split over `threads` threads when the batch
 /// is large enough to be worth a fork (a sequential step's other thread
-/// would otherwise wait).
+/// would otherwise wait). `upcoming` (count of them) are the images of the
+/// batch after this one: the thread that converts image i asks the memory
+/// system for upcoming[i], so that each thread's share of the next batch is in
+/// its own core's cache when the step after this one converts it.
 void make_batch(const image_dataset& ds, const int64_t* indices, int64_t n,
-                const normalization& norm, batch& out, int threads = 1);
+                const normalization& norm, batch& out, int threads = 1,
+                const int64_t* upcoming = nullptr, int64_t upcoming_count = 0);
 
 /// Iterates over a dataset (or a shard of it) in batches, reshuffling each epoch
 /// from (seed, epoch) so that runs are reproducible.
@@ -115,9 +119,6 @@ public:
   void set_threads(int threads) { threads_ = std::max(1, threads); }
 
 private:
-  /// Asks the memory system for the samples of the batch next() makes next.
-  void prefetch_next() const;
-
   const image_dataset* ds_;
   int64_t batch_size_;
   normalization norm_;

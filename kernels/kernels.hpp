@@ -39,12 +39,16 @@ void matmul(const context& ctx, const tensor& a, const tensor& b, tensor& out);
 // ---------------------------------------------------------------- dense
 
 /// y [n, out] = x [n, in] * w^T + bias; w is [out, in], bias [out] or undefined.
+/// With `relu`, y = max(y, 0) (relu_forward's bits) on the threads that
+/// compute the product, as each block of y is written.
 void dense_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                   tensor& y);
+                   tensor& y, bool relu = false);
 /// dw = dy^T x; dbias = column sums of dy (when dbias != nullptr);
-/// dx = dy w (when dx != nullptr).
+/// dx = dy w (when dx != nullptr). With `relu_output` (y of a dense_forward
+/// with relu), dy counts where y > 0 only: the bits of relu_backward, then
+/// this, with the mask and dbias's sums in one pass over dy.
 void dense_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                    tensor* dx, tensor& dw, tensor* dbias);
+                    tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output = nullptr);
 
 // ---------------------------------------------------------------- conv2d
 

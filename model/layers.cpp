@@ -53,14 +53,18 @@ public:
     init_weights(w_.value, o_.in_features, o_.out_features, o_.init(), rng);
     if (o_.bias()) b_.value = tensor::zeros({o_.out_features});
   }
+  bool fuse_next(const layer* next) override {
+    relu_ = next && next->kind() == "relu";
+    return relu_;
+  }
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool, input_state& s) override {
     s.x = x;
-    k::dense_forward(ctx, x, w_.value, b_.value, s.y);
+    k::dense_forward(ctx, x, w_.value, b_.value, s.y, relu_);
     return s.y;
   }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, input_state& s) override {
     k::dense_backward(ctx, s.x, w_.value, dy, needs_input_grad_ ? &s.dx : nullptr, w_.grad,
-                      o_.bias() ? &b_.grad : nullptr);
+                      o_.bias() ? &b_.grad : nullptr, relu_ ? &s.y : nullptr);
     if (!needs_input_grad_) s.dx = tensor();
     return s.dx;
   }
@@ -73,6 +77,7 @@ public:
 private:
   nn::dense o_;
   parameter w_{"weight", {}, {}}, b_{"bias", {}, {}};
+  bool relu_ = false;  // applies the next layer, a ReLU
 };
 
 struct conv2d_state : layer_state {

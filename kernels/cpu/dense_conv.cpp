@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/cpu/conv_internal.hpp"
+#include "kernels/cpu/gemm_own.hpp"
 #include "kernels/cpu/simd_set.hpp"
 #include "kernels/kernels.hpp"
 
@@ -12,8 +14,40 @@ namespace troupe::kernels {
 
 // ---------------------------------------------------------------- dense
 
+namespace {
+
+const detail::simd_kernel_set& set() { return detail::active_simd_kernels(); }
+
+/// Below this many elements of dy the backward pass's mask and bias sums stay on one thread.
+constexpr int64_t min_split_gradient = int64_t{1} << 13;
+
+/// dy [n, out] masked where y > 0 (relu_backward's bits) into g, when y is given (else g is dy's own
+/// memory and not written), and its column sums into db (when not null), each column's rows in order
+/// (the bits of a loop adding row after row): the set's masked_column_sums, columns split over ctx's threads.
+void gradient_rows(const context& ctx, int64_t n, int64_t out, const float* dy, const float* y, float* g, float* db) {
+  const auto sums = set().masked_column_sums;
+  const int threads = static_cast<int>(std::min<int64_t>(detail::threads(ctx), out / 16));
+  if (threads < 2 || n * out < min_split_gradient || omp_in_parallel())
+    return sums(y, dy, g, out, n, out, db);
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t j0 = out * t / nt / 16 * 16, j1 = t + 1 == nt ? out : out * (t + 1) / nt / 16 * 16;
+    sums(y ? y + j0 : nullptr, dy + j0, g ? g + j0 : nullptr, out, n, j1 - j0, db ? db + j0 : nullptr);
+  }
+}
+
+/// The masked gradient's memory: this thread's, kept between calls.
+float* masked_buffer(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(static_cast<std::size_t>(floats));
+  return buffer.data();
+}
+
+} // namespace
+
 void dense_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                   tensor& y) {
+                   tensor& y, bool relu) {
   detail::require_rank(x, 2, "dense_forward", "x");
   detail::require_rank(w, 2, "dense_forward", "w");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
@@ -22,34 +56,31 @@ void dense_forward(const context& ctx, const tensor& x, const tensor& w, const t
                       " expects " + std::to_string(w.dim(1)));
   if (bias.defined()) detail::require_shape(bias, {out}, "dense_forward", "bias");
   ensure_shape(y, {n, out});
-  float beta = 0.0f;
-  if (bias.defined()) {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(y.data() + i * out, bias.data(), out * sizeof(float));
-    beta = 1.0f;
-  }
-  gemm(ctx, false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, beta, y.data(), out);
+  const detail::gemm_epilogue epilogue{bias.defined() ? bias.data() : nullptr, relu ? set().relu_forward : nullptr};
+  detail::gemm_then(ctx, false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out, epilogue);
 }
 
 void dense_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
-                    tensor* dx, tensor& dw, tensor* dbias) {
+                    tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output) {
   detail::require_rank(x, 2, "dense_backward", "x");
   detail::require_rank(w, 2, "dense_backward", "w");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   detail::require(w.dim(1) == in, "dense_backward", "x " + x.shape().to_string() + " vs w " + w.shape().to_string());
   detail::require_shape(dy, {n, out}, "dense_backward", "dy");
+  if (relu_output) detail::require_shape(*relu_output, {n, out}, "dense_backward", "relu_output");
   ensure_shape(dw, {out, in});
-  gemm(ctx, true, false, out, in, n, 1.0f, dy.data(), out, x.data(), in, 0.0f, dw.data(), in);
-  if (dbias) {
-    ensure_shape(*dbias, {out});
-    float* db = dbias->data();
-    std::fill_n(db, out, 0.0f);
-    const float* g = dy.data();
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < out; ++j) db[j] += g[i * out + j];
+  if (dbias) ensure_shape(*dbias, {out});
+  const float* g = dy.data();
+  if (relu_output || dbias) {
+    float* masked = relu_output ? masked_buffer(n * out) : nullptr;
+    gradient_rows(ctx, n, out, dy.data(), relu_output ? relu_output->data() : nullptr, masked,
+                  dbias ? dbias->data() : nullptr);
+    if (masked) g = masked;
   }
+  gemm(ctx, true, false, out, in, n, 1.0f, g, out, x.data(), in, 0.0f, dw.data(), in);
   if (dx) {
     ensure_shape(*dx, {n, in});
-    gemm(ctx, false, false, n, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx->data(), in);
+    gemm(ctx, false, false, n, in, out, 1.0f, g, out, w.data(), in, 0.0f, dx->data(), in);
   }
 }
 

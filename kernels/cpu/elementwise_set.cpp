@@ -105,6 +105,52 @@ void relu_backward(const float* y, const float* dy, float* dx, int64_t n) {
   map2(y, dy, dx, n, [](auto v, auto g) { return simd::where_positive(v, g); });
 }
 
+namespace {
+
+/// Columns [j, j + V * width) of masked_column_sums, each vector's sum of the rows in a register.
+template <int V, bool Masked>
+void column_block(const float* y, const float* dy, float* g, int64_t ld, int64_t rows, int64_t j, float* db) {
+  simd::vec acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = simd::zero();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int v = 0; v < V; ++v) {
+      const int64_t at = i * ld + j + v * simd::width;
+      simd::vec gv = simd::load(dy + at);
+      if (Masked) {
+        gv = simd::where_positive(simd::load(y + at), gv);
+        simd::store(g + at, gv);
+      }
+      acc[v] = simd::add(acc[v], gv);
+    }
+  if (db)
+    for (int v = 0; v < V; ++v) simd::store(db + j + v * simd::width, acc[v]);
+}
+
+template <bool Masked>
+void masked_columns(const float* y, const float* dy, float* g, int64_t ld, int64_t rows, int64_t cols, float* db) {
+  constexpr int64_t four = 4 * simd::width;
+  int64_t j = 0;
+  for (; j + four <= cols; j += four) column_block<4, Masked>(y, dy, g, ld, rows, j, db);
+  for (; j + simd::width <= cols; j += simd::width) column_block<1, Masked>(y, dy, g, ld, rows, j, db);
+  for (; j < cols; ++j) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < rows; ++i) {
+      float gv = dy[i * ld + j];
+      if (Masked) g[i * ld + j] = gv = simd::where_positive(y[i * ld + j], gv);
+      acc += gv;
+    }
+    if (db) db[j] = acc;
+  }
+}
+
+} // namespace
+
+void masked_column_sums(const float* y, const float* dy, float* g, int64_t ld, int64_t rows, int64_t cols,
+                        float* db) {
+  if (y) masked_columns<true>(y, dy, g, ld, rows, cols, db);
+  else if (db) masked_columns<false>(y, dy, g, ld, rows, cols, db);
+}
+
 void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
   map2(y, dy, dx, n, [](auto v, auto g) { return g * (1.0f - v * v); });
 }

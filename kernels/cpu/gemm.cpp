@@ -116,20 +116,33 @@ bool own_is_faster(int64_t m, int64_t n, int64_t k) { return std::min({m, n, k})
 void gemm(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc) {
+  detail::gemm_then(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, {});
+}
+
+void detail::gemm_then(const context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                       const gemm_epilogue& epilogue) {
   if (m == 0 || n == 0) return;
   const int threads = detail::threads(ctx);
   if (ctx.gemm == gemm_backend::own || (ctx.gemm == gemm_backend::automatic && own_is_faster(m, n, k))) {
     detail::gemm_own(detail::active_gemm_kernels(), threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
-                     c, ldc);
+                     c, ldc, epilogue);
     return;
+  }
+  // The other backends: the bias copied into C first, the activation in a pass of its own after.
+  if (epilogue.row_bias) {
+    for (int64_t i = 0; i < m; ++i) std::copy_n(epilogue.row_bias, n, c + i * ldc);
+    beta = 1.0f;
   }
   if (ctx.gemm == gemm_backend::eigen) {
     // Eigen reads its thread count from this thread's OpenMP ICV.
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
+  } else {
+    openblas_gemm(threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  openblas_gemm(threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (epilogue.act)
+    for (int64_t i = 0; i < m; ++i) epilogue.act(c + i * ldc, c + i * ldc, n);
 }
 
 void matmul(const context& ctx, const tensor& a, const tensor& b, tensor& out) {

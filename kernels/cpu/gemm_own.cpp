@@ -159,6 +159,28 @@ void serial_gemm(const gemm_kernel_set& ks, const problem& p) {
   }
 }
 
+/// C = beta * C (0 where beta is 0, whatever C held).
+void scale_c(const problem& p) {
+  for (int64_t i = 0; i < p.m; ++i) {
+    float* row = p.c + i * p.ldc;
+    if (p.beta == 0.0f) std::fill(row, row + p.n, 0.0f);
+    else if (p.beta != 1.0f) for (int64_t j = 0; j < p.n; ++j) row[j] *= p.beta;
+  }
+}
+
+/// A block of C (the whole product, or one thread's): its rows start as the epilogue's bias, then the
+/// product, then its activation, while the block is in this thread's cache.
+void block_gemm(const gemm_kernel_set& ks, problem p, const gemm_epilogue& e) {
+  if (e.row_bias) {
+    for (int64_t i = 0; i < p.m; ++i) std::copy_n(e.row_bias, p.n, p.c + i * p.ldc);
+    p.beta = 1.0f;
+  }
+  if (p.k <= 0 || p.alpha == 0.0f) scale_c(p);
+  else serial_gemm(ks, p);
+  if (e.act)
+    for (int64_t i = 0; i < p.m; ++i) e.act(p.c + i * p.ldc, p.c + i * p.ldc, p.n);
+}
+
 /// Rows [i0, i1) and columns [j0, j1) of the product: the same problem on a block of C.
 problem sub_problem(const problem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   problem s = p;
@@ -193,29 +215,21 @@ std::pair<int, int> thread_grid(const gemm_kernel_set& ks, const problem& p, int
   return best;
 }
 
-void parallel_gemm(const gemm_kernel_set& ks, const problem& p, int threads) {
+void parallel_gemm(const gemm_kernel_set& ks, const problem& p, int threads, const gemm_epilogue& e) {
   const auto [rows, cols] = thread_grid(ks, p, threads);
-  if (rows * cols < 2) return serial_gemm(ks, p);
+  if (rows * cols < 2) return block_gemm(ks, p, e);
 #pragma omp parallel num_threads(rows * cols)
   {
     const int t = omp_get_thread_num();
     if (omp_get_num_threads() != rows * cols) {
-      if (t == 0) serial_gemm(ks, p);  // fewer threads than asked: the whole product on one
+      if (t == 0) block_gemm(ks, p, e);  // fewer threads than asked: the whole product on one
     } else {
       const int r = t / cols, q = t % cols;
       const int64_t i0 = part_start(p.m, r, rows, ks.mr), i1 = part_start(p.m, r + 1, rows, ks.mr);
       const int64_t j0 = part_start(p.n, q, cols, ks.nr), j1 = part_start(p.n, q + 1, cols, ks.nr);
-      if (i1 > i0 && j1 > j0) serial_gemm(ks, sub_problem(p, i0, i1, j0, j1));
+      if (i1 > i0 && j1 > j0)
+        block_gemm(ks, sub_problem(p, i0, i1, j0, j1), {e.row_bias ? e.row_bias + j0 : nullptr, e.act});
     }
-  }
-}
-
-/// C = beta * C (0 where beta is 0, whatever C held).
-void scale_c(const problem& p) {
-  for (int64_t i = 0; i < p.m; ++i) {
-    float* row = p.c + i * p.ldc;
-    if (p.beta == 0.0f) std::fill(row, row + p.n, 0.0f);
-    else if (p.beta != 1.0f) for (int64_t j = 0; j < p.n; ++j) row[j] *= p.beta;
   }
 }
 
@@ -225,12 +239,12 @@ const gemm_kernel_set& generic_gemm_kernels() { return generic_set; }
 
 void gemm_own(const gemm_kernel_set& ks, int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc) {
+              int64_t ldc, const gemm_epilogue& epilogue) {
   if (m <= 0 || n <= 0) return;
   const problem p{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
-  if (k <= 0 || alpha == 0.0f) return scale_c(p);
-  if (threads < 2 || omp_in_parallel() || m * n * k < min_split_macs) return serial_gemm(ks, p);
-  parallel_gemm(ks, p, threads);
+  if (k <= 0 || alpha == 0.0f || threads < 2 || omp_in_parallel() || m * n * k < min_split_macs)
+    return block_gemm(ks, p, epilogue);
+  parallel_gemm(ks, p, threads, epilogue);
 }
 
 } // namespace troupe::kernels::detail

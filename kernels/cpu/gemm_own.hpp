@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <string>
 
+namespace troupe::kernels {
+struct context;
+}
+
 namespace troupe::kernels::detail {
 
 /// A register-blocked micro-kernel for one instruction set and the routines
@@ -46,11 +50,30 @@ const gemm_kernel_set* const* runnable_gemm_kernels(int& count);
 /// cpu_kernels_name()): the widest runnable one, capped by TROUPE_CPU_KERNELS.
 const gemm_kernel_set& active_gemm_kernels();
 
+/// What a product does to C besides alpha * op(A) * op(B): every row of C
+/// starts as `row_bias` (n floats; beta is then 1, C's old values are not
+/// read), and `act` (y = f(x) over n floats, x == y allowed) runs over each
+/// row after the product. gemm_own applies both on the thread that computes
+/// each block of C, while the block is in its cache: a dense layer's bias and
+/// ReLU with no pass of their own, in the same bits as a bias copied into C,
+/// a product with beta 1, then the activation over C.
+struct gemm_epilogue {
+  const float* row_bias = nullptr;
+  void (*act)(const float* x, float* y, int64_t n) = nullptr;
+};
+
 /// Row-major C[m x n] = alpha * op(A) * op(B) + beta * C on kernel set `ks`,
 /// with up to `threads` threads over blocks of C (one inside a parallel
-/// region). beta == 0 does not read C.
+/// region), then `epilogue`. beta == 0 does not read C.
 void gemm_own(const gemm_kernel_set& ks, int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc);
+              int64_t ldc, const gemm_epilogue& epilogue = {});
+
+/// kernels::gemm on ctx's backend (gemm.cpp), then `epilogue`: on the threads
+/// of troupe's own kernels where they run the product, after it on this
+/// thread where another backend does.
+void gemm_then(const context& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               const gemm_epilogue& epilogue);
 
 } // namespace troupe::kernels::detail

@@ -79,7 +79,7 @@ void max_pool_2x2_plane(const float* x, int64_t h, int64_t w, int32_t top, float
 
 const simd_kernel_set table{conv2d_forward_direct, conv2d_backward_direct, conv2d_forward_winograd,
                             conv2d_backward_winograd, max_pool_2x2_plane, add, relu_forward, relu_backward,
-                            tanh_forward, sigmoid_forward, tanh_backward, sigmoid_backward, multiply, gelu_forward,
+                            masked_column_sums, tanh_forward, sigmoid_forward, tanh_backward, sigmoid_backward, multiply, gelu_forward,
                             gelu_backward, all_finite, dropout, causal_softmax, layer_norm_forward,
                             layer_norm_backward, layer_norm_params};
 

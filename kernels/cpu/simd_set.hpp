@@ -59,6 +59,11 @@ struct simd_kernel_set {
   unary relu_forward;
   /// (a, b) = (y, dy): dx = dy where y > 0, else +0 (also where y is NaN).
   binary relu_backward;
+  /// Columns [0, cols) of rows [0, rows) of [rows, ld] matrices (a dense layer's gradient behind a ReLU):
+  /// g = dy where y > 0, relu_backward's bits (y null: g is not written), and db[j] = 0 + row 0 + row 1 ...
+  /// of that gradient's column j, in row order (db null: no sums).
+  void (*masked_column_sums)(const float* y, const float* dy, float* g, int64_t ld, int64_t rows, int64_t cols,
+                             float* db);
   /// y = tanh(x) (simd_math.hpp's tanh_accurate: within 2.5 ulp), and the logistic sigmoid 1 / (1 + e^-x)
   /// (by exp_approx: within 4.2 ulp where it is a normal float, 9e-8 absolute): the infinities give +-1,
   /// and 1 or 0, as std::tanh and std::exp gave; NaN stays NaN.
@@ -107,6 +112,8 @@ namespace TROUPE_ISA {
 void add(const float* a, const float* b, float* y, int64_t n, bool relu);
 void relu_forward(const float* x, float* y, int64_t n);
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n);
+void masked_column_sums(const float* y, const float* dy, float* g, int64_t ld, int64_t rows, int64_t cols,
+                        float* db);
 void tanh_forward(const float* x, float* y, int64_t n);
 void sigmoid_forward(const float* x, float* y, int64_t n);
 void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);

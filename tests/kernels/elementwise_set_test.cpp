@@ -305,3 +305,43 @@ TEST_CASE("the public elementwise kernels give the same bits on one thread and o
   k::add(two, in_place, g, in_place);  // y may be an input
   check_same(y, in_place);
 }
+
+TEST_CASE("each kernel set's masked column sums: relu_backward's mask and row-ordered sums, any width",
+          "[kernels][elementwise]") {
+  // A block of columns of a wider matrix (ld > cols, starting one float in): the mask where y > 0 (NaN and -0
+  // count as not positive), the columns' sums in row order as a float loop gives them, nothing written
+  // outside the block; without y, g is not touched and only the sums come out.
+  for (const auto& [set, table] : k::detail::runnable_simd_kernels())
+    for (int64_t cols : {0, 1, 5, 16, 17, 64, 67, 130})
+      for (int64_t rows : {1, 3, 64}) {
+        INFO(set << " rows " << rows << " cols " << cols);
+        const int64_t ld = cols + 5;
+        std::vector<float> y = random_floats(rows * ld + 1, 3 + cols, -1, 1);
+        const std::vector<float> dy = random_floats(rows * ld + 1, 4 + cols, -2, 2);
+        for (std::size_t i = 0; i < y.size(); i += 5) y[i] = i % 2 ? -0.0f : std::nanf("");
+        std::vector<float> g(y.size(), -7.0f), db(static_cast<std::size_t>(cols + 2), -7.0f);
+        table->masked_column_sums(y.data() + 1, dy.data() + 1, g.data() + 1, ld, rows, cols, db.data() + 1);
+        std::vector<float> g_plain(y.size(), -7.0f), db_plain(db.size(), -7.0f);
+        table->masked_column_sums(nullptr, dy.data() + 1, g_plain.data() + 1, ld, rows, cols, db_plain.data() + 1);
+        int64_t bad = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          float sum = 0.0f, plain = 0.0f;
+          for (int64_t i = 0; i < rows; ++i) {
+            const std::size_t at = static_cast<std::size_t>(1 + i * ld + j);
+            const float want = y[at] > 0.0f ? dy[at] : 0.0f;
+            bad += std::memcmp(&g[at], &want, 4) != 0;
+            sum += want;
+            plain += dy[at];
+          }
+          bad += std::memcmp(&db[static_cast<std::size_t>(1 + j)], &sum, 4) != 0;
+          bad += std::memcmp(&db_plain[static_cast<std::size_t>(1 + j)], &plain, 4) != 0;
+        }
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = cols; j < ld; ++j) bad += g[static_cast<std::size_t>(1 + i * ld + j)] != -7.0f;
+        CHECK(bad == 0);
+        CHECK(g.front() == -7.0f);
+        CHECK(db.front() == -7.0f);
+        CHECK(db.back() == -7.0f);
+        CHECK(std::all_of(g_plain.begin(), g_plain.end(), [](float v) { return v == -7.0f; }));
+      }
+}

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <random>
@@ -166,6 +167,89 @@ TEST_CASE("the automatic backend takes the own kernels for products of at least 
     CHECK(got == (s.expected == k::gemm_backend::own ? own : blas));
   }
   CHECK(k::context{}.gemm == k::gemm_backend::automatic);
+}
+
+namespace {
+
+/// The bits of a dense layer and the ReLU after it as two kernels: dense_forward, relu_forward; and
+/// backward relu_backward, dense_backward.
+struct dense_relu_reference {
+  tensor y, g, dx, dw, db;
+};
+
+dense_relu_reference unfused_dense_relu(const k::context& ctx, const tensor& x, const tensor& w, const tensor& b,
+                                        const tensor& dy) {
+  dense_relu_reference r;
+  tensor z;
+  k::dense_forward(ctx, x, w, b, z);
+  k::relu_forward(ctx, z, r.y);
+  k::relu_backward(ctx, r.y, dy, r.g);
+  k::dense_backward(ctx, x, w, r.g, &r.dx, r.dw, b.defined() ? &r.db : nullptr);
+  return r;
+}
+
+bool same_bits(const tensor& a, const tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * 4) == 0;
+}
+
+} // namespace
+
+TEST_CASE("a dense layer's fused bias and ReLU give the bits of dense, then relu, on every backend and split",
+          "[kernels][gemm][gemm_own]") {
+  // Shapes on each side of the own kernels' thread split and of the automatic rule, with edge tiles; the
+  // MLP's own. dy holds zeros and the forward's y holds zeros (ReLU's cut), so the mask matters.
+  struct case_dims {
+    int64_t n, in, out;
+  };
+  for (const case_dims d : {case_dims{64, 784, 256}, case_dims{64, 256, 128}, case_dims{37, 70, 45},
+                            case_dims{3, 5, 7}, case_dims{64, 128, 10}, case_dims{130, 96, 200}})
+    for (k::gemm_backend be : {k::gemm_backend::automatic, k::gemm_backend::own, k::gemm_backend::openblas,
+                               k::gemm_backend::eigen})
+      for (int threads : {1, 2, 3})
+        for (bool bias : {true, false}) {
+          INFO(d.n << " x " << d.in << " -> " << d.out << ", " << k::to_string(be) << ", " << threads
+                   << " threads, bias " << bias);
+          k::context ctx = k::context::with_threads(threads);
+          ctx.gemm = be;
+          const tensor x = testing::random_tensor({d.n, d.in}, 11), w = testing::random_tensor({d.out, d.in}, 12);
+          const tensor b = bias ? testing::random_tensor({d.out}, 13) : tensor();
+          tensor dy = testing::random_tensor({d.n, d.out}, 14);
+          for (int64_t i = 0; i < dy.numel(); i += 7) dy.data()[i] = 0.0f;
+          const dense_relu_reference want = unfused_dense_relu(ctx, x, w, b, dy);
+          tensor y, dx, dw, db;
+          k::dense_forward(ctx, x, w, b, y, true);
+          REQUIRE(same_bits(y, want.y));
+          int64_t zeros = 0;
+          for (int64_t i = 0; i < y.numel(); ++i) zeros += y.at(i) == 0.0f;
+          CHECK(zeros > 0);
+          CHECK(zeros < y.numel());
+          k::dense_backward(ctx, x, w, dy, &dx, dw, bias ? &db : nullptr, &y);
+          CHECK(same_bits(dw, want.dw));
+          CHECK(same_bits(dx, want.dx));
+          if (bias) CHECK(same_bits(db, want.db));
+        }
+}
+
+TEST_CASE("the own GEMM's epilogue: bias rows and an activation on every block, k = 0 too", "[kernels][gemm_own]") {
+  for (const gemm_kernel_set* ks : kernel_sets())
+    for (int threads : {1, 2, 4})
+      for (const dims d : {dims{64, 256, 784}, dims{33, 70, 9}, dims{200, 130, 64}, dims{5, 6, 0}}) {
+        INFO(ks->name << " threads " << threads << " m " << d.m << " n " << d.n << " k " << d.k);
+        const tensor a = testing::random_tensor({d.m, std::max<int64_t>(d.k, 1)}, 21);
+        const tensor b = testing::random_tensor({std::max<int64_t>(d.k, 1), d.n}, 22);
+        const tensor bias = testing::random_tensor({d.n}, 23);
+        const int64_t ldc = d.n + 2;
+        std::vector<float> got(static_cast<std::size_t>(d.m * ldc), 9.0f), want = got;
+        for (int64_t i = 0; i < d.m; ++i) std::copy_n(bias.data(), d.n, want.data() + i * ldc);
+        k::detail::gemm_own(*ks, threads, false, false, d.m, d.n, d.k, 1.0f, a.data(), std::max<int64_t>(d.k, 1),
+                            b.data(), d.n, 1.0f, want.data(), ldc);
+        for (int64_t i = 0; i < d.m; ++i)
+          k::detail::active_simd_kernels().relu_forward(want.data() + i * ldc, want.data() + i * ldc, d.n);
+        k::detail::gemm_own(*ks, threads, false, false, d.m, d.n, d.k, 1.0f, a.data(), std::max<int64_t>(d.k, 1),
+                            b.data(), d.n, 0.0f, got.data(), ldc,
+                            {bias.data(), k::detail::active_simd_kernels().relu_forward});
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);  // the padding columns untouched too
+      }
 }
 
 TEST_CASE("gemm backends by name, and the kernel set is one the CPU runs", "[kernels][gemm_own]") {

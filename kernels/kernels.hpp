@@ -63,17 +63,25 @@ shape conv2d_output_shape(const shape& x, const conv2d_geometry& g);
 /// when `relu` (in the same pass). On the im2col path `cols` receives the
 /// column matrices [n, c*k*k, oh*ow] that the backward pass needs; the direct
 /// path needs none and leaves it undefined.
+/// With `input_map` ([2, c]: scales, then shifts), the convolution is that of
+/// channel_affine_relu(x, input_map), read from x where the kernels load it
+/// (Winograd's path) or made first (the others): a batch norm's output that
+/// is never written.
 void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu = false);
+                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu = false,
+                    const tensor* input_map = nullptr);
 /// Gradients from dy, the forward pass's input x and its `cols` (same ctx.conv
 /// as the forward pass). dx and dbias are skipped when null (the first layer
 /// needs no input gradient). When the forward pass applied ReLU, `relu_output`
 /// is its output y: dy then counts where y > 0 only. With `dx_addend` (x's
 /// shape, not dx's memory), dx is the input gradient plus it, in the pass that
 /// writes dx (the bits of add() after): a residual block's sum of gradients.
+/// With `input_map` (the forward pass's), x is read through it as there; dx is
+/// the gradient of the mapped input.
 void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
                      const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias,
-                     const tensor* relu_output = nullptr, const tensor* dx_addend = nullptr);
+                     const tensor* relu_output = nullptr, const tensor* dx_addend = nullptr,
+                     const tensor* input_map = nullptr);
 
 /// Whether conv2d_relu_pool_forward and _backward take `g` in `ctx`: its path there is the direct
 /// kernels' (with stride 1 and padding < kernel, as their input gradient needs) or Winograd's, not im2col.
@@ -157,12 +165,20 @@ void dropout_backward(const context& ctx, const tensor& dy, const tensor& mask, 
 /// in the same pass (the bits of add(), then relu, after batch norm).
 /// With `saved_affine`, it receives [2, c]: each channel's scale and shift
 /// (y = x * scale + shift before any addend and ReLU), for the backward pass's
-/// `relu_affine`.
+/// `relu_affine`. Without `write_y` (and with `saved_affine`): the statistics,
+/// the running ones and the scale and shift only, y not written: a consumer
+/// that reads x through them (conv2d's `input_map`) stands in for it.
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
                               tensor& saved_invstd, bool relu = false, const tensor* addend = nullptr,
-                              tensor* saved_affine = nullptr);
+                              tensor* saved_affine = nullptr, bool write_y = true);
+/// Inference's scale and shift ([2, c]: scales, then shifts), from the running statistics.
+void batch_norm_eval_affine(const tensor& gamma, const tensor& beta, float eps, const tensor& running_mean,
+                            const tensor& running_var, tensor& affine);
+/// y = max(x * scale + shift, 0) per channel of x [n, c, ...], affine [2, c] (scales, then shifts), each
+/// element by one fused multiply-add: what conv2d's `input_map` reads x as.
+void channel_affine_relu(const context& ctx, const tensor& x, const tensor& affine, tensor& y);
 void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& gamma,
                              const tensor& beta, float eps, const tensor& running_mean,
                              const tensor& running_var, tensor& y, bool relu = false,

@@ -45,6 +45,15 @@ struct layer_state {
   /// (layer::sums_input_gradient): set by the block before each call; null
   /// otherwise.
   const tensor* dx_addend = nullptr;
+  /// With a deferred output (layer::defer_output): the map the layer's
+  /// returned input stands for, [2, c] (each channel's scale, then its shift,
+  /// then max(., 0)), written by each forward call.
+  tensor output_map;
+  /// The map this layer's input stands for (the deferring layer's
+  /// output_map), for a layer that reads its input through one
+  /// (layer::takes_input_map): set by the block before each call; null
+  /// otherwise.
+  const tensor* input_map = nullptr;
 };
 
 /// One layer of a model. Forward and backward take the call's state and
@@ -130,6 +139,16 @@ public:
   /// gradient) to its input gradient in the pass that writes it; the block
   /// then makes no sum of gradients of its own. The same bits as add() after.
   virtual bool sums_input_gradient() const { return false; }
+  /// Asked by a residual block of a body layer that applies the ReLU after it
+  /// (fuse_next), when the layer after that ReLU takes an input map: true
+  /// when this layer then writes no output, returns its input, and leaves in
+  /// its state's output_map what that input stands for (a batch norm's
+  /// scale and shift, then the ReLU), which the block hands to the next
+  /// layer as its input_map. Undone by fuse_next.
+  virtual bool defer_output() { return false; }
+  /// True when the layer reads its input through the state's input_map where
+  /// one is set (a convolution: where its kernels load x).
+  virtual bool takes_input_map() const { return false; }
 
   /// Layers before the first one with parameters need no input gradient
   /// (model::build sets this); skipping it saves work. A block passes it on

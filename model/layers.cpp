@@ -82,6 +82,8 @@ private:
 
 struct conv2d_state : layer_state {
   tensor x, cols;  // its input, and im2col's column matrices
+  const tensor* map = nullptr;  // what x is read through (input_map), or null
+  tensor mapped;  // the mapped input, made where the fused pool's kernels take none
   // With a 2x2 max pool applied (y is then the pool's output):
   bool pooled = false;  // by the fused kernels, and `window` holds the maxima's places
   tensor window;
@@ -134,15 +136,22 @@ public:
     return relu_;
   }
   bool fuse_also(const layer* after) override;
+  bool takes_input_map() const override { return true; }
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool, conv2d_state& s) override {
     s.x = x;
+    s.map = s.input_map;
+    if (s.map && pool_) {  // the pooled kernels read no map: the mapped input made first
+      k::channel_affine_relu(ctx, x, *s.map, s.mapped);
+      s.x = s.mapped;
+      s.map = nullptr;
+    }
     s.pooled = pool_ && k::conv2d_relu_pool_supported(ctx, g_);
     if (s.pooled) {  // the convolution's output never written
       s.cols = tensor();
-      k::conv2d_relu_pool_forward(ctx, x, w_.value, b_.value, g_, s.y, s.window);
+      k::conv2d_relu_pool_forward(ctx, s.x, w_.value, b_.value, g_, s.y, s.window);
       return s.y;
     }
-    k::conv2d_forward(ctx, x, w_.value, b_.value, g_, pool_ ? s.conv_y : s.y, s.cols, relu_);
+    k::conv2d_forward(ctx, s.x, w_.value, b_.value, g_, pool_ ? s.conv_y : s.y, s.cols, relu_, s.map);
     if (pool_) k::max_pool2d_forward(ctx, s.conv_y, k::pool2d_geometry{}, s.y, s.argmax);
     return s.y;
   }
@@ -158,7 +167,7 @@ public:
       k::conv2d_backward(ctx, s.x, w_.value, s.cols, s.spread, g_, dx, w_.grad, dbias, &s.conv_y);
     } else {
       k::conv2d_backward(ctx, s.x, w_.value, s.cols, dy, g_, dx, w_.grad, dbias, relu_ ? &s.y : nullptr,
-                         s.dx_addend);
+                         s.dx_addend, s.map);
     }
     if (!needs_input_grad_) s.dx = tensor();
     return s.dx;
@@ -340,7 +349,8 @@ private:
 
 struct batch_norm_state : layer_state {
   tensor x, mean, invstd;  // its input, and the batch's statistics
-  tensor affine;           // with its own ReLU: each channel's scale and shift, the ReLU's mask in backward
+  // With its own ReLU, output_map holds each channel's scale and shift: the ReLU's mask in backward, and
+  // what its input stands for when the output is deferred.
 };
 
 class batch_norm_layer final : public layer_with_state<batch_norm_state> {
@@ -366,8 +376,12 @@ public:
   }
   bool fuse_next(const layer* next) override {
     relu_ = next && next->kind() == "relu";
-    sum_ = sum_relu_ = false;
+    sum_ = sum_relu_ = defer_ = false;
     return relu_;
+  }
+  bool defer_output() override {
+    defer_ = relu_ && !sum_;
+    return defer_;
   }
   bool fuse_residual_sum(bool relu) override {
     if (relu_) return false;  // its own ReLU comes before any sum
@@ -383,16 +397,18 @@ public:
     if (training)
       k::batch_norm_forward_train(ctx, x, gamma_.value, beta_.value, o_.eps(), o_.momentum(),
                                   running_mean_, running_var_, s.y, s.mean, s.invstd, relu, addend,
-                                  relu_ ? &s.affine : nullptr);
+                                  relu_ ? &s.output_map : nullptr, !defer_);
+    else if (defer_)
+      k::batch_norm_eval_affine(gamma_.value, beta_.value, o_.eps(), running_mean_, running_var_, s.output_map);
     else
       k::batch_norm_forward_eval(ctx, x, gamma_.value, beta_.value, o_.eps(), running_mean_,
                                  running_var_, s.y, relu, addend);
-    return s.y;
+    return defer_ ? s.x : s.y;  // deferred: the next layer reads x through output_map
   }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, batch_norm_state& s) override {
     // Its own ReLU's mask from x and the forward's scale and shift: one read of y fewer.
     k::batch_norm_backward(ctx, s.x, gamma_.value, s.mean, s.invstd, dy, s.dx, gamma_.grad, beta_.grad, nullptr,
-                           relu_ ? &s.affine : nullptr);
+                           relu_ ? &s.output_map : nullptr);
     return s.dx;
   }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }
@@ -404,6 +420,7 @@ private:
   nn::batch_norm o_;
   bool relu_ = false;  // applies the next layer, a ReLU
   bool sum_ = false, sum_relu_ = false;  // makes its residual block's sum (and the ReLU after it)
+  bool defer_ = false;  // writes no output: the layer after its ReLU reads x through output_map
   parameter gamma_{"gamma", {}, {}}, beta_{"beta", {}, {}};
   tensor running_mean_, running_var_;
 };

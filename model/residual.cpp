@@ -65,6 +65,12 @@ public:
     relu_ = next && next->kind() == "relu";
     body_sum_ = body_.back()->fuse_residual_sum(relu_);
     gradient_sum_ = body_.front()->sums_input_gradient();
+    // A layer whose output, through the ReLU it applies, only the layer after that ReLU reads: that
+    // layer reads it through the map (a batch norm's output never written).
+    deferred_.clear();
+    for (std::size_t i = 0; i + 2 < body_.size(); ++i)
+      if (body_[i + 1]->kind() == "relu" && body_[i + 2]->takes_input_map() && body_[i]->defer_output())
+        deferred_.push_back(i);
     return relu_;
   }
 
@@ -76,6 +82,7 @@ public:
   }
 
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, residual_state& s) override {
+    for (std::size_t i : deferred_) s.body[i + 2]->input_map = &s.body[i]->output_map;
     if (body_sum_) {  // the body's last layer adds the shortcut (and applies the ReLU): the same bits
       s.body.back()->addend = &forward_chain(ctx, projection_, s.projection, x, training);
       return forward_chain(ctx, body_, s.body, x, training);
@@ -182,6 +189,7 @@ private:
   bool relu_ = false;      // applies the next layer, a ReLU, to the sum
   bool body_sum_ = false;  // the body's last layer makes the sum (fuse_residual_sum)
   bool gradient_sum_ = false;  // the body's first layer makes the sum of gradients (sums_input_gradient)
+  std::vector<std::size_t> deferred_;  // body layers whose output the layer two on reads through its map
 };
 
 } // namespace

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -273,6 +274,10 @@ inline block splat(float v) { return _mm256_set1_ps(v); }
 inline block add_block(block a, block b) { return _mm256_add_ps(a, b); }
 inline block relu_block(block a) { return _mm256_max_ps(a, _mm256_setzero_ps()); }
 inline block where_positive(block y, block g) { return _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
+/// max(v * scale + shift, 0) (std::max(std::fma(...), 0.0f)'s bits: NaN and -0 stay).
+inline block map_block(block v, block scale, block shift) {
+  return _mm256_max_ps(_mm256_setzero_ps(), _mm256_fmadd_ps(v, scale, shift));
+}
 inline void transpose(block r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -304,6 +309,10 @@ inline block splat(float v) { return _mm_set1_ps(v); }
 inline block add_block(block a, block b) { return _mm_add_ps(a, b); }
 inline block relu_block(block a) { return _mm_max_ps(a, _mm_setzero_ps()); }
 inline block where_positive(block y, block g) { return _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), g); }
+/// max(v * scale + shift, 0), the product rounded before the sum (no fused multiply-add in this set).
+inline block map_block(block v, block scale, block shift) {
+  return _mm_max_ps(_mm_setzero_ps(), _mm_add_ps(_mm_mul_ps(v, scale), shift));
+}
 inline void transpose(block r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 #endif
 
@@ -359,10 +368,11 @@ struct position_rows {
 };
 
 /// The tb x tb blocks of load_positions for channels [o_begin, o_end) (multiples of tb) and positions
-/// [0, full_q); with Partial, rows of channels from oc on are zero (the padding channels).
+/// [0, full_q); with Partial, rows of channels from oc on are zero (the padding channels). With `map`
+/// ([2][ocp]: scales, then shifts, zero past oc), each value v becomes max(v * scale + shift, 0).
 template <bool Masked, bool Partial>
 void load_blocks(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc, int64_t o_begin,
-                 int64_t o_end, int64_t full_q, const position_rows& to, float* t) {
+                 int64_t o_end, int64_t full_q, const position_rows& to, float* t, const float* map) {
   const int64_t pass = position_pass(ocp);
   for (int64_t p0 = 0; p0 < full_q; p0 += pass) {
     const int64_t p1 = std::min(full_q, p0 + pass);
@@ -379,6 +389,10 @@ void load_blocks(const float* dy, const float* mask, int64_t positions, int64_t 
                                       : load_block(dy + at);
         }
         transpose(v);
+        if (map) {
+          const block scale = load_block(map + o0), shift = load_block(map + ocp + o0);
+          for (int64_t r = 0; r < tb; ++r) v[r] = map_block(v[r], scale, shift);
+        }
         for (int64_t r = 0; r < tb; ++r) {
           store_block(row + col * ocp, v[r]);
           if (++col == to.w) col = 0, row += to.line;
@@ -392,15 +406,16 @@ void load_blocks(const float* dy, const float* mask, int64_t positions, int64_t 
 /// the last positions % tb positions one float at a time.
 template <bool Masked>
 void load_all(const float* dy, const float* mask, int64_t positions, int64_t ocp, int64_t oc,
-              const position_rows& to, float* t) {
+              const position_rows& to, float* t, const float* map = nullptr) {
   const int64_t full_q = positions / tb * tb, full_o = oc / tb * tb;
-  load_blocks<Masked, false>(dy, mask, positions, ocp, oc, 0, full_o, full_q, to, t);
-  load_blocks<Masked, true>(dy, mask, positions, ocp, oc, full_o, ocp, full_q, to, t);
+  load_blocks<Masked, false>(dy, mask, positions, ocp, oc, 0, full_o, full_q, to, t, map);
+  load_blocks<Masked, true>(dy, mask, positions, ocp, oc, full_o, ocp, full_q, to, t, map);
   for (int64_t q = full_q; q < positions; ++q) {
     float* out = t + to.at(q, ocp);
     for (int64_t o = 0; o < ocp; ++o) {
       const int64_t at = o * positions + q;
       out[o] = o < oc && (!Masked || mask[at] > 0.0f) ? dy[at] : 0.0f;
+      if (map && o < oc) out[o] = std::max(std::fma(out[o], map[o], map[ocp + o]), 0.0f);
     }
   }
 }
@@ -440,8 +455,8 @@ void load_positions(const float* dy, const float* mask, int64_t positions, int64
 }
 
 void load_positions_padded(const float* x, int64_t h, int64_t w, int64_t c, int64_t cp, int64_t p, int64_t cols,
-                           float* t) {
-  load_all<false>(x, nullptr, h * w, cp, c, position_rows{w, cols * cp, (p * cols + p) * cp}, t);
+                           float* t, const float* map) {
+  load_all<false>(x, nullptr, h * w, cp, c, position_rows{w, cols * cp, (p * cols + p) * cp}, t, map);
 }
 
 void add_channel_sums(const float* t, int64_t positions, int64_t oc, int64_t ocp, float* dbias) {
@@ -728,7 +743,8 @@ void dx_by_gemm(const context& ctx, const tensor& w, const tensor& dy, const ten
 } // namespace
 
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                           const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
+                           const conv2d_geometry& g, bool relu, tensor& y, tensor* window, const tensor* input_map) {
+  require(!input_map, "conv2d_forward_direct", "reads no input map (conv2d_forward makes the mapped input first)");
   const shape ys = conv2d_output_shape(x.shape(), g);
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
   const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding;
@@ -762,16 +778,17 @@ void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w,
 
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
-                            const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window) {
+                            const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window,
+                            const tensor* input_map) {
+  require(!input_map, "conv2d_backward_direct", "reads no input map (conv2d_backward makes the mapped input first)");
   const shape ys = conv2d_output_shape(x.shape(), g);
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
   const int64_t oc = g.out_channels, oh = ys[2], ow = ys[3], k = g.kernel, p = g.padding, s = g.stride;
   const int64_t hp = h + 2 * p, wp = wd + 2 * p, ocp = round_up(oc, W), cp = round_up(c, W);
-  const int64_t taps = c * k * k, positions = oh * ow;
-  // dx by the direct kernel: stride 1, and dy padded by k-1-p >= 0; or stride 2 and k > 1, by parity
+  const int64_t taps = c * k * k, positions = oh * ow, pd = k - 1 - p;
+  // dx by the direct kernel: stride 1, and dy padded by pd = k-1-p >= 0; or stride 2 and k > 1, by parity
   // classes (a 1x1 kernel's dx is one product, which the GEMM does faster: ResNet's projections).
   const bool direct_dx = dx && s == 1 && p <= k - 1, strided_dx = dx && s == 2 && k > 1;
-  const int64_t pd = k - 1 - p;
   const parity_plan parity = strided_dx ? make_parity_plan(k, p, h, wd, oh, ow) : parity_plan{};
   const int threads = detail::image_threads(ctx, n);
 
@@ -787,11 +804,10 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
     else
       pack_parity_weights(w.data(), oc, c, k, cp, parity.classes, wrot);
   }
-  const float* xp = x.data();
   const output_gradient grad =
       output_gradient::of(dy, relu_output, window, oh, ow, oc, ocp, "conv2d_backward_direct");
-  if (window && dx && !direct_dx)
-    throw error("conv2d_backward_direct: a pooled gradient's dx needs stride 1 and padding < kernel");
+  require(!window || !dx || direct_dx, "conv2d_backward_direct",
+          "a pooled gradient's dx needs stride 1 and padding < kernel");
   float* dxp = dx ? dx->data() : nullptr;
   const float* addp = dx && dx_addend ? dx_addend->data() : nullptr;
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -801,7 +817,7 @@ void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w
     float* db = dbias ? dwt + taps * ocp : nullptr;
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      const float* xi = xp + i * c * h * wd;
+      const float* xi = x.data() + i * c * h * wd;
       const float* in = xi;
       if (p > 0) {
         float* padded = scratch(2, static_cast<std::size_t>(c * hp * wp));

@@ -29,26 +29,29 @@ namespace TROUPE_ISA {
 /// y = conv(x, w) + bias, then max(y, 0) when `relu`. With `window` (relu then set), y and window are
 /// conv2d_relu_pool_forward's: the 2x2 pool's maxima and their places (store_pooled).
 void conv2d_forward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                           const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
+                           const conv2d_geometry& g, bool relu, tensor& y, tensor* window, const tensor* input_map);
 /// dw, and dx and dbias when not null; dy counts where relu_output > 0 only, when given. With `window`, dy
 /// and relu_output are the 2x2 pool's gradient and output (load_pooled); dx then needs stride 1 and
 /// padding < kernel. With `dx_addend` (x's shape), dx is the input gradient plus it (add()'s bits).
 void conv2d_backward_direct(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                             const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
-                            const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window);
+                            const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window,
+                            const tensor* input_map);
 /// conv2d_forward_direct's and conv2d_backward_direct's contracts, by Winograd's F(2x2, 3x3) or F(4x4, 3x3)
 /// (conv_winograd.cpp; winograd_tile_side chooses).
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window);
+                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window,
+                             const tensor* input_map);
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
-                              const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window);
+                              const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window,
+                              const tensor* input_map);
 
 // Shared by the direct and Winograd kernels (conv_direct.cpp).
 
 int64_t round_up(int64_t v, int64_t m);
 /// Per-thread scratch slots (see conv_direct.cpp's scratch()).
-constexpr int scratch_slots = 12;
+constexpr int scratch_slots = 13;
 /// Scratch of the calling thread, kept between calls: one buffer per slot,
 /// grown as needed, contents unspecified. The calling thread is also thread 0
 /// of a parallel region: what it holds across one uses other slots than the
@@ -64,9 +67,11 @@ void store_channels(const float* t, int64_t positions, int64_t ocp, int64_t oc, 
 void load_positions(const float* dy, const float* mask, int64_t positions, int64_t oc, int64_t ocp, float* t,
                     float* dbias);
 /// load_positions of an image x [c][h][w] without mask or sums into rows `cols` positions wide: position
-/// (r, q) at t [((r + p) * cols + q + p) * cp]; the rest of t is left as it is.
+/// (r, q) at t [((r + p) * cols + q + p) * cp]; the rest of t is left as it is. With `map` ([2][cp]:
+/// scales, then shifts, zero past c) each value v goes in as max(v * scale + shift, 0) (fused, in the
+/// sets with FMA: channel_affine_relu's bits).
 void load_positions_padded(const float* x, int64_t h, int64_t w, int64_t c, int64_t cp, int64_t p, int64_t cols,
-                           float* t);
+                           float* t, const float* map = nullptr);
 /// dbias [oc] += each channel's sum of t [positions][ocp], position by position (the order
 /// load_positions and load_pooled share, so that both give the same bits).
 void add_channel_sums(const float* t, int64_t positions, int64_t oc, int64_t ocp, float* dbias);

@@ -206,10 +206,22 @@ void zero_border(const tiling& g, int64_t cp, float* padded) {
   std::fill(padded + (g.p + g.h) * line, padded + rows * line, 0.0f);
 }
 
-/// An image x [c][h][w] (NCHW) into the padded plane, position-major.
-void load_padded(const float* x, const tiling& g, int64_t c, int64_t cp, float* padded) {
+/// An image x [c][h][w] (NCHW) into the padded plane, position-major; through `map` when given
+/// (load_positions_padded).
+void load_padded(const float* x, const tiling& g, int64_t c, int64_t cp, float* padded, const float* map) {
   zero_border(g, cp, padded);
-  load_positions_padded(x, g.h, g.w, c, cp, g.p, g.padded_cols(), padded);
+  load_positions_padded(x, g.h, g.w, c, cp, g.p, g.padded_cols(), padded, map);
+}
+
+/// input_map [2, c] as load_positions_padded reads it, [2][cp] with zeros past c, in scratch slot 12;
+/// null without one.
+const float* padded_map(const tensor* input_map, int64_t c, int64_t cp) {
+  if (!input_map) return nullptr;
+  float* map = scratch(12, static_cast<std::size_t>(2 * cp));
+  std::fill_n(map, 2 * cp, 0.0f);
+  std::copy_n(input_map->data(), c, map);
+  std::copy_n(input_map->data() + c, c, map + cp);
+  return map;
 }
 
 /// xt [h * w][cp] (position-major) into the padded plane.
@@ -470,9 +482,10 @@ void convolve(const float* padded, const tiling& g, int64_t c, int64_t cp, const
 
 template <class S>
 void forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias, const conv2d_geometry& g,
-             bool relu, tensor& y, tensor* window) {
+             bool relu, tensor& y, tensor* window, const tensor* input_map) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
+  const float* map = padded_map(input_map, c, cp);
   const tiling tl = make_tiling(h, wd, g.padding, S::out);
   float* u = scratch(0, static_cast<std::size_t>(elements<S> * cp * ocp));
   const float* wp = w.data();
@@ -492,7 +505,7 @@ void forward(const context& ctx, const tensor& x, const tensor& w, const tensor&
     float* m = scratch(4, static_cast<std::size_t>(elements<S> * block * ocp));
     float* out = scratch(5, static_cast<std::size_t>(tl.oh * tl.ow * ocp));
     float* padded = scratch(10, static_cast<std::size_t>(tl.padded_rows() * tl.padded_cols() * cp));
-    load_padded(xp + i * c * h * wd, tl, c, cp, padded);
+    load_padded(xp + i * c * h * wd, tl, c, cp, padded, map);
     convolve<S>(padded, tl, c, cp, u, ocp, v, m, out);
     if (windowp)
       store_pooled(out, tl.oh, tl.ow, ocp, oc, bp, yp + i * oc * pooled, windowp + i * pooled * ocp);
@@ -523,6 +536,7 @@ struct backward_images {
   const tiling fwd, bwd;  // SW's tiles of x (and of dy, the forward's output); SD's of dy -> dx
   int64_t c, oc, cp, ocp, group;
   const float* x;
+  const float* map;  // x read through it (load_positions_padded), or null
   const output_gradient& grad;
   const float* urot;  // null: no dx
   float* dx;
@@ -537,7 +551,7 @@ struct backward_images {
     float* dm = scratch(5, static_cast<std::size_t>(elements<SW> * group * tiles * ocp));
     float* padded = scratch(10, static_cast<std::size_t>(fwd.padded_rows() * fwd.padded_cols() * cp));
     for (int64_t k = 0; k < count; ++k) {  // V [xi][depth][cp] and dM [xi][depth][ocp], image k's tiles at k * tiles
-      load_padded(x + (i0 + k) * c * h * wd, fwd, c, cp, padded);
+      load_padded(x + (i0 + k) * c * h * wd, fwd, c, cp, padded, map);
       input_transform<SW>(padded, fwd, cp, 0, tiles, v + k * tiles * cp, depth * cp);
       grad.load(i0 + k, dyt, db);
       gradient_transform<SW>(dyt, fwd, ocp, dm + k * tiles * ocp, depth * ocp);
@@ -566,7 +580,7 @@ struct backward_images {
 template <class SW, class SD>
 void backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy, const tensor* relu_output,
               const conv2d_geometry& g, tensor* dx, const tensor* dx_addend, tensor& dw, tensor* dbias,
-              const tensor* window) {
+              const tensor* window, const tensor* input_map) {
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3), oc = g.out_channels;
   const int64_t cp = round_up(c, W), ocp = round_up(oc, W);
   const tiling fwd = make_tiling(h, wd, g.padding, SW::out);                // x -> y
@@ -587,7 +601,7 @@ void backward(const context& ctx, const tensor& x, const tensor& w, const tensor
   const output_gradient grad =
       output_gradient::of(dy, relu_output, window, fwd.oh, fwd.ow, oc, ocp, "conv2d_backward_winograd");
   const int64_t group = weight_group<SW>(fwd.tiles(), cp, ocp);
-  const backward_images<SW, SD> images{fwd, bwd, c, oc, cp, ocp, group, x.data(), grad, urot,
+  const backward_images<SW, SD> images{fwd, bwd, c, oc, cp, ocp, group, x.data(), padded_map(input_map, c, cp), grad, urot,
                                        dx ? dx->data() : nullptr, dx && dx_addend ? dx_addend->data() : nullptr};
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -617,28 +631,29 @@ void backward(const context& ctx, const tensor& x, const tensor& w, const tensor
 } // namespace
 
 void conv2d_forward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window) {
+                             const conv2d_geometry& g, bool relu, tensor& y, tensor* window, const tensor* input_map) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   if (winograd_tile_side(ys[2], ys[3]) == f4::out)
-    forward<f4>(ctx, x, w, bias, g, relu, y, window);
+    forward<f4>(ctx, x, w, bias, g, relu, y, window, input_map);
   else
-    forward<f2>(ctx, x, w, bias, g, relu, y, window);
+    forward<f2>(ctx, x, w, bias, g, relu, y, window, input_map);
 }
 
 void conv2d_backward_winograd(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
                               const tensor* relu_output, const conv2d_geometry& g, tensor* dx,
-                              const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window) {
+                              const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window,
+                              const tensor* input_map) {
   const shape ys = conv2d_output_shape(x.shape(), g);
   const bool weights4 = winograd_tile_side(ys[2], ys[3]) == f4::out;     // over the output's tiles
   const bool data4 = winograd_tile_side(x.dim(2), x.dim(3)) == f4::out;  // onto dx's plane
   if (weights4 && data4)
-    backward<f4, f4>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
+    backward<f4, f4>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window, input_map);
   else if (weights4)
-    backward<f4, f2>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
+    backward<f4, f2>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window, input_map);
   else if (data4)
-    backward<f2, f4>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
+    backward<f2, f4>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window, input_map);
   else
-    backward<f2, f2>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window);
+    backward<f2, f2>(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, window, input_map);
 }
 
 } // namespace troupe::kernels::detail::TROUPE_ISA

@@ -273,29 +273,49 @@ void conv2d_backward_im2col(const context& ctx, const tensor& w, const tensor& c
 
 } // namespace
 
-void conv2d_forward(const context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu) {
-  const shape ys = conv2d_output_shape(x.shape(), g);
+namespace {
+
+/// The input a convolution reads: x, or on paths that cannot read x through `input_map`, the mapped
+/// input made into `made` (checked against x's channels either way).
+const tensor& mapped_input(const context& ctx, const tensor& x, const tensor* input_map, bool reads_map,
+                           tensor& made, const char* kernel) {
+  if (!input_map) return x;
+  detail::require_shape(*input_map, {2, x.dim(1)}, kernel, "input_map");
+  if (reads_map) return x;
+  channel_affine_relu(ctx, x, *input_map, made);
+  return made;
+}
+
+} // namespace
+
+void conv2d_forward(const context& ctx, const tensor& x_in, const tensor& w, const tensor& bias,
+                    const conv2d_geometry& g, tensor& y, tensor& cols, bool relu, const tensor* input_map) {
+  const shape ys = conv2d_output_shape(x_in.shape(), g);
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_forward", "w");
   if (bias.defined()) detail::require_shape(bias, {g.out_channels}, "conv2d_forward", "bias");
   ensure_shape(y, ys);
   const conv_path path = path_for(ctx, g);
+  tensor made;
+  const tensor& x = mapped_input(ctx, x_in, input_map, path == conv_path::winograd, made, "conv2d_forward");
   if (path != conv_path::im2col) {
     cols = tensor();
     if (path == conv_path::winograd)
-      detail::active_simd_kernels().forward_winograd(ctx, x, w, bias, g, relu, y, nullptr);
+      detail::active_simd_kernels().forward_winograd(ctx, x, w, bias, g, relu, y, nullptr, input_map);
     else
-      detail::active_simd_kernels().forward_direct(ctx, x, w, bias, g, relu, y, nullptr);
+      detail::active_simd_kernels().forward_direct(ctx, x, w, bias, g, relu, y, nullptr, nullptr);
   } else {
     conv2d_forward_im2col(ctx, x, w, bias, g, y, cols);
     if (relu) relu_forward(ctx, y, y);
   }
 }
 
-void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& cols, const tensor& dy,
+void conv2d_backward(const context& ctx, const tensor& x_in, const tensor& w, const tensor& cols, const tensor& dy,
                      const conv2d_geometry& g, tensor* dx, tensor& dw, tensor* dbias, const tensor* relu_output,
-                     const tensor* dx_addend) {
-  const shape ys = conv2d_output_shape(x.shape(), g);
+                     const tensor* dx_addend, const tensor* input_map) {
+  const shape ys = conv2d_output_shape(x_in.shape(), g);
+  const conv_path path = path_for(ctx, g);
+  tensor made;  // im2col's backward reads the forward's columns, not x
+  const tensor& x = mapped_input(ctx, x_in, input_map, path != conv_path::direct, made, "conv2d_backward");
   detail::require_shape(dy, ys, "conv2d_backward", "dy");
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, "conv2d_backward", "w");
   if (relu_output) detail::require_shape(*relu_output, ys, "conv2d_backward", "relu_output");
@@ -306,13 +326,14 @@ void conv2d_backward(const context& ctx, const tensor& x, const tensor& w, const
     detail::require_shape(*dx_addend, x.shape(), "conv2d_backward", "dx_addend");
     detail::require(!dx->shares_storage(*dx_addend), "conv2d_backward", "dx_addend shares dx's memory");
   }
-  const conv_path path = path_for(ctx, g);
   if (path == conv_path::winograd) {
-    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, nullptr);
+    detail::active_simd_kernels().backward_winograd(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, nullptr,
+                                                    input_map);
     return;
   }
   if (path == conv_path::direct) {
-    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, nullptr);
+    detail::active_simd_kernels().backward_direct(ctx, x, w, dy, relu_output, g, dx, dx_addend, dw, dbias, nullptr,
+                                                  nullptr);
     return;
   }
   if (relu_output) {
@@ -353,7 +374,7 @@ void conv2d_relu_pool_forward(const context& ctx, const tensor& x, const tensor&
   ensure_shape(y, ps);
   const detail::simd_kernel_set& set = detail::active_simd_kernels();
   (path_for(ctx, g) == conv_path::winograd ? set.forward_winograd : set.forward_direct)(ctx, x, w, bias, g, true, y,
-                                                                                        &window);
+                                                                                        &window, nullptr);
 }
 
 void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor& w, const tensor& dy,
@@ -370,7 +391,8 @@ void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor
   if (dx) ensure_shape(*dx, x.shape());
   const detail::simd_kernel_set& set = detail::active_simd_kernels();
   (path_for(ctx, g) == conv_path::winograd ? set.backward_winograd : set.backward_direct)(ctx, x, w, dy, &y, g, dx,
-                                                                                          nullptr, dw, dbias, &window);
+                                                                                          nullptr, dw, dbias, &window,
+                                                                                          nullptr);
 }
 
 void detail::conv2d_backward_data_gemm(const context& ctx, const tensor& w, const tensor& dy,

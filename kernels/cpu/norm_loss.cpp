@@ -190,19 +190,21 @@ void channel_gradient(const bn_dims& d, int64_t c, const float* xp, const float*
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
                               const tensor& beta, float eps, float momentum, tensor& running_mean,
                               tensor& running_var, tensor& y, tensor& saved_mean,
-                              tensor& saved_invstd, bool relu, const tensor* addend, tensor* saved_affine) {
+                              tensor& saved_invstd, bool relu, const tensor* addend, tensor* saved_affine,
+                              bool write_y) {
   const char* k = "batch_norm_forward_train";
   bn_dims d = bn_check(x, gamma, beta, k);
   if (addend) detail::require_same(x, *addend, k, "x", "addend");
   detail::require_shape(running_mean, {d.c}, k, "running_mean");
   detail::require_shape(running_var, {d.c}, k, "running_var");
-  ensure_shape(y, x.shape());
+  detail::require(write_y || saved_affine, k, "without write_y it needs saved_affine (what stands for y)");
+  if (write_y) ensure_shape(y, x.shape());
   ensure_shape(saved_mean, {d.c});
   ensure_shape(saved_invstd, {d.c});
   if (saved_affine) ensure_shape(*saved_affine, {2, d.c});
   const float* xp = x.data();
   const float* rp = addend ? addend->data() : nullptr;
-  float* yp = y.data();
+  float* yp = write_y ? y.data() : nullptr;
   const double m = static_cast<double>(d.n * d.inner);
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
@@ -225,7 +227,39 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
       saved_affine->data()[c] = scale;
       saved_affine->data()[d.c + c] = shift;
     }
-    channel_affine(xp, rp, yp, d, c, scale, shift, relu);
+    if (write_y) channel_affine(xp, rp, yp, d, c, scale, shift, relu);
+  }
+}
+
+void batch_norm_eval_affine(const tensor& gamma, const tensor& beta, float eps, const tensor& running_mean,
+                            const tensor& running_var, tensor& affine) {
+  const char* k = "batch_norm_eval_affine";
+  detail::require_rank(gamma, 1, k, "gamma");
+  const int64_t c = gamma.dim(0);
+  if (beta.defined()) detail::require_shape(beta, {c}, k, "beta");
+  detail::require_shape(running_mean, {c}, k, "running_mean");
+  detail::require_shape(running_var, {c}, k, "running_var");
+  ensure_shape(affine, {2, c});
+  for (int64_t i = 0; i < c; ++i) {  // batch_norm_forward_eval's scale and shift
+    const float scale = gamma.data()[i] / std::sqrt(running_var.data()[i] + eps);
+    affine.data()[i] = scale;
+    affine.data()[c + i] = (beta.defined() ? beta.data()[i] : 0.0f) - running_mean.data()[i] * scale;
+  }
+}
+
+void channel_affine_relu(const context& ctx, const tensor& x, const tensor& affine, tensor& y) {
+  const char* k = "channel_affine_relu";
+  detail::require(x.rank() >= 2, k, "x must be [n, c, ...], got " + x.shape().to_string());
+  const int64_t n = x.dim(0), c = x.dim(1), inner = x.numel() / std::max<int64_t>(1, n * c);
+  detail::require_shape(affine, {2, c}, k, "affine");
+  ensure_shape(y, x.shape());
+  const float* xp = x.data();
+  const float* ap = affine.data();
+  float* yp = y.data();
+#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
+  for (int64_t p = 0; p < n * c; ++p) {
+    const float scale = ap[p % c], shift = ap[c + p % c];
+    for (int64_t i = p * inner; i < (p + 1) * inner; ++i) yp[i] = std::max(std::fma(xp[i], scale, shift), 0.0f);
   }
 }
 

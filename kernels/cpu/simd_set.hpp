@@ -34,11 +34,14 @@ struct layer_norm_args {
 /// One instruction set's compilation of the vector kernels.
 struct simd_kernel_set {
   using conv_forward = void (*)(const context&, const tensor& x, const tensor& w, const tensor& bias,
-                                const conv2d_geometry&, bool relu, tensor& y, tensor* window);
+                                const conv2d_geometry&, bool relu, tensor& y, tensor* window,
+                                const tensor* input_map);
   using conv_backward = void (*)(const context&, const tensor& x, const tensor& w, const tensor& dy,
                                  const tensor* relu_output, const conv2d_geometry&, tensor* dx,
-                                 const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window);
-  /// conv_internal.hpp's contracts, by the direct kernels (conv_direct.cpp).
+                                 const tensor* dx_addend, tensor& dw, tensor* dbias, const tensor* window,
+                                 const tensor* input_map);
+  /// conv_internal.hpp's contracts, by the direct kernels (conv_direct.cpp; no input_map: null), and
+  /// Winograd's (x read through input_map where given).
   conv_forward forward_direct;
   conv_backward backward_direct;
   /// The same, by Winograd's F(2x2, 3x3) or F(4x4, 3x3) (conv_winograd.cpp).

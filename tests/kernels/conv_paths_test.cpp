@@ -8,9 +8,12 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "kernels/cpu/conv_internal.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/machine.hpp"
 #include "tests/gradcheck.hpp"
 
 using namespace troupe;
@@ -300,4 +303,73 @@ TEST_CASE("batch norm's backward takes its ReLU's mask from x and the forward's 
   tensor mean = tensor::zeros({3}), invstd = tensor::full({3}, 1.0f), short_affine = tensor::zeros({2, 2});
   CHECK_THROWS_WITH(k::batch_norm_backward(ctx, x, gamma, mean, invstd, x, dx, dg, db, nullptr, &short_affine),
                     Catch::Contains("relu_affine"));
+}
+
+TEST_CASE("conv2d reads its input through a batch norm's map with the bits of the mapped input, on every path",
+          "[kernels]") {
+  // x stands for max(x * scale + shift, 0) per channel (a batch norm's output never written): the convolution
+  // of channel_affine_relu(x) on Winograd's path (which reads x through the map), the direct one and im2col
+  // (which make the mapped input first). The same bits where the kernel set has fused multiply-adds; the
+  // generic set's vectors round the product first (within float rounding of it).
+  const bool fused = k::cpu_kernels_name() != "generic";
+  for (const conv_case& t : {conv_case{3, 16, 16, 3, 1, 1, 28, 28, false, true}, conv_case{2, 5, 9, 3, 1, 1, 7, 6, true, true},
+                             conv_case{4, 32, 32, 3, 1, 1, 14, 14, false, true}, conv_case{2, 6, 4, 5, 2, 2, 9, 9, true, false}})
+    for (k::conv_path path : {k::conv_path::winograd, k::conv_path::direct, k::conv_path::im2col}) {
+      INFO(t.describe() << ", path " << (path == k::conv_path::im2col ? "im2col" : name(path)));
+      k::context ctx = testing::test_context();
+      ctx.conv = path;
+      const k::conv2d_geometry g{t.c, t.oc, t.k, t.s, t.p};
+      const tensor x = testing::random_tensor({t.n, t.c, t.h, t.w}, 41), w = testing::random_tensor({t.oc, t.c, t.k, t.k}, 42);
+      const tensor bias = t.bias ? testing::random_tensor({t.oc}, 43) : tensor();
+      tensor map = testing::random_tensor({2, t.c}, 44);  // scales of both signs: some channels mostly cut
+      tensor z, y_want, y_got, cols_want, cols_got;
+      k::channel_affine_relu(ctx, x, map, z);
+      k::conv2d_forward(ctx, z, w, bias, g, y_want, cols_want);
+      k::conv2d_forward(ctx, x, w, bias, g, y_got, cols_got, false, &map);
+      const tensor dy = testing::random_tensor(y_want.shape(), 45);
+      tensor dx_want, dw_want, db_want, dx_got, dw_got, db_got;
+      k::conv2d_backward(ctx, z, w, cols_want, dy, g, t.dx ? &dx_want : nullptr, dw_want, t.bias ? &db_want : nullptr);
+      k::conv2d_backward(ctx, x, w, cols_got, dy, g, t.dx ? &dx_got : nullptr, dw_got, t.bias ? &db_got : nullptr,
+                         nullptr, nullptr, &map);
+      auto same = [&](const tensor& a, const tensor& b) {
+        if (a.shape() != b.shape()) return false;
+        if (fused) return std::memcmp(a.data(), b.data(), a.numel() * sizeof(float)) == 0;
+        return max_rel_diff(a, b) < 1e-4;
+      };
+      CHECK(same(y_got, y_want));
+      CHECK(same(dw_got, dw_want));
+      if (t.dx) CHECK(same(dx_got, dx_want));
+      if (t.bias) CHECK(same(db_got, db_want));
+      CHECK(max_rel_diff(y_got, y_want) < 1e-5);
+    }
+  const k::context ctx = testing::test_context();
+  tensor x = testing::random_tensor({1, 3, 5, 5}, 46), w = testing::random_tensor({2, 3, 3, 3}, 47), y, cols;
+  tensor short_map = tensor::zeros({2, 2});
+  CHECK_THROWS_WITH(k::conv2d_forward(ctx, x, w, tensor(), {3, 2, 3, 1, 1}, y, cols, false, &short_map),
+                    Catch::Contains("input_map"));
+}
+
+TEST_CASE("batch norm without its output gives the same statistics and map, and inference's map is forward_eval's",
+          "[kernels]") {
+  const k::context ctx = testing::test_context();
+  const shape s{3, 4, 6, 5};
+  const tensor x = testing::random_tensor(s, 51), gamma = testing::random_tensor({4}, 52), beta = testing::random_tensor({4}, 53);
+  tensor rm1 = tensor::zeros({4}), rv1 = tensor::full({4}, 1.0f), rm2 = rm1.clone(), rv2 = rv1.clone();
+  tensor y1, m1, i1, a1, y2, m2, i2, a2;
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm1, rv1, y1, m1, i1, true, nullptr, &a1);
+  k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm2, rv2, y2, m2, i2, true, nullptr, &a2, false);
+  CHECK_FALSE(y2.defined());
+  for (const auto& [p, q] : {std::pair<const tensor*, const tensor*>{&m1, &m2}, {&i1, &i2}, {&a1, &a2}, {&rm1, &rm2}, {&rv1, &rv2}})
+    CHECK(std::memcmp(p->data(), q->data(), p->numel() * sizeof(float)) == 0);
+  tensor z;  // the written output is the map applied to x
+  k::channel_affine_relu(ctx, x, a1, z);
+  CHECK(max_rel_diff(z, y1) < 1e-6);
+  tensor ye, eval_map, ze;
+  k::batch_norm_forward_eval(ctx, x, gamma, beta, 1e-5f, rm1, rv1, ye, true);
+  k::batch_norm_eval_affine(gamma, beta, 1e-5f, rm1, rv1, eval_map);
+  k::channel_affine_relu(ctx, x, eval_map, ze);
+  CHECK(max_rel_diff(ze, ye) < 1e-6);
+  CHECK_THROWS_WITH(k::batch_norm_forward_train(ctx, x, gamma, beta, 1e-5f, 0.1f, rm2, rv2, y2, m2, i2, true, nullptr,
+                                                nullptr, false),
+                    Catch::Contains("saved_affine"));
 }

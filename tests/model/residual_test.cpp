@@ -222,3 +222,63 @@ TEST_CASE("the zoo's ResNet-20 for Fashion-MNIST and CIFAR-10", "[model]") {
   tensor x = testing::random_tensor({2, 3, 32, 32}, 4);
   CHECK(cifar.forward(ctx, x, true).shape() == shape{2, 10});
 }
+
+TEST_CASE("a batch norm whose output the next convolution reads through its map trains as one that writes it",
+          "[model][grad]") {
+  // In the first block the body's batch norm and ReLU are read by the convolution after them (deferred); in
+  // the reference a dropout(0) between them keeps the output written. Both: the same logits (training and
+  // inference), losses, gradients and running statistics over steps; and the deferring net's gradients
+  // match numerical ones, on Winograd's path (the zoo's) and the direct one.
+  for (kernels::conv_path path : {kernels::conv_path::winograd, kernels::conv_path::direct}) {
+    kernels::context c = ctx;
+    c.conv = path;
+    auto make = [](bool written) {
+      auto body = written ? residual(conv2d(8, 8, 3).padding(1).bias(false), batch_norm(8), relu(), dropout(0.0f),
+                                     conv2d(8, 8, 3).padding(1).bias(false), batch_norm(8))
+                          : residual(conv2d(8, 8, 3).padding(1).bias(false), batch_norm(8), relu(),
+                                     conv2d(8, 8, 3).padding(1).bias(false), batch_norm(8));
+      return sequential(conv2d(1, 8, 3).padding(1).bias(false), batch_norm(8), relu(), body, relu(),
+                        global_avg_pool(), dense(8, 3));
+    };
+    auto deferred = make(false), written = make(true);
+    deferred.build({1, 6, 6}, 4);
+    written.build({1, 6, 6}, 4);
+    {  // the same weights (the dropout moves the body's names, and with them the draws)
+      const auto pa = deferred.parameters(), pb = written.parameters();
+      REQUIRE(pa.size() == pb.size());
+      for (std::size_t i = 0; i < pa.size(); ++i) pb[i]->value.copy_from(pa[i]->value);
+    }
+    const tensor x = testing::random_tensor({4, 1, 6, 6}, 61);
+    const std::vector<int32_t> labels{0, 1, 2, 1};
+    for (int step = 0; step < 3; ++step) {
+      INFO("path " << (path == kernels::conv_path::winograd ? "winograd" : "direct") << " step " << step);
+      tensor da, db;
+      const float la = kernels::softmax_cross_entropy(c, deferred.forward(c, x, true), labels, &da);
+      const float lb = kernels::softmax_cross_entropy(c, written.forward(c, x, true), labels, &db);
+      CHECK(la == Approx(lb).epsilon(1e-6));
+      deferred.backward(c, da);
+      written.backward(c, db);
+      const auto pa = deferred.parameters(), pb = written.parameters();
+      REQUIRE(pa.size() == pb.size());
+      for (std::size_t i = 0; i < pa.size(); ++i) {
+        INFO(pa[i]->name);
+        CHECK(testing::max_rel_diff(pa[i]->grad, pb[i]->grad) < 1e-4);
+        // One plain SGD step on both, so that the next step starts from moved weights.
+        for (int64_t j = 0; j < pa[i]->value.numel(); ++j) {
+          pa[i]->value.data()[j] -= 0.1f * pa[i]->grad.at(j);
+          pb[i]->value.data()[j] -= 0.1f * pb[i]->grad.at(j);
+        }
+      }
+      CHECK(testing::max_rel_diff(deferred.forward(c, x, false), written.forward(c, x, false)) < 1e-5);
+    }
+    const auto ba = deferred.state(), bb = written.state();  // parameters and running statistics
+    REQUIRE(ba.size() == bb.size());
+    for (std::size_t i = 0; i < ba.size(); ++i) CHECK(testing::max_rel_diff(ba[i].value, bb[i].value) < 1e-5);
+  }
+  auto net = sequential(conv2d(1, 8, 3).padding(1).bias(false), batch_norm(8), relu(),
+                        residual(conv2d(8, 8, 3).padding(1), batch_norm(8), relu(), conv2d(8, 8, 3).padding(1),
+                                 batch_norm(8)),
+                        relu(), global_avg_pool(), dense(8, 3));
+  net.build({1, 5, 5}, 6);
+  check_model_gradients(net, testing::random_tensor({3, 1, 5, 5}, 62), {2, 0, 1});
+}

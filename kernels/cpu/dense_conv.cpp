@@ -16,8 +16,6 @@ namespace troupe::kernels {
 
 namespace {
 
-const detail::simd_kernel_set& set() { return detail::active_simd_kernels(); }
-
 /// Below this many elements of dy the backward pass's mask and bias sums stay on one thread.
 constexpr int64_t min_split_gradient = int64_t{1} << 13;
 
@@ -25,7 +23,7 @@ constexpr int64_t min_split_gradient = int64_t{1} << 13;
 /// memory and not written), and its column sums into db (when not null), each column's rows in order
 /// (the bits of a loop adding row after row): the set's masked_column_sums, columns split over ctx's threads.
 void gradient_rows(const context& ctx, int64_t n, int64_t out, const float* dy, const float* y, float* g, float* db) {
-  const auto sums = set().masked_column_sums;
+  const auto sums = detail::active_simd_kernels().masked_column_sums;
   const int threads = static_cast<int>(std::min<int64_t>(detail::threads(ctx), out / 16));
   if (threads < 2 || n * out < min_split_gradient || omp_in_parallel())
     return sums(y, dy, g, out, n, out, db);
@@ -56,7 +54,8 @@ void dense_forward(const context& ctx, const tensor& x, const tensor& w, const t
                       " expects " + std::to_string(w.dim(1)));
   if (bias.defined()) detail::require_shape(bias, {out}, "dense_forward", "bias");
   ensure_shape(y, {n, out});
-  const detail::gemm_epilogue epilogue{bias.defined() ? bias.data() : nullptr, relu ? set().relu_forward : nullptr};
+  const detail::gemm_epilogue epilogue{bias.defined() ? bias.data() : nullptr,
+                                       relu ? detail::active_simd_kernels().relu_forward : nullptr};
   detail::gemm_then(ctx, false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out, epilogue);
 }
 

@@ -130,10 +130,7 @@ void detail::gemm_then(const context& ctx, bool trans_a, bool trans_b, int64_t m
     return;
   }
   // The other backends: the bias copied into C first, the activation in a pass of its own after.
-  if (epilogue.row_bias) {
-    for (int64_t i = 0; i < m; ++i) std::copy_n(epilogue.row_bias, n, c + i * ldc);
-    beta = 1.0f;
-  }
+  if (epilogue.start(m, n, c, ldc)) beta = 1.0f;
   if (ctx.gemm == gemm_backend::eigen) {
     // Eigen reads its thread count from this thread's OpenMP ICV.
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
@@ -141,8 +138,7 @@ void detail::gemm_then(const context& ctx, bool trans_a, bool trans_b, int64_t m
   } else {
     openblas_gemm(threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  if (epilogue.act)
-    for (int64_t i = 0; i < m; ++i) epilogue.act(c + i * ldc, c + i * ldc, n);
+  epilogue.finish(m, n, c, ldc);
 }
 
 void matmul(const context& ctx, const tensor& a, const tensor& b, tensor& out) {

@@ -171,14 +171,10 @@ void scale_c(const problem& p) {
 /// A block of C (the whole product, or one thread's): its rows start as the epilogue's bias, then the
 /// product, then its activation, while the block is in this thread's cache.
 void block_gemm(const gemm_kernel_set& ks, problem p, const gemm_epilogue& e) {
-  if (e.row_bias) {
-    for (int64_t i = 0; i < p.m; ++i) std::copy_n(e.row_bias, p.n, p.c + i * p.ldc);
-    p.beta = 1.0f;
-  }
+  if (e.start(p.m, p.n, p.c, p.ldc)) p.beta = 1.0f;
   if (p.k <= 0 || p.alpha == 0.0f) scale_c(p);
   else serial_gemm(ks, p);
-  if (e.act)
-    for (int64_t i = 0; i < p.m; ++i) e.act(p.c + i * p.ldc, p.c + i * p.ldc, p.n);
+  e.finish(p.m, p.n, p.c, p.ldc);
 }
 
 /// Rows [i0, i1) and columns [j0, j1) of the product: the same problem on a block of C.

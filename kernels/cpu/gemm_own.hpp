@@ -60,6 +60,19 @@ const gemm_kernel_set& active_gemm_kernels();
 struct gemm_epilogue {
   const float* row_bias = nullptr;
   void (*act)(const float* x, float* y, int64_t n) = nullptr;
+
+  /// Before the product on C [m x n] (row stride ldc): the bias into every row; true when it was (beta is then 1).
+  bool start(int64_t m, int64_t n, float* c, int64_t ldc) const {
+    if (!row_bias) return false;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = row_bias[j];
+    return true;
+  }
+  /// After the product: the activation over every row.
+  void finish(int64_t m, int64_t n, float* c, int64_t ldc) const {
+    if (act)
+      for (int64_t i = 0; i < m; ++i) act(c + i * ldc, c + i * ldc, n);
+  }
 };
 
 /// Row-major C[m x n] = alpha * op(A) * op(B) + beta * C on kernel set `ks`,

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -185,6 +187,13 @@ void channel_gradient(const bn_dims& d, int64_t c, const float* xp, const float*
   }
 }
 
+/// Inference's scale and shift of channel c: gamma / sqrt(running_var + eps), beta - running_mean * scale.
+std::pair<float, float> eval_affine(const tensor& gamma, const tensor& beta, float eps, const tensor& running_mean,
+                                    const tensor& running_var, int64_t c) {
+  const float scale = gamma.data()[c] / std::sqrt(running_var.data()[c] + eps);
+  return {scale, (beta.defined() ? beta.data()[c] : 0.0f) - running_mean.data()[c] * scale};
+}
+
 } // namespace
 
 void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor& gamma,
@@ -240,11 +249,8 @@ void batch_norm_eval_affine(const tensor& gamma, const tensor& beta, float eps, 
   detail::require_shape(running_mean, {c}, k, "running_mean");
   detail::require_shape(running_var, {c}, k, "running_var");
   ensure_shape(affine, {2, c});
-  for (int64_t i = 0; i < c; ++i) {  // batch_norm_forward_eval's scale and shift
-    const float scale = gamma.data()[i] / std::sqrt(running_var.data()[i] + eps);
-    affine.data()[i] = scale;
-    affine.data()[c + i] = (beta.defined() ? beta.data()[i] : 0.0f) - running_mean.data()[i] * scale;
-  }
+  for (int64_t i = 0; i < c; ++i)
+    std::tie(affine.data()[i], affine.data()[c + i]) = eval_affine(gamma, beta, eps, running_mean, running_var, i);
 }
 
 void channel_affine_relu(const context& ctx, const tensor& x, const tensor& affine, tensor& y) {
@@ -277,8 +283,7 @@ void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& 
   float* yp = y.data();
 #pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   for (int64_t c = 0; c < d.c; ++c) {
-    const float scale = gamma.data()[c] / std::sqrt(running_var.data()[c] + eps);
-    const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - running_mean.data()[c] * scale;
+    const auto [scale, shift] = eval_affine(gamma, beta, eps, running_mean, running_var, c);
     channel_affine(xp, rp, yp, d, c, scale, shift, relu);
   }
 }

@@ -93,6 +93,7 @@ net::message make_regroup(const net::address& from, const net::address& to, cons
   r.setPhase(g.phase);
   r.setStep(g.step);
   r.setRoot(g.root);
+  r.setReports(g.reports);
   auto members = r.initMembers(static_cast<unsigned>(g.members.size()));
   for (unsigned i = 0; i < members.size(); ++i) members.set(i, g.members[i]);
   auto joiners = r.initJoiners(static_cast<unsigned>(g.joiners.size()));
@@ -109,6 +110,7 @@ regroup read_regroup(const net::envelope_reader& m) {
   g.phase = r.getPhase();
   g.step = r.getStep();
   g.root = r.getRoot();
+  g.reports = r.getReports();
   for (uint32_t x : r.getMembers()) g.members.push_back(x);
   for (uint32_t x : r.getJoiners()) g.joiners.push_back(x);
   return g;
@@ -175,6 +177,7 @@ public:
   bool pushes_during_backward() const override { return buckets_.size() > 1; }
   /// A bucket's reduction under way: its pieces move it on, and the next bucket starts when it is over.
   bool wants_messages() const override { return active_ && !held_; }
+  uint64_t group_epoch() const override { return epoch_; }
   void after_layer(std::size_t layer, uint64_t, std::vector<outgoing>& out) override {
     while (filled_ < buckets_.size() && buckets_[filled_].first_layer >= layer) ++filled_;
     start_filled(out);
@@ -296,6 +299,10 @@ private:
     in_step_ = false;
     report_due_ = true;
     tally_.add(0, false);
+    answer_due(out);
+  }
+  /// The kept pulls whose reports the count has reached: the replica as it is now.
+  void answer_due(std::vector<outgoing>& out) {
     pulls_.answer_due(reports(),
                       [&](const net::opened_message& m) { out.push_back(answer(*m, applied_, w_, opt_.state())); });
   }
@@ -307,8 +314,9 @@ private:
     snapshots_.push_back({reports(), applied_, w_, opt_.state()});
   }
   /// The worker reports the coordinator has counted once every member has
-  /// reported the steps applied here (a snapshot's PullParams.steps counts them).
-  uint64_t reports() const { return c_.reports_before + (applied_ - c_.steps_before) * c_.members.size(); }
+  /// reported the steps applied here (a snapshot's PullParams.steps counts
+  /// them): its count when the group went on, then one per member and step.
+  uint64_t reports() const { return c_.reports_before + (applied_ - c_.steps_before) * group_.size(); }
   void go(const regroup& g, std::vector<outgoing>& out);
   void redo_from_local();
   void end_broadcast();
@@ -365,6 +373,10 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   epoch_ = g.epoch;
   snapshots_.clear();  // kept before a step that may be redone in the new group
   group_.assign(g.members.begin(), g.members.end());
+  // The coordinator's count goes on from its own: it counted the reports of a
+  // step undone here, and counts the new group's only (step_report::group).
+  c_.steps_before = g.step;
+  c_.reports_before = g.reports;
   new_core();
   held_ = active_ = false;
   if (joiner) {
@@ -391,6 +403,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   std::vector<collective_message> early;
   early.swap(future_);
   for (collective_message& m : early) route(std::move(m), out);
+  if (!joiner) answer_due(out);  // the count went on from the coordinator's
 }
 
 /// The step in flight (or rolled back) reduced again, from this worker's own

@@ -55,6 +55,7 @@ struct regroup {
   uint64_t step = 0;
   std::vector<uint32_t> members, joiners;
   uint32_t root = 0;
+  uint64_t reports = 0;  ///< go: the coordinator's count of step reports (the holder's pulls count from it)
 };
 net::message make_regroup(const net::address& from, const net::address& to, const regroup& g);
 /// Throws net::message_error for another kind.

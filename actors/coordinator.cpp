@@ -58,6 +58,7 @@ struct coordinator_state {
   /// Allreduce: the group being re-formed (docs/algorithms.md, "Elastic membership").
   struct {
     uint64_t epoch = 0;
+    uint64_t went = 0;                        // the epoch of the group that went on last (its reports count)
     std::vector<uint32_t> members, joiners;   // worker indices
     std::map<uint32_t, uint64_t> reported;    // member -> the steps it has applied
     std::set<uint32_t> rejoining;             // nodes whose workers join the next group
@@ -192,6 +193,10 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
   if (st.finishing) return;  // steps finished after the stop do not count
   train::step_report rep = read_metrics(r);
   rep.worker = st.s.plan.replica_of(net::read_address(r.root().getSource()));  // a pipeline replica's stage
+  // An allreduce's step of a group that has been replaced (a worker that was
+  // dropped, one ahead whose step was undone): the Regroup's go carried the
+  // count without it, and the holder's snapshots count from there.
+  if (rep.group != st.group.went) return;
   if (rep.staleness_only) {  // a hybrid's stage before the last: no step
     st.acc->add_staleness(rep);
     return;
@@ -305,6 +310,8 @@ void on_regroup_report(coordinator_t* self, const net::envelope_reader& r) {
   go.members = g.members;
   go.joiners = g.joiners;
   go.root = g.reported.begin()->first;
+  go.reports = static_cast<uint64_t>(st.acc->steps());
+  g.went = g.epoch;
   for (uint32_t i : g.members) {
     const net::address& a = st.s.plan.workers[i].address;
     send_to(*st.dir, a, make_regroup(me(self), a, go));

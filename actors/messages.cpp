@@ -73,6 +73,7 @@ net::message make_metrics(const net::address& from, const net::address& to, cons
   m.setRejected(r.rejected);
   m.setStalenessOnly(r.staleness_only);
   m.setComputeSeconds(r.compute_s);
+  m.setGroup(r.group);
   return net::message::from_builder(std::move(b));
 }
 
@@ -91,6 +92,7 @@ train::step_report read_metrics(const net::envelope_reader& r) {
   out.rejected = m.getRejected();
   out.staleness_only = m.getStalenessOnly();
   out.compute_s = m.getComputeSeconds();
+  out.group = m.getGroup();
   if (!std::isfinite(out.loss) || !std::isfinite(out.mean_staleness) || !std::isfinite(out.compute_s))
     reject(net::reject_reason::non_finite, "metrics: non-finite loss, staleness or compute time");
   if (out.compute_s < 0) reject(net::reject_reason::malformed, "metrics: negative compute time");

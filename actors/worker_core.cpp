@@ -523,6 +523,7 @@ train::step_report worker_core::report() {
   train::step_report r;
   r.worker = p_.address.index;
   r.step = steps_;
+  r.group = source_->group_epoch();
   r.loss = loss_n_ ? loss_sum_ / loss_n_ : 0.0;
   r.samples = samples_;
   r.compute_s = compute_s_;

@@ -139,6 +139,9 @@ public:
   /// move on (an allreduce's pieces), so the step lets them in between layers
   /// (worker_core::yield_in_backward).
   virtual bool wants_messages() const { return false; }
+  /// An allreduce's: the epoch of the group its steps are now applied in
+  /// (its reports say so: step_report::group). 0 for the others.
+  virtual uint64_t group_epoch() const { return 0; }
   /// True when an update was applied, or a push answered by every shard, since the last report.
   bool report_due() const { return report_due_; }
   /// The tally since the last report; starts a new one.

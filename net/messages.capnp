@@ -10,7 +10,7 @@ $Cxx.namespace("troupe::wire");
 using import "tensor.capnp".Tensor;
 using import "tensor.capnp".NamedTensor;
 
-const schemaVersion :UInt16 = 4;  # 4: same-host lanes (message_ref, lane_offer, lane_accept frames); 3: ChaCha20-Poly1305 tags; 2: AES-256-GCM
+const schemaVersion :UInt16 = 5;  # 5: Metrics.group, Regroup.reports (an allreduce's report count); 4: same-host lanes (message_ref, lane_offer, lane_accept frames); 3: ChaCha20-Poly1305 tags; 2: AES-256-GCM
 
 enum Role {
   coordinator @0;
@@ -142,6 +142,7 @@ struct Metrics {
   rejected @5 :UInt32;               # pushes of this report the shards rejected
   stalenessOnly @6 :Bool;            # a hybrid's stage before the last: its pushes' staleness, no step
   computeSeconds @7 :Float64;        # the worker's busy time in these steps (forward, backward, hand-off); 0: not measured
+  group @8 :UInt64;                  # an allreduce's: the epoch of the group the step was applied in (0: the first)
 }
 
 # Coordinator -> evaluator: take a snapshot of the parameters now (pull every
@@ -198,4 +199,5 @@ struct Regroup {
   members @3 :List(UInt32);          # go: the workers (their indices) of the new group, in rank order
   joiners @4 :List(UInt32);          # go: those of them that take the parameters from `root`
   root @5 :UInt32;                   # go: the worker whose replica the joiners receive
+  reports @6 :UInt64;                # go: the coordinator's count of step reports when the group goes on
 }

@@ -30,6 +30,9 @@ struct step_report {
   /// The staleness of pushes alone, no step (a hybrid's stages before the
   /// last push to their own shards): epoch_accumulator::add_staleness.
   bool staleness_only = false;
+  /// An allreduce's: the epoch of the group the step was applied in (0: the
+  /// first); the coordinator counts only the group's that goes on now.
+  uint64_t group = 0;
 };
 
 class epoch_accumulator {

@@ -40,6 +40,7 @@ std::vector<float> values_of(model::model& m) {
 struct group {
   std::vector<std::unique_ptr<worker_core>> workers;
   std::vector<outgoing> in_flight;
+  std::vector<net::message> answers;  // the holders' answers to the evaluator's pulls
   std::mt19937 order{11};
 
   group(int n, int64_t bucket_elements, bool overlap, bool bf16 = false, int64_t small_threshold = 0,
@@ -73,8 +74,11 @@ struct group {
       outgoing o = std::move(in_flight[k]);
       in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(k));
       worker_core& w = *workers.at(o.to.index);
-      for (outgoing& next : w.on_collective(w.open(o.msg))) in_flight.push_back(std::move(next));
+      for (outgoing& next : w.on_collective(w.open(o.msg))) send(std::move(next));
     }
+  }
+  void send(outgoing&& o) {
+    (o.to.role == net::role::evaluator ? answers.push_back(std::move(o.msg)) : in_flight.push_back(std::move(o)));
   }
   /// Every worker steps on its batch of step `s` (b samples); their messages wait in in_flight.
   void step_all(int s, int b);
@@ -329,7 +333,7 @@ namespace {
 
 /// The coordinator's part of a regroup: hold the members that stay, collect their steps, let the group go.
 uint64_t regroup_group(group& g, uint64_t epoch, const std::vector<uint32_t>& members,
-                       const std::vector<uint32_t>& joiners) {
+                       const std::vector<uint32_t>& joiners, uint64_t reports = 0) {
   const net::address coordinator{0, net::role::coordinator, 0};
   regroup hold;
   hold.epoch = epoch;
@@ -350,10 +354,10 @@ uint64_t regroup_group(group& g, uint64_t epoch, const std::vector<uint32_t>& me
   go.members = members;
   go.joiners = joiners;
   go.root = members.front();
+  go.reports = reports;
   for (uint32_t i : members) {
     worker_core& w = *g.workers[i];
-    for (outgoing& o : w.on_regroup(w.open(make_regroup(coordinator, worker_addr(i), go))))
-      g.in_flight.push_back(std::move(o));
+    for (outgoing& o : w.on_regroup(w.open(make_regroup(coordinator, worker_addr(i), go)))) g.send(std::move(o));
   }
   return least;
 }
@@ -487,6 +491,51 @@ TEST_CASE("allreduce: a worker that finished a step the others did not rolls it 
   CHECK(version_of(g, 1) == 4);
   // Worker 0's step 4 counted worker 2's gradient, the redone one does not: both replicas hold the redone one.
   CHECK(g.params(0) == g.params(1));
+}
+
+TEST_CASE("allreduce: after a regroup the holder counts the coordinator's reports from the go, one per member and step",
+          "[actors][allreduce][elastic]") {
+  group g(3, 20, true);
+  std::vector<int32_t> y;
+  auto step_all = [&](int s, const std::vector<std::size_t>& who) {
+    for (std::size_t i : who) {
+      auto out = g.workers[i]->step(batch_message(batch_of(s, static_cast<int>(i), 4, y), y, worker_addr(i)));
+      for (outgoing& o : out.pushes) g.in_flight.push_back(std::move(o));
+    }
+    g.deliver();
+  };
+  worker_core& w = *g.workers[0];
+  auto pull = [&](uint64_t steps) {
+    for (outgoing& o : w.on_pull(w.open(make_pull(evaluator_addr(), worker_addr(0), false, steps))))
+      g.send(std::move(o));
+  };
+  auto answered = [&]() {  // the versions answered since the last call
+    std::vector<uint64_t> v;
+    for (const net::message& m : g.answers) v.push_back(net::envelope_reader(m).root().getParams().getVersion());
+    g.answers.clear();
+    return v;
+  };
+  for (int s = 0; s < 3; ++s) step_all(s, {0, 1, 2});
+  pull(9);  // 3 steps of 3 reports
+  CHECK(answered() == std::vector<uint64_t>{3});
+  pull(12);
+  pull(15);
+  // Worker 2 is lost. The coordinator had counted 10 reports (one of a step some
+  // worker undid): the group of two goes on from there, 2 reports a step.
+  CHECK(regroup_group(g, 1, {0, 1}, {}, 10) == 3);
+  CHECK(answered().empty());
+  step_all(3, {0, 1});
+  CHECK(answered() == std::vector<uint64_t>{4});  // 12 reports
+  step_all(4, {0, 1});
+  CHECK(answered().empty());  // 14: counting 3 a step would answer 15 now, a step early
+  pull(16);
+  step_all(5, {0, 1});
+  CHECK(answered() == std::vector<uint64_t>{6, 6});  // 16
+  // The group of three again, no step of the two in between, one report undone:
+  // the last snapshot's pull (the run's end) is answered, not kept for ever.
+  pull(17);
+  CHECK(regroup_group(g, 2, {0, 1}, {}, 17) == 6);
+  CHECK(answered() == std::vector<uint64_t>{6});
 }
 
 TEST_CASE("allreduce: a backward that lets the pieces in between its layers gives the same bits",

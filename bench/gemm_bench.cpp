@@ -13,7 +13,14 @@
 //   troupe_gemm_bench --mlp | --products MODEL [--threads T] [--reps R]
 // With --peak, the FMA peak alone: 1 and T threads, every vector width the CPU has.
 //   troupe_gemm_bench --peak [--threads T]
+// With --balance, whether the cores run alike: R parallel regions of T threads,
+// each thread the same FMA work (about 35 us, the size of one of the MLP's
+// smaller products); each thread's median and 90th percentile, and the share of
+// regions whose slowest thread took 1.25x the fastest's or more.
+//   troupe_gemm_bench --balance [--threads T] [--reps R]
 #include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -166,17 +173,60 @@ int square(int n, int threads, int reps) {
   return 0;
 }
 
+/// Identical FMA work: 12 chains of 256-bit FMAs, `iters` deep.
+__attribute__((target("avx2,fma"))) float fma_work(int64_t iters) {
+  __m256 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(1.0f + 1e-3f * static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.999999f), d = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, d);
+  for (int j = 1; j < 12; ++j) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+  return _mm256_cvtss_f32(acc[0]);
+}
+
+int balance(int threads, int regions) {
+  if (!(k::cpu().avx2 && k::cpu().fma)) {
+    std::fprintf(stderr, "troupe_gemm_bench --balance: this CPU has no AVX2 + FMA\n");
+    return 2;
+  }
+  std::vector<std::vector<double>> us(static_cast<std::size_t>(threads), std::vector<double>(regions));
+  int uneven = 0;
+  for (int r = 0; r < regions; ++r) {
+#pragma omp parallel num_threads(threads)
+    {
+      const auto t0 = std::chrono::steady_clock::now();
+      const float x = fma_work(20000);
+      us[static_cast<std::size_t>(omp_get_thread_num())][r] =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (x == 12345.0f) std::printf("%f\n", x);  // never: the result is used, so the work runs
+    }
+    double lo = 1e300, hi = 0;
+    for (int t = 0; t < threads; ++t) lo = std::min(lo, us[t][r]), hi = std::max(hi, us[t][r]);
+    uneven += hi >= 1.25 * lo;
+  }
+  for (int t = 0; t < threads; ++t) {
+    std::vector<double> v = us[static_cast<std::size_t>(t)];
+    std::sort(v.begin(), v.end());
+    std::printf("{\"bench\":\"balance\",\"thread\":%d,\"median_us\":%.1f,\"p90_us\":%.1f}\n", t, v[v.size() / 2],
+                v[v.size() * 9 / 10]);
+  }
+  std::printf("{\"bench\":\"balance_summary\",\"threads\":%d,\"regions\":%d,\"uneven_share\":%.3f}\n", threads,
+              regions, static_cast<double>(uneven) / regions);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   int n = 1024, threads = 2, reps = 10;
-  bool peak_only = false;
+  bool peak_only = false, balance_only = false;
   std::string model;
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--mlp" || a == "--peak") {
+    if (a == "--mlp" || a == "--peak" || a == "--balance") {
       if (a == "--mlp") model = "mlp";
-      else peak_only = true;
+      else if (a == "--peak") peak_only = true;
+      else balance_only = true;
       --i;
     } else if (i + 1 >= argc) {
       std::fprintf(stderr, "troupe_gemm_bench: %s needs a value\n", a.c_str());
@@ -187,13 +237,14 @@ int main(int argc, char** argv) {
     else if (a == "--products") model = argv[i + 1];
     else {
       std::fprintf(stderr,
-                   "usage: troupe_gemm_bench [--mlp | --products mlp|cnn|resnet | --peak] [--size N] [--threads T] "
+                   "usage: troupe_gemm_bench [--mlp | --products mlp|cnn|resnet | --peak | --balance] [--size N] [--threads T] "
                    "[--reps R]\n");
       return 2;
     }
   }
   openblas_set_num_threads(threads);
   if (peak_only) return peak_lines(threads);
+  if (balance_only) return balance(threads, reps * 300);
   if (!model.empty()) return model_products(model, threads, reps * 100);
   return square(n, threads, reps);
 }

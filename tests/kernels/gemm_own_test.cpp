@@ -2,6 +2,7 @@
 // against a double-precision product; the machine probe; training with it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -125,6 +126,26 @@ TEST_CASE("own gemm: blocked and threaded, several cache blocks deep and wide, 1
                    dims{700, 65, 40}})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) check_product(*ks, threads, ta, tb, d, 1.0f, d.k == 20 ? 1.0f : 0.0f, 5);
+}
+
+TEST_CASE("own gemm: the same bits on 1, 2 and 3 threads", "[kernels][gemm][gemm_own]") {
+  // The MLP's products and a larger one: whichever thread computes an element, it sums the same slices of kc
+  // in the same order (the training step's bits do not depend on --threads).
+  for (const gemm_kernel_set* ks : kernel_sets())
+    for (dims d : {dims{64, 256, 784}, dims{784, 256, 64}, dims{256, 784, 64}, dims{37, 301, 97}, dims{520, 600, 1000}})
+      for (bool t : {false, true}) {
+        INFO(ks->name << " m " << d.m << " n " << d.n << " k " << d.k << " transposed " << t);
+        const tensor a = testing::random_tensor({d.m * d.k}, 31), b = testing::random_tensor({d.k * d.n}, 32);
+        const int64_t lda = t ? d.m : d.k, ldb = t ? d.k : d.n;
+        std::vector<float> one(static_cast<std::size_t>(d.m * d.n));
+        k::detail::gemm_own(*ks, 1, t, t, d.m, d.n, d.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, one.data(), d.n);
+        for (int threads : {2, 3}) {
+          std::vector<float> got(one.size(), 1.0f);
+          k::detail::gemm_own(*ks, threads, t, t, d.m, d.n, d.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, got.data(),
+                              d.n);
+          CHECK(std::memcmp(got.data(), one.data(), got.size() * 4) == 0);
+        }
+      }
 }
 
 TEST_CASE("gemm with the own backend: the public entry point, inside a parallel region too", "[kernels][gemm][gemm_own]") {

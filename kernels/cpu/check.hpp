@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/context.hpp"
@@ -11,8 +12,16 @@
 
 namespace troupe::kernels::detail {
 
-inline void require(bool ok, const char* kernel, const std::string& what) {
+inline void require(bool ok, const char* kernel, const char* what) {
   if (!ok) throw shape_error(std::string(kernel) + ": " + what);
+}
+
+/// The same, with a message that names shapes or numbers: `what()` makes it,
+/// only when the check fails (made on every call, such a message cost each
+/// dense layer a few strings per step). A std::string does not compile here.
+template <class What, class = decltype(std::string(std::declval<What&>()()))>
+void require(bool ok, const char* kernel, What&& what) {
+  if (!ok) throw shape_error(std::string(kernel) + ": " + what());
 }
 
 inline void require_shape(const tensor& t, const shape& want, const char* kernel, const char* arg) {

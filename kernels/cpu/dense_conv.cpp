@@ -50,8 +50,8 @@ void dense_forward(const context& ctx, const tensor& x, const tensor& w, const t
   detail::require_rank(w, 2, "dense_forward", "w");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   detail::require(w.dim(1) == in, "dense_forward",
-                  "x has " + std::to_string(in) + " features per row but w " + w.shape().to_string() +
-                      " expects " + std::to_string(w.dim(1)));
+                  [&] { return "x has " + std::to_string(in) + " features per row but w " + w.shape().to_string() +
+                      " expects " + std::to_string(w.dim(1)); });
   if (bias.defined()) detail::require_shape(bias, {out}, "dense_forward", "bias");
   ensure_shape(y, {n, out});
   const detail::gemm_epilogue epilogue{bias.defined() ? bias.data() : nullptr,
@@ -64,7 +64,8 @@ void dense_backward(const context& ctx, const tensor& x, const tensor& w, const 
   detail::require_rank(x, 2, "dense_backward", "x");
   detail::require_rank(w, 2, "dense_backward", "w");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  detail::require(w.dim(1) == in, "dense_backward", "x " + x.shape().to_string() + " vs w " + w.shape().to_string());
+  detail::require(w.dim(1) == in, "dense_backward",
+                  [&] { return "x " + x.shape().to_string() + " vs w " + w.shape().to_string(); });
   detail::require_shape(dy, {n, out}, "dense_backward", "dy");
   if (relu_output) detail::require_shape(*relu_output, {n, out}, "dense_backward", "relu_output");
   ensure_shape(dw, {out, in});
@@ -87,16 +88,16 @@ void dense_backward(const context& ctx, const tensor& x, const tensor& w, const 
 
 shape conv2d_output_shape(const shape& x, const conv2d_geometry& g) {
   const char* k = "conv2d";
-  detail::require(x.rank() == 4, k, "input must be [n, c, h, w], got " + x.to_string());
+  detail::require(x.rank() == 4, k, [&] { return "input must be [n, c, h, w], got " + x.to_string(); });
   detail::require(g.kernel > 0 && g.stride > 0 && g.padding >= 0, k,
                   "kernel and stride must be positive and padding non-negative");
   detail::require(x[1] == g.in_channels, k,
-                  "expects " + std::to_string(g.in_channels) + " input channels, got " +
-                      std::to_string(x[1]) + " (input " + x.to_string() + ")");
+                  [&] { return "expects " + std::to_string(g.in_channels) + " input channels, got " +
+                      std::to_string(x[1]) + " (input " + x.to_string() + ")"; });
   int64_t hp = x[2] + 2 * g.padding, wp = x[3] + 2 * g.padding;
   detail::require(hp >= g.kernel && wp >= g.kernel, k,
-                  "kernel " + std::to_string(g.kernel) + " is larger than the padded input " +
-                      std::to_string(hp) + "x" + std::to_string(wp));
+                  [&] { return "kernel " + std::to_string(g.kernel) + " is larger than the padded input " +
+                      std::to_string(hp) + "x" + std::to_string(wp); });
   return {x[0], g.out_channels, (hp - g.kernel) / g.stride + 1, (wp - g.kernel) / g.stride + 1};
 }
 
@@ -358,7 +359,7 @@ shape relu_pool_shape(const context& ctx, const tensor& x, const tensor& w, cons
   const shape cs = conv2d_output_shape(x.shape(), g);
   detail::require_shape(w, {g.out_channels, g.in_channels, g.kernel, g.kernel}, what, "w");
   detail::require(cs[2] >= 2 && cs[3] >= 2, what,
-                  "the convolution's output " + cs.to_string() + " is smaller than the 2x2 window");
+                  [&] { return "the convolution's output " + cs.to_string() + " is smaller than the 2x2 window"; });
   detail::require(conv2d_relu_pool_supported(ctx, g), what,
                   "needs the direct kernels (stride 1, padding < kernel) or Winograd's for this geometry");
   return {cs[0], cs[1], cs[2] / 2, cs[3] / 2};
@@ -384,7 +385,8 @@ void conv2d_relu_pool_backward(const context& ctx, const tensor& x, const tensor
   detail::require_shape(y, ps, "conv2d_relu_pool_backward", "y");
   detail::require(window.rank() == 3 && window.dim(0) == ps[0] && window.dim(1) == ps[2] * ps[3] &&
                       window.dim(2) >= ps[1],
-                  "conv2d_relu_pool_backward", "window " + window.shape().to_string() + " is not the forward pass's");
+                  "conv2d_relu_pool_backward",
+                  [&] { return "window " + window.shape().to_string() + " is not the forward pass's"; });
   ensure_shape(dw, w.shape());
   if (dbias) ensure_shape(*dbias, {g.out_channels});
   if (dx) ensure_shape(*dx, x.shape());

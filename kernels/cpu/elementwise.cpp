@@ -82,7 +82,7 @@ void sigmoid_backward(const context& ctx, const tensor& y, const tensor& dy, ten
 void dropout_forward(const context& ctx, const tensor& x, float p, uint64_t seed, uint64_t counter,
                      tensor& mask, tensor& y) {
   detail::require(p >= 0.0f && p < 1.0f, "dropout_forward",
-                  "probability must be in [0, 1), got " + std::to_string(p));
+                  [&] { return "probability must be in [0, 1), got " + std::to_string(p); });
   ensure_shape(mask, x.shape());
   ensure_shape(y, x.shape());
   const int64_t n = x.numel();

@@ -145,7 +145,9 @@ void matmul(const context& ctx, const tensor& a, const tensor& b, tensor& out) {
   detail::require_rank(a, 2, "matmul", "a");
   detail::require_rank(b, 2, "matmul", "b");
   detail::require(a.dim(1) == b.dim(0), "matmul",
-                  "inner dimensions differ: a " + a.shape().to_string() + ", b " + b.shape().to_string());
+                  [&] {
+                    return "inner dimensions differ: a " + a.shape().to_string() + ", b " + b.shape().to_string();
+                  });
   ensure_shape(out, {a.dim(0), b.dim(1)});
   gemm(ctx, false, false, a.dim(0), b.dim(1), a.dim(1), 1.0f, a.data(), a.dim(1), b.data(), b.dim(1),
        0.0f, out.data(), b.dim(1));

@@ -17,8 +17,8 @@ struct bn_dims {
 
 bn_dims bn_check(const tensor& x, const tensor& gamma, const tensor& beta, const char* k) {
   detail::require(x.defined() && (x.rank() == 2 || x.rank() == 4), k,
-                  "x must be [n, c] or [n, c, h, w], got " +
-                      (x.defined() ? x.shape().to_string() : std::string("undefined")));
+                  [&] { return "x must be [n, c] or [n, c, h, w], got " +
+                      (x.defined() ? x.shape().to_string() : std::string("undefined")); });
   bn_dims d{x.dim(0), x.dim(1), x.rank() == 4 ? x.dim(2) * x.dim(3) : 1};
   detail::require_shape(gamma, {d.c}, k, "gamma");
   if (beta.defined()) detail::require_shape(beta, {d.c}, k, "beta");
@@ -255,7 +255,7 @@ void batch_norm_eval_affine(const tensor& gamma, const tensor& beta, float eps, 
 
 void channel_affine_relu(const context& ctx, const tensor& x, const tensor& affine, tensor& y) {
   const char* k = "channel_affine_relu";
-  detail::require(x.rank() >= 2, k, "x must be [n, c, ...], got " + x.shape().to_string());
+  detail::require(x.rank() >= 2, k, [&] { return "x must be [n, c, ...], got " + x.shape().to_string(); });
   const int64_t n = x.dim(0), c = x.dim(1), inner = x.numel() / std::max<int64_t>(1, n * c);
   detail::require_shape(affine, {2, c}, k, "affine");
   ensure_shape(y, x.shape());
@@ -326,7 +326,9 @@ float softmax_cross_entropy(const context& ctx, const tensor& logits,
   detail::require_rank(logits, 2, k, "logits");
   const int64_t n = logits.dim(0), classes = logits.dim(1);
   detail::require(static_cast<int64_t>(labels.size()) == n, k,
-                  std::to_string(labels.size()) + " labels for " + std::to_string(n) + " rows of logits");
+                  [&] {
+                    return std::to_string(labels.size()) + " labels for " + std::to_string(n) + " rows of logits";
+                  });
   detail::require(n > 0, k, "empty batch");
   if (dlogits) ensure_shape(*dlogits, logits.shape());
   double total = 0;
@@ -360,7 +362,7 @@ int64_t count_correct(const context& ctx, const tensor& logits, const std::vecto
   detail::require_rank(logits, 2, "count_correct", "logits");
   const int64_t n = logits.dim(0), classes = logits.dim(1);
   detail::require(static_cast<int64_t>(labels.size()) == n, "count_correct",
-                  std::to_string(labels.size()) + " labels for " + std::to_string(n) + " rows");
+                  [&] { return std::to_string(labels.size()) + " labels for " + std::to_string(n) + " rows"; });
   int64_t correct = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float* z = logits.data() + i * classes;

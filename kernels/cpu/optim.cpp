@@ -46,7 +46,7 @@ std::vector<int64_t> segment_sizes(const std::vector<update_slots>& params, cons
 void adam_update(const context& ctx, const char* k, const std::vector<update_slots>& params, float lr,
                  float beta1, float beta2, float eps, float decay, int64_t step, bool decoupled) {
   const std::vector<int64_t> sizes = segment_sizes(params, k, true);
-  detail::require(step >= 1, k, "step counts from 1, got " + std::to_string(step));
+  detail::require(step >= 1, k, [&] { return "step counts from 1, got " + std::to_string(step); });
   const float c1 = 1.0f - static_cast<float>(std::pow(beta1, step));
   const float c2 = 1.0f - static_cast<float>(std::pow(beta2, step));
   detail::parallel_segments(ctx, sizes, [&](std::size_t s, int64_t lo, int64_t hi) {

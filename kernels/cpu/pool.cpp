@@ -9,10 +9,10 @@ namespace troupe::kernels {
 
 shape pool2d_output_shape(const shape& x, const pool2d_geometry& g) {
   const char* k = "pool2d";
-  detail::require(x.rank() == 4, k, "input must be [n, c, h, w], got " + x.to_string());
+  detail::require(x.rank() == 4, k, [&] { return "input must be [n, c, h, w], got " + x.to_string(); });
   detail::require(g.kernel > 0 && g.stride > 0, k, "kernel and stride must be positive");
   detail::require(x[2] >= g.kernel && x[3] >= g.kernel, k,
-                  "window " + std::to_string(g.kernel) + " is larger than the input " + x.to_string());
+                  [&] { return "window " + std::to_string(g.kernel) + " is larger than the input " + x.to_string(); });
   return {x[0], x[1], (x[2] - g.kernel) / g.stride + 1, (x[3] - g.kernel) / g.stride + 1};
 }
 
@@ -56,11 +56,11 @@ void max_pool2d_forward(const context& ctx, const tensor& x, const pool2d_geomet
 void max_pool2d_backward(const context& ctx, const tensor& dy, const std::vector<int32_t>& argmax,
                          const shape& x_shape, tensor& dx) {
   detail::require(static_cast<int64_t>(argmax.size()) == dy.numel(), "max_pool2d_backward",
-                  "dy " + dy.shape().to_string() + " does not match the forward pass's " +
-                      std::to_string(argmax.size()) + " outputs");
+                  [&] { return "dy " + dy.shape().to_string() + " does not match the forward pass's " +
+                      std::to_string(argmax.size()) + " outputs"; });
   detail::require(dy.rank() == 4 && dy.dim(0) == x_shape[0] && dy.dim(1) == x_shape[1],
                   "max_pool2d_backward",
-                  "dy " + dy.shape().to_string() + " does not match input " + x_shape.to_string());
+                  [&] { return "dy " + dy.shape().to_string() + " does not match input " + x_shape.to_string(); });
   ensure_shape(dx, x_shape);
   float* d = dx.data();
   const float* g = dy.data();
@@ -120,9 +120,12 @@ void avg_pool2d_backward(const context& ctx, const tensor& dy, const pool2d_geom
 
 void global_avg_pool2d_forward(const context& ctx, const tensor& x, tensor& y) {
   detail::require(x.defined() && x.rank() == 4, "global_avg_pool2d_forward",
-                  "x must be [n, c, h, w], got " + (x.defined() ? x.shape().to_string() : std::string("undefined")));
+                  [&] {
+                    return "x must be [n, c, h, w], got " +
+                           (x.defined() ? x.shape().to_string() : std::string("undefined"));
+                  });
   const int64_t planes = x.dim(0) * x.dim(1), hw = x.dim(2) * x.dim(3);
-  detail::require(hw > 0, "global_avg_pool2d_forward", "empty planes in x " + x.shape().to_string());
+  detail::require(hw > 0, "global_avg_pool2d_forward", [&] { return "empty planes in x " + x.shape().to_string(); });
   ensure_shape(y, {x.dim(0), x.dim(1)});
   const float inv = 1.0f / static_cast<float>(hw);
   const float* xp = x.data();
@@ -137,7 +140,8 @@ void global_avg_pool2d_forward(const context& ctx, const tensor& x, tensor& y) {
 }
 
 void global_avg_pool2d_backward(const context& ctx, const tensor& dy, const shape& x_shape, tensor& dx) {
-  detail::require(x_shape.rank() == 4, "global_avg_pool2d_backward", "x must be [n, c, h, w], got " + x_shape.to_string());
+  detail::require(x_shape.rank() == 4, "global_avg_pool2d_backward",
+                  [&] { return "x must be [n, c, h, w], got " + x_shape.to_string(); });
   detail::require_shape(dy, {x_shape[0], x_shape[1]}, "global_avg_pool2d_backward", "dy");
   ensure_shape(dx, x_shape);
   const int64_t planes = x_shape[0] * x_shape[1], hw = x_shape[2] * x_shape[3];

@@ -24,7 +24,7 @@ struct row_view {
 row_view rows_of(const tensor& x, const char* k) {
   detail::require(x.defined() && x.rank() >= 1, k, "x must have rank >= 1");
   const int64_t cols = x.dim(x.rank() - 1);
-  detail::require(cols > 0, k, "x has an empty last dimension: " + x.shape().to_string());
+  detail::require(cols > 0, k, [&] { return "x has an empty last dimension: " + x.shape().to_string(); });
   return {x.numel() / cols, cols};
 }
 
@@ -124,12 +124,16 @@ struct attention_dims {
 attention_dims attention_check(const tensor& qkv, int64_t heads, const char* k) {
   detail::require_rank(qkv, 3, k, "qkv");
   detail::require(qkv.dim(2) > 0 && qkv.dim(2) % 3 == 0, k,
-                  "qkv must be [B, T, 3C] (queries, keys and values side by side), got " + qkv.shape().to_string());
+                  [&] {
+                    return "qkv must be [B, T, 3C] (queries, keys and values side by side), got " +
+                           qkv.shape().to_string();
+                  });
   const int64_t c = qkv.dim(2) / 3;
   detail::require(heads >= 1 && c % heads == 0, k,
-                  std::to_string(heads) + " heads do not divide the " + std::to_string(c) +
-                      " channels of qkv " + qkv.shape().to_string() + ": give heads >= 1 that divides C");
-  detail::require(qkv.dim(0) > 0 && qkv.dim(1) > 0, k, "empty batch or sequence: qkv " + qkv.shape().to_string());
+                  [&] { return std::to_string(heads) + " heads do not divide the " + std::to_string(c) +
+                      " channels of qkv " + qkv.shape().to_string() + ": give heads >= 1 that divides C"; });
+  detail::require(qkv.dim(0) > 0 && qkv.dim(1) > 0, k,
+                  [&] { return "empty batch or sequence: qkv " + qkv.shape().to_string(); });
   return {qkv.dim(0), qkv.dim(1), c, heads, c / heads};
 }
 
@@ -241,8 +245,8 @@ namespace {
 /// Checks that tokens is a non-empty view and every id lies in [0, vocab); throws naming the first that does not.
 void check_tokens(const token_ids& tokens, int64_t vocab, const char* k, const char* what) {
   detail::require(tokens.data != nullptr && tokens.batch > 0 && tokens.time > 0, k,
-                  std::string(what) + " must be a non-empty [batch, time] view, got [" +
-                      std::to_string(tokens.batch) + ", " + std::to_string(tokens.time) + "]");
+                  [&] { return std::string(what) + " must be a non-empty [batch, time] view, got [" +
+                      std::to_string(tokens.batch) + ", " + std::to_string(tokens.time) + "]"; });
   for (int64_t n = 0; n < tokens.count(); ++n) {
     const int32_t id = tokens.data[n];
     if (id < 0 || id >= vocab)
@@ -305,8 +309,8 @@ void position_embedding_forward(const context& ctx, const tensor& table, tensor&
   detail::require_rank(y, 3, k, "y");
   const int64_t t_len = y.dim(1), c = y.dim(2);
   detail::require(table.dim(1) == c && table.dim(0) >= t_len, k,
-                  "table " + table.shape().to_string() + " must be [T_max, C] with T_max >= T for y " +
-                      y.shape().to_string());
+                  [&] { return "table " + table.shape().to_string() + " must be [T_max, C] with T_max >= T for y " +
+                      y.shape().to_string(); });
   const float* src = table.data();
   float* dst = y.data();
   const int64_t rows = y.dim(0) * t_len;
@@ -325,8 +329,8 @@ void position_embedding_backward(const context& ctx, const tensor& dy, tensor& d
   detail::require_rank(dy, 3, k, "dy");
   const int64_t batch = dy.dim(0), t_len = dy.dim(1), c = dy.dim(2);
   detail::require(dtable.dim(1) == c && dtable.dim(0) >= t_len, k,
-                  "dtable " + dtable.shape().to_string() + " must be [T_max, C] with T_max >= T for dy " +
-                      dy.shape().to_string());
+                  [&] { return "dtable " + dtable.shape().to_string() + " must be [T_max, C] with T_max >= T for dy " +
+                      dy.shape().to_string(); });
   const float* g = dy.data();
   float* out = dtable.data();
   std::fill(out + t_len * c, out + dtable.numel(), 0.0f);
@@ -373,8 +377,8 @@ float sequence_cross_entropy(const context& ctx, const tensor& logits, const tok
   detail::require_rank(logits, 3, k, "logits");
   const int64_t vocab = logits.dim(2), rows = logits.dim(0) * logits.dim(1);
   detail::require(targets.batch == logits.dim(0) && targets.time == logits.dim(1), k,
-                  "targets are [" + std::to_string(targets.batch) + ", " + std::to_string(targets.time) +
-                      "], logits " + logits.shape().to_string() + ": they must agree on [B, T]");
+                  [&] { return "targets are [" + std::to_string(targets.batch) + ", " + std::to_string(targets.time) +
+                      "], logits " + logits.shape().to_string() + ": they must agree on [B, T]"; });
   check_tokens(targets, vocab, k, "target");
   if (dlogits) ensure_shape(*dlogits, logits.shape());
   std::vector<double> loss(static_cast<std::size_t>(rows));

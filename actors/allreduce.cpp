@@ -147,7 +147,8 @@ public:
   explicit allreduce_source(const allreduce_config& c)
       : c_(c), w_(c.initial), g_(c.initial.size(), 0.0f), opt_(c.opt, static_cast<int64_t>(c.initial.size())),
         g_local_(c.elastic ? g_.size() : 0),
-        buckets_(cut_buckets(c.layout, c.bucket_elements)), applied_(c.steps_before) {
+        buckets_(cut_buckets(c.layout, c.bucket_elements)), applied_(c.steps_before),
+        counted_at_{c.steps_before, c.reports_before} {
     if (static_cast<int64_t>(w_.size()) != c.layout.numel())
       throw error("allreduce: " + std::to_string(w_.size()) + " initial values for a layout of " +
                   std::to_string(c.layout.numel()));
@@ -316,7 +317,7 @@ private:
   /// The worker reports the coordinator has counted once every member has
   /// reported the steps applied here (a snapshot's PullParams.steps counts
   /// them): its count when the group went on, then one per member and step.
-  uint64_t reports() const { return c_.reports_before + (applied_ - c_.steps_before) * group_.size(); }
+  uint64_t reports() const { return counted_at_.reports + (applied_ - counted_at_.steps) * group_.size(); }
   void go(const regroup& g, std::vector<outgoing>& out);
   void redo_from_local();
   void end_broadcast();
@@ -345,6 +346,10 @@ private:
   bool broadcasting_ = false;             // the new group's broadcast to its joiners is under way
   std::vector<float> shared_;             // the broadcast's buffer: parameters, then the optimizer's state
   uint64_t applied_ = 0;                  // global steps applied (with those before a resume)
+  struct {
+    uint64_t steps = 0, reports = 0;
+  } counted_at_;                          // the coordinator's count of reports when `steps` were applied: the
+                                          // start (a resume) or the group's go; reports() counts on from it
   uint64_t sync_step_ = 0;                // a joiner's steps once the broadcast is over
   struct kept_replica {                   // the holder's replica at a snapshot's point
     uint64_t reports = 0, version = 0;
@@ -375,8 +380,7 @@ void allreduce_source::go(const regroup& g, std::vector<outgoing>& out) {
   group_.assign(g.members.begin(), g.members.end());
   // The coordinator's count goes on from its own: it counted the reports of a
   // step undone here, and counts the new group's only (step_report::group).
-  c_.steps_before = g.step;
-  c_.reports_before = g.reports;
+  counted_at_ = {g.step, g.reports};
   new_core();
   held_ = active_ = false;
   if (joiner) {

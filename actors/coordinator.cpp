@@ -196,7 +196,10 @@ void on_metrics(coordinator_t* self, const net::envelope_reader& r) {
   // An allreduce's step of a group that has been replaced (a worker that was
   // dropped, one ahead whose step was undone): the Regroup's go carried the
   // count without it, and the holder's snapshots count from there.
-  if (rep.group != st.group.went) return;
+  if (rep.group != st.group.went) {
+    st.acc->count_dropped_report();
+    return;
+  }
   if (rep.staleness_only) {  // a hybrid's stage before the last: no step
     st.acc->add_staleness(rep);
     return;
@@ -312,6 +315,7 @@ void on_regroup_report(coordinator_t* self, const net::envelope_reader& r) {
   go.root = g.reported.begin()->first;
   go.reports = static_cast<uint64_t>(st.acc->steps());
   g.went = g.epoch;
+  st.acc->count_regroup();
   for (uint32_t i : g.members) {
     const net::address& a = st.s.plan.workers[i].address;
     send_to(*st.dir, a, make_regroup(me(self), a, go));

@@ -62,12 +62,14 @@ epoch_metrics epoch_accumulator::close_epoch(double lr, time_point now) {
   m.max_staleness = tau_max_;
   m.rejected = rejected_;
   m.lost_workers = lost_workers_;
+  m.regroups = regroups_;
+  m.dropped_reports = dropped_reports_;
   last_complete_ = static_cast<int64_t>(samples_) >= l_.samples_per_epoch;
   ++epoch_;
   epoch_start_ = now;
   samples_ = reports_ = resumed_samples_ = 0;
   loss_ = tau_sum_ = 0;
-  tau_n_ = tau_max_ = rejected_ = 0;
+  tau_n_ = tau_max_ = rejected_ = regroups_ = dropped_reports_ = 0;
   return m;
 }
 

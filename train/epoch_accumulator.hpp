@@ -63,6 +63,10 @@ public:
   void add_staleness(const step_report& r);
   /// Workers lost so far (their node died); recorded in the epochs closed from now on.
   void set_lost_workers(int n) { lost_workers_ = n; }
+  /// An allreduce's group re-formed (counted in the epoch in progress).
+  void count_regroup() { ++regroups_; }
+  /// A step report of a replaced group was left out (counted in the epoch in progress).
+  void count_dropped_report() { ++dropped_reports_; }
   /// Ends the run at the next report (a callback asked to stop).
   void request_stop() { stop_ = true; }
   bool stopped() const { return done_; }
@@ -95,7 +99,7 @@ private:
   uint64_t samples_ = 0, reports_ = 0;
   uint64_t resumed_samples_ = 0;  // of samples_, those trained before a resume: not in the rate
   double loss_ = 0, tau_sum_ = 0;
-  int64_t tau_n_ = 0, tau_max_ = 0, rejected_ = 0;
+  int64_t tau_n_ = 0, tau_max_ = 0, rejected_ = 0, regroups_ = 0, dropped_reports_ = 0;
   int lost_workers_ = 0;
   bool stop_ = false, done_ = false, last_complete_ = false;
   std::vector<uint64_t> worker_samples_;

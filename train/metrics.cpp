@@ -62,6 +62,10 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
   j["max_staleness"] = m.max_staleness;
   j["rejected"] = m.rejected;
   j["lost_workers"] = m.lost_workers;
+  if (r.collective) {
+    j["regroups"] = m.regroups;
+    j["dropped_reports"] = m.dropped_reports;
+  }
   if (!m.link_rejections.empty()) j["link_rejections"] = m.link_rejections;
   // A sample's bytes need not be UTF-8 (a byte vocabulary): replaced, not thrown.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -125,6 +129,7 @@ std::string describe(const epoch_metrics& m, const run_info& r) {
     line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
   if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";
   if (m.lost_workers > 0) line << ", " << m.lost_workers << " worker(s) lost";
+  if (m.regroups > 0) line << ", group re-formed " << m.regroups << "x";
   line << ", " << std::setprecision(1) << m.wall_s << " s";
   if (!m.sample.empty()) line << "\nsample: " << m.sample;
   return line.str();

@@ -35,6 +35,11 @@ struct epoch_metrics {
   int64_t max_staleness = 0;
   int64_t rejected = 0;        ///< pushes the shards rejected this epoch
   int lost_workers = 0;        ///< workers whose node was lost, at the epoch's end (a cluster run)
+  // An allreduce run's (in its records only for that algorithm):
+  int64_t regroups = 0;        ///< times the group re-formed this epoch (a worker lost or back)
+  /// Step reports of a group already replaced this epoch, not counted: a step
+  /// that a regroup undid (and the group redid), or a dropped worker's.
+  int64_t dropped_reports = 0;
   std::string sample;          ///< a language model's text after the epoch (--sample-tokens); empty: none
   /// A cluster run: what the coordinator's node refused on its links since the
   /// start, by reason ("bad_mac", "bad_tag", "unknown_address", ...)
@@ -74,13 +79,15 @@ struct run_info {
   int workers = 1;
   int pipeline_stages = 1;
   bool asynchronous = false;
+  bool collective = false;      ///< an allreduce run: its records hold regroups and dropped_reports
   bool language_model = false;  ///< its records hold the losses, perplexity and bits per character
 };
 
 /// The JSON Lines record of one epoch (one line, no newline): epoch, model,
 /// train_loss, test_accuracy (null when not evaluated), samples_per_s,
 /// validation_accuracy (only with a validation set), train_s, wall_s, steps, lr, batch_size, threads, peak_rss_mb, algorithm,
-/// workers, pipeline_stages, mean_staleness, max_staleness, rejected, lost_workers. Non-finite numbers are null.
+/// workers, pipeline_stages, mean_staleness, max_staleness, rejected, lost_workers (an allreduce run's
+/// then regroups, dropped_reports). Non-finite numbers are null.
 /// A language model's record also holds, after validation_accuracy: test_loss, perplexity, bits_per_char
 /// (null when not evaluated) and validation_loss (only with a validation set); test_accuracy is the
 /// next-token accuracy.

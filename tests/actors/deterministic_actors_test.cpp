@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/allreduce.hpp"
 #include "actors/messages.hpp"
 #include "actors/roles.hpp"
 #include "model/nn.hpp"
@@ -125,12 +126,13 @@ struct coordinator_run {
     t.run();
   }
   void join(uint32_t node) { send(actors::make_control(node_addr(node), plan.coordinator, kind::JOIN)); }
-  /// A report of one step of `samples` samples from worker `w`.
-  void report(uint32_t w, double loss, uint64_t samples = 2) {
+  /// A report of one step of `samples` samples from worker `w` (an allreduce's: applied in group `group`).
+  void report(uint32_t w, double loss, uint64_t samples = 2, uint64_t group = 0) {
     train::step_report r;
     r.step = 1;
     r.loss = loss;
     r.samples = samples;
+    r.group = group;
     send(actors::make_metrics(plan.workers[w].address, plan.coordinator, r));
   }
   void evaluated(uint32_t epoch, double accuracy) {
@@ -249,6 +251,51 @@ TEST_CASE("coordinator: an asynchronous run goes on without a lost worker node",
   REQUIRE(c.result->epochs.size() == 1);
   CHECK(c.result->epochs[0].steps == 2);
   CHECK(c.result->epochs[0].lost_workers == 1);
+}
+
+TEST_CASE("coordinator: an allreduce's records count its regroups and leave out the reports of a replaced group",
+          "[deterministic][actors]") {
+  // Node a: the coordinator; b and c: a worker each. Epochs of 8 samples.
+  coordinator_run c(job_of(troupe::allreduce().workers(2)), {{"a", "b", "c"}, {1, 2}, 0, 8});
+  for (uint32_t n = 0; n < 3; ++n) c.join(n);
+  c.report(0, 1.0);  // group 0's first step, from both workers
+  c.report(1, 1.0);
+  c.send(actors::make_control(node_addr(0), c.plan.coordinator, kind::LOST, 2, "no frame for 3 s"));
+  // Worker 0 is held, reports the step it applied, and the group goes on without worker 1.
+  const auto holds = c.remote->to(worker_addr(0, 1), wire::Envelope::REGROUP);
+  REQUIRE(holds.size() == 1);
+  const actors::regroup hold = actors::read_regroup(net::envelope_reader(holds[0]));
+  CHECK(hold.phase == actors::regroup::hold);
+  actors::regroup rep;
+  rep.epoch = hold.epoch;
+  rep.phase = actors::regroup::report;
+  rep.step = 1;
+  c.send(actors::make_regroup(worker_addr(0, 1), c.plan.coordinator, rep));
+  const auto gos = c.remote->to(worker_addr(0, 1), wire::Envelope::REGROUP);
+  REQUIRE(gos.size() == 2);
+  const actors::regroup go = actors::read_regroup(net::envelope_reader(gos[1]));
+  CHECK(go.phase == actors::regroup::go);
+  CHECK(go.reports == 2);
+  // A step of the old group (undone by the regroup) is left out; the new group's count.
+  c.report(0, 100.0, 2, 0);
+  c.report(0, 3.0, 2, go.epoch);
+  CHECK(c.snapshots().empty());
+  c.report(0, 3.0, 2, go.epoch);
+  REQUIRE(c.snapshots().size() == 1);
+  c.evaluated(1, 0.5);
+  REQUIRE(c.result->epochs.size() == 1);
+  const epoch_metrics& e = c.result->epochs[0];
+  CHECK(e.steps == 4);
+  CHECK(e.train_loss == Approx(2.0));
+  CHECK(e.lost_workers == 1);
+  CHECK(e.regroups == 1);
+  CHECK(e.dropped_reports == 1);
+  train::run_info info;
+  info.algorithm = "allreduce";
+  info.collective = true;
+  CHECK_THAT(train::to_json(e, info), Contains("\"lost_workers\":1,\"regroups\":1,\"dropped_reports\":1"));
+  info.collective = false;
+  CHECK_THAT(train::to_json(e, info), !Contains("regroups"));
 }
 
 TEST_CASE("coordinator: SSGD stops with a lost-node failure when a worker node is lost", "[deterministic][actors]") {

@@ -114,6 +114,8 @@ allreduce_kill)
   grep -q "node node2 was lost" "$tmp/c/node0.log" || fail "the coordinator did not record the loss"
   grep -q "allreduce: the group goes on with 2 worker(s)" "$tmp/c/node0.log" || fail "the group did not re-form"
   grep -q '"lost_workers":1' "$tmp/m.jsonl" || fail "the metrics do not record the lost worker"
+  grep -q '"regroups":1' "$tmp/m.jsonl" || fail "the metrics do not record the regroup"
+  grep -q '"regroups":[^0]' "$tmp/ref.jsonl" && fail "the run without the fault records a regroup"
   ref=$(accuracy "$tmp/ref.jsonl"); got=$(accuracy "$tmp/m.jsonl")
   echo "accuracy: no fault $ref, a worker node killed $got"
   close "$ref" "$got" 0.01 || fail "more than a point from the run without the fault"
@@ -135,6 +137,9 @@ allreduce_rejoin)
   wait $again || fail "the restarted node2 did not end cleanly"
   grep -q '"epoch":7' "$tmp/m.jsonl" || fail "the job did not finish"
   grep '"epoch":' "$tmp/m.jsonl" | tail -n 1 | grep -q '"lost_workers":0' || fail "the last epoch still counts node2's worker as lost"
+  # Two regroups (without node2, then with it again), in one epoch or two.
+  [ "$(grep -o '"regroups":[0-9]*' "$tmp/m.jsonl" | awk -F: '{ n += $2 } END { print n + 0 }')" = 2 ] ||
+    fail "the metrics do not record two regroups: $(grep -o '"regroups":[0-9]*' "$tmp/m.jsonl" | tr '\n' ' ')"
   ;;
 allreduce_sigstop)
   # An allreduce's worker node frozen longer than the peer timeout (SIGSTOP, then SIGCONT): the group goes on

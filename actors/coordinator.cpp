@@ -177,9 +177,10 @@ void finish_run(coordinator_t* self) {
     auto [few, many] = std::minmax_element(w.begin(), w.end(), [](const worker_summary& a, const worker_summary& b) {
       return a.mean_staleness < b.mean_staleness;
     });
-    *st.s.log << "staleness per worker: mean from " << std::fixed << std::setprecision(2) << few->mean_staleness
-              << " (worker " << few->worker << ") to " << many->mean_staleness << " (worker " << many->worker
-              << ")" << std::defaultfloat << std::endl;
+    if (st.s.info.asynchronous)  // a synchronous run's updates are never stale
+      *st.s.log << "staleness per worker: mean from " << std::fixed << std::setprecision(2) << few->mean_staleness
+                << " (worker " << few->worker << ") to " << many->mean_staleness << " (worker " << many->worker
+                << ")" << std::defaultfloat << std::endl;
     const std::string compute = describe_compute(w, st.s.info, st.train_s);
     if (!compute.empty()) *st.s.log << compute << std::endl;
     st.metrics->write(w, st.s.info);

@@ -145,7 +145,10 @@ void log_plan(const job& j, const plan& p, const model::param_layout& layout, st
       << (p.shards.size() > 1 ? std::string(" ") + p.shard_cut.describe() +
                                     (s.algo.shard_cut == model::shard_cut::automatic ? " by --shard-cut auto" : "")
                               : std::string())
-      << ", push every " << s.algo.push_every << ", " << p.workers.front().threads << " thread(s) per worker\n";
+      << (traits(s.algo.kind).synchronous || traits(s.algo.kind).shared_memory  // --push-every is 1 there
+              ? std::string()
+              : ", push every " + std::to_string(s.algo.push_every))
+      << ", " << p.workers.front().threads << " thread(s) per worker\n";
 }
 
 std::string job_identity(const job& j, const cluster_spec& c, const starting_point& start) {

@@ -88,7 +88,7 @@ run_info info_of(const job& j, int threads) {
   r.threads = threads;
   r.workers = s.algo.workers;
   r.pipeline_stages = s.pipeline.stages;
-  r.asynchronous = traits(s.algo.kind).on_actors;
+  r.asynchronous = traits(s.algo.kind).on_actors && !traits(s.algo.kind).synchronous;
   r.collective = traits(s.algo.kind).collective;
   r.language_model = j.language_model();
   return r;

@@ -78,7 +78,7 @@ struct run_info {
   int threads = 0;         ///< CPU threads the run uses
   int workers = 1;
   int pipeline_stages = 1;
-  bool asynchronous = false;
+  bool asynchronous = false;     ///< its updates can be stale (on actors, not SSGD or allreduce): the log gives staleness
   bool collective = false;      ///< an allreduce run: its records hold regroups and dropped_reports
   bool language_model = false;  ///< its records hold the losses, perplexity and bits per character
 };

@@ -186,7 +186,7 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
     in.compute_s += c.fwd_s + c.bwd_s;
     in.backward_s += c.bwd_s;
   }
-  const int64_t word = s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4;
+  const int64_t word = t.collective && s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4;  // shards take f32
   in.param_bytes = static_cast<int64_t>(net.num_parameters()) * word;
   std::vector<int64_t> tensor_bytes;  // shards of whole tensors; empty: equal shares (model::shard_bytes)
   for (const model::parameter* q : net.parameters()) tensor_bytes.push_back(q->value.numel() * word);

@@ -89,4 +89,11 @@ TEST_CASE("troupe_plan's description of a data-parallel job predicts its step on
   CHECK_THAT(automatic, Catch::Contains("with --shard-cut even: "));
   CHECK_THAT(dp(allreduce(), {4e-8f, 5e-5f}), !Catch::Contains("--shard-cut"));
   CHECK_THAT(dp(hogwild(), {}), !Catch::Contains("predicted step"));  // one shared buffer: no links
+  // bf16 halves what an allreduce sends; shards take float32 whatever --allreduce-dtype says.
+  const double f32 = comm(dp(allreduce(), {4e-8f, 0}), "predicted step");
+  CHECK(comm(dp(allreduce().allreduce_dtype(reduce_dtype::bf16), {4e-8f, 0}), "predicted step") ==
+        Approx(f32 / 2).epsilon(0.05));
+  const double shards = comm(dp(ssgd().shards(4), {4e-8f, 0}), "predicted step");
+  CHECK(comm(dp(ssgd().shards(4).allreduce_dtype(reduce_dtype::bf16), {4e-8f, 0}), "predicted step") ==
+        Approx(shards).epsilon(0.05));
 }

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::cerr << "troupe_trainer " << troupe::version() << ", kernels " << troupe::kernels::cpu_kernels_name() << "\n";
+    for (const std::string& note : unread_keys(cl.spec)) std::cerr << "note: " << note << "\n";
     troupe::fit(make_job(cl.spec).node(cl.node), std::cerr);
   } catch (const std::exception& e) {
     // The exit status says the kind of failure (--help lists them): a script or

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "data/dataset.hpp"
+#include "model/update_rule.hpp"
 #include "model/zoo.hpp"
 #include "tensor/error.hpp"
 #include "train/data_source.hpp"
@@ -320,8 +321,18 @@ const char* const shard_cut_help =
     "shard over 1.25x an even share, else tensors), tensors (whole tensors, the largest shard as small as it can be) "
     "or even (equal ranges of elements, a large tensor cut across shards)";
 
+/// `k`, read only by the jobs `applies` accepts (`to`: which, in words).
+job_key only(job_key k, std::string to, std::function<bool(const job_spec&)> applies) {
+  k.applies = std::move(applies);
+  k.applies_to = std::move(to);
+  return k;
+}
+
+const algorithm_traits& traits_of(const job_spec& s) { return traits(s.train.algo.kind); }
+
 /// The algorithm and its distribution, in the order of --help.
 std::vector<job_key> make_algorithm_keys() {
+  const auto local_steps = [](const job_spec& s) { return s.train.algo.push_every > 1; };
   return {
       choice_key("algorithm", "NAME", algorithm_help(),
                  [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
@@ -333,10 +344,12 @@ std::vector<job_key> make_algorithm_keys() {
                  model::parse_shard_cut, model::all_shard_cuts()),
       integer_key("push-every", "K", "local steps per push; K > 1 pushes the accumulated change (default {default})",
                   [](auto& s) -> auto& { return s.train.algo.push_every; }, 1),
-      number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default {default} = --lr)",
-                 [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
-      number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
+      only(number_key("worker-lr", "F", "worker optimizer's lr with --push-every > 1 (default {default} = --lr)",
+                      [](auto& s) -> auto& { return s.train.algo.worker_lr; }, at_least(0)),
+           "a job with --push-every > 1", local_steps),
+      only(number_key("worker-momentum", "F", "worker optimizer's momentum with --push-every > 1 (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.worker_momentum; }, fraction()),
+           "a job with --push-every > 1", local_steps),
       numbers_key("worker-speeds", "LIST",
                   "relative speeds of the workers, larger is faster as in --device-speeds, e.g. 4,4,2,1: the "
                   "slower workers are slowed down to match (emulated; default all equal)",
@@ -352,30 +365,54 @@ std::vector<job_key> make_algorithm_keys() {
                   "shard's weights arrive, and the first layers' pushes and weights go first on a link (P3), true "
                   "or false (default {default}; false: the forward pass waits for every shard)",
                   [](auto& s) -> auto& { return s.train.algo.overlap_receive; }),
-      number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
-      number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.lambda0; }, at_least(0)),
-      number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.rho_ms; }, fraction()),
-      number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
-      number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
-      integer_key("ddc-version", "V",
-                  "DDC-ASGD's definition: 1 (default) or 2 (distrust only staleness above its running mean; momentum "
-                  "mu0 less what asynchrony implies)",
-                  [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
-      number_key("ddc-tau-decay", "F", "DDC-ASGD v2: decay of the running mean of staleness per message (default {default})",
-                 [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
-      number_key("bucket-mb", "MB",
-                 "allreduce: gradients go out in buckets of about MB megabytes, each as soon as backward has "
-                 "filled it (default {default}; 0: one bucket after backward)",
-                 [](auto& s) -> auto& { return s.train.algo.bucket_mb; }, at_least(0)),
-      choice_key("allreduce-dtype", "TYPE",
-                 "allreduce: the gradients travel as f32 (default) or bf16 (half the bytes; summed in float32)",
-                 [](auto& s) -> auto& { return s.train.algo.allreduce_dtype; }, parse_reduce_dtype,
-                 all_reduce_dtypes()),
+  };
+}
+
+/// The keys of the update rules' constants and of the allreduce, each read by its algorithms only; after
+/// make_algorithm_keys in --help.
+std::vector<job_key> make_rule_keys() {
+  const auto allreduce = [](const job_spec& s) { return traits_of(s).collective; };
+  const auto kind_in = [](std::initializer_list<algorithm_kind> kinds) {
+    return [v = std::vector<algorithm_kind>(kinds)](const job_spec& s) {
+      return std::find(v.begin(), v.end(), s.train.algo.kind) != v.end();
+    };
+  };
+  using k = algorithm_kind;
+  return {
+      only(number_key("dc-lambda", "F", "DC-ASGD-c: constant lambda (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.lambda; }, at_least(0)),
+           "--algorithm dc-asgd-c", kind_in({k::dc_asgd_c})),
+      only(number_key("dc-lambda0", "F", "DC-ASGD-a, DDC-ASGD: lambda0 (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.lambda0; }, at_least(0)),
+           "--algorithm dc-asgd-a or ddc-asgd", kind_in({k::dc_asgd_a, k::ddc_asgd})),
+      only(number_key("dc-rho-ms", "F", "DC-ASGD-a, DDC-ASGD: decay of the mean square (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.rho_ms; }, fraction()),
+           "--algorithm dc-asgd-a or ddc-asgd", kind_in({k::dc_asgd_a, k::ddc_asgd})),
+      only(number_key("ddc-alpha", "F", "DDC-ASGD: trust rho(tau) = 1 / (1 + alpha tau) (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.alpha; }, at_least(0)),
+           "--algorithm ddc-asgd", kind_in({k::ddc_asgd})),
+      only(number_key("ddc-mu0", "F", "DDC-ASGD: momentum mu(tau) = max(0, 1 - (1 - mu0)(1 + tau)) (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.mu0; }, fraction()),
+           "--algorithm ddc-asgd", kind_in({k::ddc_asgd})),
+      only(integer_key("ddc-version", "V",
+                       "DDC-ASGD's definition: 1 (default) or 2 (distrust only staleness above its running mean; "
+                       "momentum mu0 less what asynchrony implies)",
+                       [](auto& s) -> auto& { return s.train.algo.ddc_version; }, 1, 2),
+           "--algorithm ddc-asgd", kind_in({k::ddc_asgd})),
+      only(number_key("ddc-tau-decay", "F",
+                      "DDC-ASGD v2: decay of the running mean of staleness per message (default {default})",
+                      [](auto& s) -> auto& { return s.train.algo.tau_decay; }, fraction()),
+           "--algorithm ddc-asgd", kind_in({k::ddc_asgd})),
+      only(number_key("bucket-mb", "MB",
+                      "allreduce: gradients go out in buckets of about MB megabytes, each as soon as backward has "
+                      "filled it (default {default}; 0: one bucket after backward)",
+                      [](auto& s) -> auto& { return s.train.algo.bucket_mb; }, at_least(0)),
+           "--algorithm allreduce", allreduce),
+      only(choice_key("allreduce-dtype", "TYPE",
+                      "allreduce: the gradients travel as f32 (default) or bf16 (half the bytes; summed in float32)",
+                      [](auto& s) -> auto& { return s.train.algo.allreduce_dtype; }, parse_reduce_dtype,
+                      all_reduce_dtypes()),
+           "--algorithm allreduce", allreduce),
   };
 }
 
@@ -462,6 +499,7 @@ std::vector<job_key> make_keys() {
   keys.insert(keys.begin() + 3, std::make_move_iterator(optimizer_keys.begin()),
               std::make_move_iterator(optimizer_keys.end()));  // after model, epochs and batch-size
   for (job_key& key : make_algorithm_keys()) keys.push_back(std::move(key));
+  for (job_key& key : make_rule_keys()) keys.push_back(std::move(key));
   for (job_key& key : make_pipeline_keys()) keys.push_back(std::move(key));
   keys.push_back(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
                           [](auto& s) -> auto& { return s.train.trace; }));
@@ -850,6 +888,21 @@ void check_ranges(const settings& s) {
     job_spec copy = spec;
     if (!k.set(copy, v)) throw error("--" + k.name + ": expected " + k.expected + ", got " + toml_text(v));
   }
+}
+
+std::vector<std::string> unread_keys(const job_spec& spec) {
+  const job_spec defaults = defaults_for(spec);
+  std::vector<std::string> notes;
+  for (const job_key& k : job_keys()) {
+    if (!k.applies || k.applies(spec)) continue;
+    const job_value v = k.get(spec);
+    if (v == k.get(defaults)) continue;
+    const std::string* text = std::get_if<std::string>(&v);
+    notes.push_back("--" + k.name + " " + (text ? *text : toml_text(v)) + " has no effect: only " + k.applies_to +
+                    " reads it (this job: --algorithm " + to_string(spec.train.algo.kind) + ", --push-every " +
+                    std::to_string(spec.train.algo.push_every) + ")");
+  }
+  return notes;
 }
 
 std::string retired_key(const std::string& name, const std::vector<double>& values, bool option) {

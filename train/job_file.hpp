@@ -87,6 +87,11 @@ struct job_key {
   std::function<bool(job_spec&, const job_value&)> set;
   /// The spec's value of this key.
   std::function<job_value(const job_spec&)> get;
+  /// Whether a job reads this key (empty: every job does), and which jobs do, in words
+  /// ("--algorithm allreduce", "a job with --push-every > 1"): a value the job does not read is
+  /// noted in the log (unread_keys), not an error.
+  std::function<bool(const job_spec&)> applies;
+  std::string applies_to;
 };
 
 /// Every key of the top level (the command line's options), in the order of the usage text and of to_job_file.
@@ -96,6 +101,10 @@ const std::vector<job_key>& cluster_keys();
 /// The key called `name`, or nullptr.
 const job_key* find_job_key(const std::string& name);
 
+/// The keys `spec` gives a value other than its defaults' (defaults_for) that its job does not read,
+/// each as a note for the log: "--bucket-mb 4.0 has no effect: only --algorithm allreduce reads it (this
+/// job: --algorithm asgd, --push-every 1)".
+std::vector<std::string> unread_keys(const job_spec& spec);
 /// Throws troupe::error when a value of `s` is outside its key's range (the
 /// key table's, the one place each range is written): "--epochs: expected an
 /// integer >= 1, got 0". validate(settings) calls it for a job built in code.

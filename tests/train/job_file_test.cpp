@@ -325,3 +325,28 @@ TEST_CASE("make_job builds the named zoo model on the spec's data with its setti
   spec.model = "vgg";
   CHECK_THROWS_MATCHES(make_job(spec), error, message(Contains("unknown model 'vgg'")));
 }
+
+TEST_CASE("a value the job does not read is noted, naming the jobs that read it", "[job_file]") {
+  job_spec s = parse_job_file("algorithm = \"asgd\"\nbucket-mb = 4\nallreduce-dtype = \"bf16\"\nworker-lr = 0.5\n",
+                              "job.toml");
+  std::vector<std::string> notes = unread_keys(s);
+  REQUIRE(notes.size() == 3);
+  CHECK(notes[0] == "--worker-lr 0.5 has no effect: only a job with --push-every > 1 reads it (this job: "
+                    "--algorithm asgd, --push-every 1)");
+  CHECK(notes[1] == "--bucket-mb 4.0 has no effect: only --algorithm allreduce reads it (this job: --algorithm asgd, "
+                    "--push-every 1)");
+  CHECK(notes[2].rfind("--allreduce-dtype bf16 has no effect: only --algorithm allreduce reads it", 0) == 0);
+  // Read: nothing to note. The defaults given again are not noted either.
+  s.train.algo.kind = algorithm_kind::allreduce;
+  s.train.algo.push_every = 1;
+  s.train.algo.worker_lr = 0;
+  CHECK(unread_keys(s).empty());
+  s = parse_job_file("algorithm = \"asgd\"\nbucket-mb = 1\ndc-lambda0 = 3\n", "job.toml");
+  notes = unread_keys(s);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].rfind("--dc-lambda0 3.0 has no effect: only --algorithm dc-asgd-a or ddc-asgd reads it", 0) == 0);
+  s.train.algo.kind = algorithm_kind::ddc_asgd;
+  CHECK(unread_keys(s).empty());
+  // Every key the table marks names the jobs that read it.
+  for (const job_key& k : job_keys()) CHECK(k.applies_to.empty() == !k.applies);
+}

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    for (const std::string& note : unread_keys(cl.spec)) std::cerr << "note: " << note << "\n";
     std::cout << troupe::describe_plan(make_job(cl.spec).node(cl.node), json);
   } catch (const std::exception& e) {
     std::cerr << "troupe_plan: error: " << e.what() << "\n";

@@ -450,6 +450,10 @@ std::vector<job_key> make_optimizer_keys() {
 
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
+  const auto language_model = [](const job_spec& s) {
+    const auto& lms = language_model_names();
+    return std::find(lms.begin(), lms.end(), s.model) != lms.end();
+  };
   std::vector<job_key> keys{
       text_key("model", "NAME", "mlp, cnn, resnet or gpt (a character-level language model; other defaults, "
                "see README) (default {default})", [](auto& s) -> auto& { return s.model; }),
@@ -467,8 +471,9 @@ std::vector<job_key> make_keys() {
                "directory with the IDX files (default " + data::default_fashion_mnist_dir() +
                    "); gpt: a text file or a directory of them (default " + data::default_text_dir() + ")",
                [](auto& s) -> auto& { return s.data_dir; }),
-      integer_key("context", "N", "gpt: tokens (bytes) per training window (default {default})",
-                  [](auto& s) -> auto& { return s.context; }, 1, 4096),
+      only(integer_key("context", "N", "gpt: tokens (bytes) per training window (default {default})",
+                       [](auto& s) -> auto& { return s.context; }, 1, 4096),
+           "--model gpt", language_model),
       text_key("checkpoint", "FILE", "resume from FILE if it exists; save to it after every epoch",
                [](auto& s) -> auto& { return s.train.checkpoint; }),
       integer_key("checkpoint-every-steps", "N", "also save the checkpoint every N steps (default {default} = per epoch only)",
@@ -480,10 +485,11 @@ std::vector<job_key> make_keys() {
                [](auto& s) -> auto& { return s.train.metrics_out; }),
       integer_key("max-steps", "N", "stop after N optimizer steps (default {default} = no limit)",
                   [](auto& s) -> auto& { return s.train.max_steps; }, 0),
-      integer_key("sample-tokens", "N",
-                  "gpt: after every epoch, N tokens sampled after a newline, printed and in the record "
-                  "(default {default} = none)",
-                  [](auto& s) -> auto& { return s.train.sample_tokens; }, 0, 100000),
+      only(integer_key("sample-tokens", "N",
+                       "gpt: after every epoch, N tokens sampled after a newline, printed and in the record "
+                       "(default {default} = none)",
+                       [](auto& s) -> auto& { return s.train.sample_tokens; }, 0, 100000),
+           "--model gpt", language_model),
       number_key("validation-fraction", "F",
                  "hold out the last F of the training set as a validation set, scored after every epoch "
                  "(default {default} = none)",
@@ -899,8 +905,7 @@ std::vector<std::string> unread_keys(const job_spec& spec) {
     if (v == k.get(defaults)) continue;
     const std::string* text = std::get_if<std::string>(&v);
     notes.push_back("--" + k.name + " " + (text ? *text : toml_text(v)) + " has no effect: only " + k.applies_to +
-                    " reads it (this job: --algorithm " + to_string(spec.train.algo.kind) + ", --push-every " +
-                    std::to_string(spec.train.algo.push_every) + ")");
+                    " reads it");
   }
   return notes;
 }

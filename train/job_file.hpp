@@ -102,8 +102,7 @@ const std::vector<job_key>& cluster_keys();
 const job_key* find_job_key(const std::string& name);
 
 /// The keys `spec` gives a value other than its defaults' (defaults_for) that its job does not read,
-/// each as a note for the log: "--bucket-mb 4.0 has no effect: only --algorithm allreduce reads it (this
-/// job: --algorithm asgd, --push-every 1)".
+/// each as a note for the log: "--bucket-mb 4.0 has no effect: only --algorithm allreduce reads it".
 std::vector<std::string> unread_keys(const job_spec& spec);
 /// Throws troupe::error when a value of `s` is outside its key's range (the
 /// key table's, the one place each range is written): "--epochs: expected an

@@ -448,12 +448,14 @@ std::vector<job_key> make_optimizer_keys() {
   };
 }
 
+/// Whether `s` trains a language model (its model is one of language_model_names()).
+bool language_model(const job_spec& s) {
+  const auto& lms = language_model_names();
+  return std::find(lms.begin(), lms.end(), s.model) != lms.end();
+}
+
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
-  const auto language_model = [](const job_spec& s) {
-    const auto& lms = language_model_names();
-    return std::find(lms.begin(), lms.end(), s.model) != lms.end();
-  };
   std::vector<job_key> keys{
       text_key("model", "NAME", "mlp, cnn, resnet or gpt (a character-level language model; other defaults, "
                "see README) (default {default})", [](auto& s) -> auto& { return s.model; }),
@@ -978,8 +980,7 @@ job_spec language_model_defaults(const job_spec& given) {
 }
 
 job_spec defaults_for(const job_spec& given) {
-  const auto& lms = language_model_names();
-  return std::find(lms.begin(), lms.end(), given.model) != lms.end() ? language_model_defaults(given) : job_spec{};
+  return language_model(given) ? language_model_defaults(given) : job_spec{};
 }
 
 void validate(const job_spec& spec) {

@@ -31,6 +31,9 @@ using digest = std::array<unsigned char, 32>;
 
 std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
+/// Where save_checkpoint writes before its rename: beside `path`.
+std::string temporary_of(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
 std::string hex(const unsigned char* p, std::size_t n) {
   static const char* digits = "0123456789abcdef";
   std::string out;
@@ -128,6 +131,14 @@ void verify_seal(const std::string& path, const capnp::word* words, const capnp:
 }
 } // namespace
 
+void check_checkpoint_writable(const std::string& path) {
+  const std::string tmp = temporary_of(path);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw error(sys_error("--checkpoint: cannot write " + tmp));
+  ::close(fd);
+  ::unlink(tmp.c_str());
+}
+
 void save_checkpoint(const std::string& path, const checkpoint& c) {
   capnp::MallocMessageBuilder msg;
   try {
@@ -148,7 +159,7 @@ void save_checkpoint(const std::string& path, const checkpoint& c) {
     throw error("building checkpoint " + path + " failed: " + e.getDescription().cStr());
   }
 
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = temporary_of(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw error(sys_error("cannot write checkpoint " + tmp));
   try {

@@ -30,6 +30,11 @@ struct checkpoint {
 /// fsync, then rename over `path`. A crash leaves the old file intact.
 void save_checkpoint(const std::string& path, const checkpoint& c);
 
+/// Throws troupe::error ("--checkpoint: cannot write ...: No such file or directory") when
+/// save_checkpoint could not write `path` (its directory missing or read-only): a run checks
+/// it when it starts, so that a bad path fails before the first epoch's training, not after it.
+void check_checkpoint_writable(const std::string& path);
+
 /// Reads a checkpoint; a missing, truncated or corrupt file is a troupe::error
 /// naming the file and what is wrong.
 checkpoint load_checkpoint(const std::string& path);

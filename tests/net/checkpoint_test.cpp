@@ -170,6 +170,19 @@ TEST_CASE("save_checkpoint into a missing directory is a troupe::error", "[net]"
                        message(Contains(dir.file("no-such-dir"))));
 }
 
+TEST_CASE("check_checkpoint_writable fails for a missing directory and leaves nothing where it can write", "[net]") {
+  temp_dir dir;
+  CHECK_THROWS_MATCHES(net::check_checkpoint_writable(dir.file("no-such-dir/x.ckpt")), troupe::error,
+                       message(Contains("--checkpoint: cannot write " + dir.file("no-such-dir/x.ckpt")) &&
+                               Contains("No such file or directory")));
+  net::check_checkpoint_writable(dir.file("x.ckpt"));
+  CHECK(dir.entries().empty());
+  net::save_checkpoint(dir.file("x.ckpt"), sample_checkpoint());  // an existing checkpoint is left as it is
+  net::check_checkpoint_writable(dir.file("x.ckpt"));
+  CHECK(dir.entries() == std::vector<std::string>{"x.ckpt"});
+  CHECK(net::load_checkpoint(dir.file("x.ckpt")).step == sample_checkpoint().step);
+}
+
 // Bug: encode() runs outside save_checkpoint's try block, so Cap'n Proto's
 // kj::Exception for a blob of 2^29 bytes or more (a tensor of 2^27 floats)
 // escapes as a non-std exception. The tensor is never touched: no page of its

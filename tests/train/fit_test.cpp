@@ -613,6 +613,20 @@ TEST_CASE("a validation set held out of the training set is scored after every e
                        message(Contains("--validation-fraction: expected a number in [0, 1), got 1.0")));
 }
 
+TEST_CASE("a checkpoint that cannot be written fails the run before its first step", "[train][fit][actors]") {
+  larger_data d;
+  for (const algorithm& a : {sequential_sgd(), asgd().workers(2)}) {
+    INFO(to_string(a.settings().kind));
+    std::ostringstream log;
+    int steps = 0;
+    job j = mlp_job(d.dir.path(), a).checkpoint(d.dir.file("no-such-dir/run.ckpt"));
+    j.on_step([&](const step_event&) { ++steps; });
+    CHECK_THROWS_MATCHES(fit(j, log), troupe::error,
+                         message(Contains("--checkpoint: cannot write " + d.dir.file("no-such-dir/run.ckpt"))));
+    CHECK(steps == 0);
+  }
+}
+
 TEST_CASE("fit on actors rejects bad configurations with a clear error", "[actors][fit]") {
   larger_data d;
   std::ostringstream log;

@@ -454,6 +454,14 @@ bool language_model(const job_spec& s) {
   return std::find(lms.begin(), lms.end(), s.model) != lms.end();
 }
 
+/// --trace, last in --help: the timeline of a run on actors.
+job_key trace_key() {
+  return only(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
+                       [](auto& s) -> auto& { return s.train.trace; }),
+              "a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1)",
+              [](const job_spec& s) { return traits_of(s).on_actors || s.train.pipeline.stages > 1; });
+}
+
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
   std::vector<job_key> keys{
@@ -509,8 +517,7 @@ std::vector<job_key> make_keys() {
   for (job_key& key : make_algorithm_keys()) keys.push_back(std::move(key));
   for (job_key& key : make_rule_keys()) keys.push_back(std::move(key));
   for (job_key& key : make_pipeline_keys()) keys.push_back(std::move(key));
-  keys.push_back(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
-                          [](auto& s) -> auto& { return s.train.trace; }));
+  keys.push_back(trace_key());
   return keys;
 }
 

@@ -352,6 +352,16 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
   s.model = "gpt";
   CHECK(unread_keys(s).empty());
   CHECK(unread_keys(parse_job_file("model = \"gpt\"\n", "job.toml")).empty());
+  // The sequential loop writes no timeline.
+  s = parse_job_file("trace = \"t.json\"\n", "job.toml");
+  CHECK(unread_keys(s) == std::vector<std::string>{"--trace t.json has no effect: only a run on actors (an "
+                                                   "--algorithm other than sequential, or --pipeline-stages > 1) "
+                                                   "reads it"});
+  s.train.pipeline.stages = 2;
+  CHECK(unread_keys(s).empty());
+  s.train.pipeline.stages = 1;
+  s.train.algo.kind = algorithm_kind::allreduce;
+  CHECK(unread_keys(s).empty());
   // Every key the table marks names the jobs that read it.
   for (const job_key& k : job_keys()) CHECK(k.applies_to.empty() == !k.applies);
 }

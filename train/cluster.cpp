@@ -180,6 +180,14 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+std::string oversubscription_note(int threads) {
+  const int cores = usable_cores();
+  if (threads <= cores) return "";
+  return "note: " + std::to_string(threads) + " threads on the " + std::to_string(cores) +
+         " CPU(s) this process may use: they take turns, which is slower than one thread per CPU (--threads 0 "
+         "takes this process's share)\n";
+}
+
 int slurm_tasks_here(const std::map<std::string, std::string>& env) {
   const std::string per_node = get(env, "SLURM_NTASKS_PER_NODE");
   if (!per_node.empty()) return parse_count(per_node, "SLURM_NTASKS_PER_NODE");

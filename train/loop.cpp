@@ -13,6 +13,7 @@
 #include "model/loss.hpp"
 #include "model/optimizer.hpp"
 #include "net/checkpoint.hpp"
+#include "train/cluster.hpp"
 #include "train/epoch_accumulator.hpp"
 #include "train/generate.hpp"
 #include "train/optimizers.hpp"
@@ -401,7 +402,7 @@ history run_sequential(const job& j, std::ostream& log) {
   const int64_t per_epoch = d.train_samples();
   const start_point from = resuming ? resume(s.checkpoint, net, *opt, d, per_epoch, log) : start_point{};
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
-      << ctx.threads << " threads\n";
+      << ctx.threads << " threads\n" << oversubscription_note(ctx.threads);
   if (from.epochs >= s.epochs) return {};
 
   sequential_epochs epochs(j, ctx, d, net, *opt, from, log);

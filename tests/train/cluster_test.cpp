@@ -12,6 +12,7 @@
 using namespace troupe;
 using namespace troupe::train;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using testing::message;
 
 namespace {
@@ -178,6 +179,13 @@ TEST_CASE("cluster: threads come from Slurm's CPUs per task, else the cores shar
   CHECK_THROWS_MATCHES(default_threads({{"SLURM_CPUS_PER_TASK", "x"}}, 8), troupe::error,
                        message(Contains("SLURM_CPUS_PER_TASK: 'x' is not a count")));
   CHECK(usable_cores() >= 1);
+  // More threads than this process's CPUs: a note for the log, naming both counts.
+  CHECK(oversubscription_note(usable_cores()).empty());
+  CHECK(oversubscription_note(1).empty());
+  const int over = usable_cores() + 3;
+  CHECK_THAT(oversubscription_note(over),
+             StartsWith("note: " + std::to_string(over) + " threads on the " + std::to_string(usable_cores()) +
+                        " CPU(s) this process may use: they take turns"));
 }
 
 TEST_CASE("cluster: nodes of a job file on one host share its cores, explicit threads win", "[cluster][threads]") {

@@ -52,7 +52,15 @@ int64_t loaded_data::train_samples() const { return text ? text->windows.windows
 std::string loaded_data::vocabulary() const { return text ? text->corpus.vocabulary() : std::string(); }
 
 model::model build_model(const job& j, const loaded_data& d) {
-  return j.build_model(d.sample_shape(), d.text ? d.text->corpus.vocab_size() : 0);
+  model::model m = j.build_model(d.sample_shape(), d.text ? d.text->corpus.vocab_size() : 0);
+  // The loss takes one logit per class: say so here rather than at the first label past the outputs.
+  const int64_t classes = d.text ? 0 : d.sets.train.num_classes;
+  const shape& out = m.output_shape();
+  if (classes > 0 && (out.rank() != 1 || out[0] != classes))
+    throw error("model " + j.model_name() + " gives " + out.to_string() + " outputs per sample, but the data has " +
+                std::to_string(classes) + " classes: end the model with " + std::to_string(classes) +
+                " outputs (e.g. dense(..., " + std::to_string(classes) + "))");
+  return m;
 }
 
 void check_vocabulary(const std::string& path, const std::string& vocabulary, const loaded_data& d) {

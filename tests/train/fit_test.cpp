@@ -613,6 +613,17 @@ TEST_CASE("a validation set held out of the training set is scored after every e
                        message(Contains("--validation-fraction: expected a number in [0, 1), got 1.0")));
 }
 
+TEST_CASE("a model whose outputs are not the data's classes is an error before training", "[train][fit][actors]") {
+  larger_data d;
+  for (const algorithm& a : {sequential_sgd(), asgd().workers(2), allreduce().workers(2)}) {
+    INFO(to_string(a.settings().kind));
+    std::ostringstream log;
+    job j = mlp_job(d.dir.path(), a).model([] { return nn::sequential(nn::flatten(), nn::dense(784, 5)); }, "five");
+    CHECK_THROWS_MATCHES(fit(j, log), troupe::error,
+                         message(Contains("model five gives [5] outputs per sample, but the data has 10 classes")));
+  }
+}
+
 TEST_CASE("a checkpoint that cannot be written fails the run before its first step", "[train][fit][actors]") {
   larger_data d;
   for (const algorithm& a : {sequential_sgd(), asgd().workers(2)}) {

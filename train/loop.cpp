@@ -53,10 +53,11 @@ std::string loaded_data::vocabulary() const { return text ? text->corpus.vocabul
 
 model::model build_model(const job& j, const loaded_data& d) {
   model::model m = j.build_model(d.sample_shape(), d.text ? d.text->corpus.vocab_size() : 0);
-  // The loss takes one logit per class: say so here rather than at the first label past the outputs.
+  // The loss takes a logit per class (more are allowed, never targeted): say so here rather than at the
+  // first label past the outputs.
   const int64_t classes = d.text ? 0 : d.sets.train.num_classes;
   const shape& out = m.output_shape();
-  if (classes > 0 && (out.rank() != 1 || out[0] != classes))
+  if (classes > 0 && (out.rank() != 1 || out[0] < classes))
     throw error("model " + j.model_name() + " gives " + out.to_string() + " outputs per sample, but the data has " +
                 std::to_string(classes) + " classes: end the model with " + std::to_string(classes) +
                 " outputs (e.g. dense(..., " + std::to_string(classes) + "))");

@@ -622,6 +622,11 @@ TEST_CASE("a model whose outputs are not the data's classes is an error before t
     CHECK_THROWS_MATCHES(fit(j, log), troupe::error,
                          message(Contains("model five gives [5] outputs per sample, but the data has 10 classes")));
   }
+  // More outputs than classes train (the extra logits are never a target).
+  std::ostringstream log;
+  job twelve = mlp_job(d.dir.path()).max_steps(3).model(
+      [] { return nn::sequential(nn::flatten(), nn::dense(784, 12)); }, "twelve");
+  CHECK(fit(twelve, log).size() == 1);
 }
 
 TEST_CASE("a checkpoint that cannot be written fails the run before its first step", "[train][fit][actors]") {

@@ -352,11 +352,12 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
   s.model = "gpt";
   CHECK(unread_keys(s).empty());
   CHECK(unread_keys(parse_job_file("model = \"gpt\"\n", "job.toml")).empty());
-  // The sequential loop writes no timeline.
-  s = parse_job_file("trace = \"t.json\"\n", "job.toml");
-  CHECK(unread_keys(s) == std::vector<std::string>{"--trace t.json has no effect: only a run on actors (an "
-                                                   "--algorithm other than sequential, or --pipeline-stages > 1) "
-                                                   "reads it"});
+  // The sequential loop writes no timeline and has no data loaders.
+  s = parse_job_file("trace = \"t.json\"\nprefetch = 4\n", "job.toml");
+  const std::string on_actors = "only a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1) "
+                                "reads it";
+  CHECK(unread_keys(s) == std::vector<std::string>{"--prefetch 4 has no effect: " + on_actors,
+                                                   "--trace t.json has no effect: " + on_actors});
   s.train.pipeline.stages = 2;
   CHECK(unread_keys(s).empty());
   s.train.pipeline.stages = 1;

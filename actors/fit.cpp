@@ -15,7 +15,7 @@ history fit(const job& j, std::ostream& log) {
   j.validate();
   const auto env = train::environment();
   const train::cluster_spec c = train::resolve(j.cluster_config(), env);
-  const bool on_actors = traits(j.config().algo.kind).on_actors || j.config().pipeline.stages > 1;
+  const bool on_actors = runs_on_actors(j.config());
   if (!on_actors && !c.single_process())
     throw error("a cluster of " + std::to_string(c.nodes.size()) +
                 " nodes needs an algorithm on actors (e.g. --algorithm asgd); sequential runs in one process");

@@ -173,6 +173,8 @@ void validate_pipeline(const settings& s) {
 
 } // namespace
 
+bool runs_on_actors(const settings& s) { return traits(s.algo.kind).on_actors || s.pipeline.stages > 1; }
+
 void validate(const settings& s) {
   train::check_ranges(s);  // every value's range, from the key table
   if ((s.checkpoint_every_steps > 0 || s.checkpoint_every_s > 0) && s.checkpoint.empty())
@@ -233,7 +235,7 @@ void job::validate() const {
   if (make_for_vocabulary_ && !data_.is_text())
     throw error("model " + model_name_ + " is made for a vocabulary (job.model([](int64_t vocab) {...})): its data "
                 "must be text, e.g. troupe::data::text_file(path), not " + data_.description());
-  if (s_.gemm != kernels::gemm_backend::automatic && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1))
+  if (s_.gemm != kernels::gemm_backend::automatic && runs_on_actors(s_))
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
                 " is the sequential loop's for now: on actors the kernels choose per product, as --gemm auto "
                 "does (leave --gemm out)");
@@ -241,7 +243,7 @@ void job::validate() const {
   // others), and so do the flat optimizers of allreduce's replicas and of a pipeline's stages (model/flat_optimizer.hpp).
   const bool adam_shards = model::steps_by_adamw(s_.algo.kind) && s_.pipeline.stages == 1;
   const bool adam_flat = s_.algo.kind == algorithm_kind::allreduce || s_.algo.kind == algorithm_kind::sequential;
-  if (s_.optimizer != optimizer_kind::sgd && (traits(s_.algo.kind).on_actors || s_.pipeline.stages > 1) &&
+  if (s_.optimizer != optimizer_kind::sgd && runs_on_actors(s_) &&
       !adam_shards && !adam_flat)
     throw error("--optimizer " + std::string(to_string(s_.optimizer)) +
                 " is the sequential loop's, the pipeline's, allreduce's and the asgd and sa-asgd shards': with --algorithm " +

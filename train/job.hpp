@@ -276,6 +276,10 @@ struct settings {
 /// "--workers must be in [1, 1024], got 0".
 void validate(const settings& s);
 
+/// Whether a job of `s` runs on actors (data loaders, a coordinator, a timeline): its algorithm is
+/// on actors, or it is a pipeline. Else it is the sequential loop.
+bool runs_on_actors(const settings& s);
+
 /// The server update rule's constants for `s`.
 model::update_config rule_config(const settings& s);
 

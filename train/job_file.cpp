@@ -330,8 +330,7 @@ job_key only(job_key k, std::string to, std::function<bool(const job_spec&)> app
 
 const algorithm_traits& traits_of(const job_spec& s) { return traits(s.train.algo.kind); }
 
-/// Whether `s` runs on actors (data loaders, a timeline): its algorithm, or a pipeline.
-bool runs_on_actors(const job_spec& s) { return traits_of(s).on_actors || s.train.pipeline.stages > 1; }
+bool on_actors(const job_spec& s) { return runs_on_actors(s.train); }
 const char* const on_actors_words = "a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1)";
 
 /// The algorithm and its distribution, in the order of --help.
@@ -360,7 +359,7 @@ std::vector<job_key> make_algorithm_keys() {
                   [](auto& s) -> auto& { return s.train.algo.worker_speeds; }, positive()),
       only(integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default {default})",
                        [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
-           on_actors_words, runs_on_actors),
+           on_actors_words, on_actors),
       boolean_key("overlap",
                   "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
                   "(pipelined execution), true or false (default {default}; false: linear execution)",
@@ -463,7 +462,7 @@ bool language_model(const job_spec& s) {
 job_key trace_key() {
   return only(text_key("trace", "FILE", "write the run's timeline (Chrome trace JSON, opens in Perfetto) to FILE",
                        [](auto& s) -> auto& { return s.train.trace; }),
-              on_actors_words, runs_on_actors);
+              on_actors_words, on_actors);
 }
 
 std::vector<job_key> make_keys() {

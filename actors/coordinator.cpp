@@ -447,7 +447,7 @@ void on_start(coordinator_t* self) {
                                        st.s.first_epoch_samples},
       clock_type::now());
   st.metrics = std::make_unique<train::metrics_file>(s.metrics_out, st.s.resuming);
-  if (!s.checkpoint.empty()) net::check_checkpoint_writable(s.checkpoint);  // before training, not after an epoch
+  net::check_checkpoint_writable(s.checkpoint);  // before training, not after an epoch
   st.periodic = train::checkpoint_clock(s.checkpoint_every_steps, s.checkpoint_every_s, st.acc->steps(), clock_type::now());
   for (const auto& [a, h] : st.dir->locals())
     if (a != me(self)) self->monitor(h);

@@ -34,6 +34,13 @@ std::string sys_error(const std::string& what) { return what + ": " + std::strer
 /// Where save_checkpoint writes before its rename: beside `path`.
 std::string temporary_of(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
+/// The temporary file `tmp` opened for writing, empty; throws troupe::error starting with `what`.
+int open_temporary(const std::string& tmp, const std::string& what) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw error(sys_error(what + tmp));
+  return fd;
+}
+
 std::string hex(const unsigned char* p, std::size_t n) {
   static const char* digits = "0123456789abcdef";
   std::string out;
@@ -132,10 +139,9 @@ void verify_seal(const std::string& path, const capnp::word* words, const capnp:
 } // namespace
 
 void check_checkpoint_writable(const std::string& path) {
+  if (path.empty()) return;
   const std::string tmp = temporary_of(path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw error(sys_error("--checkpoint: cannot write " + tmp));
-  ::close(fd);
+  ::close(open_temporary(tmp, "--checkpoint: cannot write "));
   ::unlink(tmp.c_str());
 }
 
@@ -160,8 +166,7 @@ void save_checkpoint(const std::string& path, const checkpoint& c) {
   }
 
   std::string tmp = temporary_of(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw error(sys_error("cannot write checkpoint " + tmp));
+  int fd = open_temporary(tmp, "cannot write checkpoint ");
   try {
     write_sealed(fd, msg);
   } catch (const kj::Exception& e) {

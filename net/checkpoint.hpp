@@ -33,6 +33,7 @@ void save_checkpoint(const std::string& path, const checkpoint& c);
 /// Throws troupe::error ("--checkpoint: cannot write ...: No such file or directory") when
 /// save_checkpoint could not write `path` (its directory missing or read-only): a run checks
 /// it when it starts, so that a bad path fails before the first epoch's training, not after it.
+/// An empty path (no checkpoint) passes.
 void check_checkpoint_writable(const std::string& path);
 
 /// Reads a checkpoint; a missing, truncated or corrupt file is a troupe::error

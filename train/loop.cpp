@@ -404,7 +404,7 @@ history run_sequential(const job& j, std::ostream& log) {
   // Open the metrics file first, and try the checkpoint's: a bad path fails before minutes of training.
   const bool resuming = resumes(s);
   metrics_file metrics(s.metrics_out, resuming);
-  if (!s.checkpoint.empty()) net::check_checkpoint_writable(s.checkpoint);
+  net::check_checkpoint_writable(s.checkpoint);
   const loaded_data d = load_data(j, log);
   model::model net = build_model(j, d);
   std::unique_ptr<model::optimizer> opt = make_optimizer(s);

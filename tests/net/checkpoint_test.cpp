@@ -177,6 +177,7 @@ TEST_CASE("check_checkpoint_writable fails for a missing directory and leaves no
                                Contains("No such file or directory")));
   net::check_checkpoint_writable(dir.file("x.ckpt"));
   CHECK(dir.entries().empty());
+  net::check_checkpoint_writable("");  // no checkpoint: nothing to check
   net::save_checkpoint(dir.file("x.ckpt"), sample_checkpoint());  // an existing checkpoint is left as it is
   net::check_checkpoint_writable(dir.file("x.ckpt"));
   CHECK(dir.entries() == std::vector<std::string>{"x.ckpt"});

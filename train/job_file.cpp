@@ -336,6 +336,16 @@ const char* const on_actors_words = "a run on actors (an --algorithm other than 
 /// The algorithm and its distribution, in the order of --help.
 std::vector<job_key> make_algorithm_keys() {
   const auto local_steps = [](const job_spec& s) { return s.train.algo.push_every > 1; };
+  // The workers whose weight source can send during backward (worker_core::overlap): pushes every step to
+  // shards, unclipped, or an allreduce's buckets; not Hogwild!'s shared buffer, nor a pipeline's stages.
+  const auto pushes_in_backward = [](const job_spec& s) {
+    const settings& t = s.train;
+    if (!on_actors(s) || t.pipeline.stages > 1 || traits_of(s).shared_memory) return false;
+    return traits_of(s).collective || (t.algo.push_every == 1 && t.clip_grad_norm <= 0);
+  };
+  const char* const pushes_in_backward_words =
+      "a run of workers that push during backward (on actors, no pipeline, not hogwild; allreduce, or "
+      "--push-every 1 without --clip-grad-norm)";
   return {
       choice_key("algorithm", "NAME", algorithm_help(),
                  [](auto& s) -> auto& { return s.train.algo.kind; }, parse_algorithm, all_algorithms()),
@@ -360,15 +370,18 @@ std::vector<job_key> make_algorithm_keys() {
       only(integer_key("prefetch", "N", "batches a data loader keeps in flight per worker (default {default})",
                        [](auto& s) -> auto& { return s.train.algo.prefetch; }, 1),
            on_actors_words, on_actors),
-      boolean_key("overlap",
-                  "push each parameter shard's gradients as soon as backward has produced them, while it goes on "
-                  "(pipelined execution), true or false (default {default}; false: linear execution)",
-                  [](auto& s) -> auto& { return s.train.algo.overlap; }),
-      boolean_key("overlap-receive",
-                  "with --overlap true: the next forward pass runs each parameter shard's layers as soon as that "
-                  "shard's weights arrive, and the first layers' pushes and weights go first on a link (P3), true "
-                  "or false (default {default}; false: the forward pass waits for every shard)",
-                  [](auto& s) -> auto& { return s.train.algo.overlap_receive; }),
+      only(boolean_key("overlap",
+                       "push each parameter shard's gradients as soon as backward has produced them, while it goes "
+                       "on (pipelined execution), true or false (default {default}; false: linear execution)",
+                       [](auto& s) -> auto& { return s.train.algo.overlap; }),
+           pushes_in_backward_words, pushes_in_backward),
+      only(boolean_key("overlap-receive",
+                       "with --overlap true: the next forward pass runs each parameter shard's layers as soon as "
+                       "that shard's weights arrive, and the first layers' pushes and weights go first on a link "
+                       "(P3), true or false (default {default}; false: the forward pass waits for every shard)",
+                       [](auto& s) -> auto& { return s.train.algo.overlap_receive; }),
+           std::string("--overlap true in ") + pushes_in_backward_words,
+           [pushes_in_backward](const job_spec& s) { return s.train.algo.overlap && pushes_in_backward(s); }),
   };
 }
 

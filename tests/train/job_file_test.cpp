@@ -363,6 +363,26 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
   s.train.pipeline.stages = 1;
   s.train.algo.kind = algorithm_kind::allreduce;
   CHECK(unread_keys(s).empty());
+  // Overlap: read by workers that push during backward; --overlap-receive only with --overlap true.
+  const std::string pushing = "a run of workers that push during backward (on actors, no pipeline, not hogwild; "
+                              "allreduce, or --push-every 1 without --clip-grad-norm) reads it";
+  s = parse_job_file("algorithm = \"asgd\"\noverlap = false\noverlap-receive = false\n", "job.toml");
+  CHECK(unread_keys(s) == std::vector<std::string>{"--overlap-receive false has no effect: only --overlap true in " +
+                                                   pushing});
+  s.train.algo.overlap = true;
+  CHECK(unread_keys(s).empty());
+  s.train.algo.kind = algorithm_kind::allreduce;
+  CHECK(unread_keys(s).empty());
+  s.train.algo.overlap = false;
+  const std::vector<std::string> both{"--overlap false has no effect: only " + pushing,
+                                      "--overlap-receive false has no effect: only --overlap true in " + pushing};
+  for (const char* other : {"algorithm = \"sequential\"", "algorithm = \"hogwild\"",
+                            "algorithm = \"ssgd\"\nclip-grad-norm = 1.0", "algorithm = \"asgd\"\npush-every = 2",
+                            "algorithm = \"allreduce\"\npipeline-stages = 2"}) {
+    CAPTURE(other);
+    s = parse_job_file(std::string("overlap = false\noverlap-receive = false\n") + other + "\n", "job.toml");
+    CHECK(unread_keys(s) == both);
+  }
   // Every key the table marks names the jobs that read it.
   for (const job_key& k : job_keys()) CHECK(k.applies_to.empty() == !k.applies);
 }

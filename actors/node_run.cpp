@@ -135,6 +135,7 @@ history run_node(const job& j, const train::cluster_spec& c, uint32_t self, std:
   train::starting_point start = train::start_of(j, c, self, log);
   if (start.finished()) return {};
   if (self == start.p.coordinator.node) train::log_plan(j, start.p, start.net.layout(), log);
+  log << train::host_threads_note(c, self, j.config().threads);
   std::optional<net::transport_options> to;
   if (linked) to = train::link_options(c, self, secret, train::job_identity(j, c, start), train::environment());
   auto result = std::make_shared<outcome>();

@@ -149,7 +149,6 @@ void log_plan(const job& j, const plan& p, const model::param_layout& layout, st
               ? std::string()
               : ", push every " + std::to_string(s.algo.push_every))
       << ", " << p.workers.front().threads << " thread(s) per worker\n";
-  if (s.threads > 0) log << oversubscription_note(s.threads);  // 0: this process's share
 }
 
 std::string job_identity(const job& j, const cluster_spec& c, const starting_point& start) {

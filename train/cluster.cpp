@@ -180,12 +180,42 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-std::string oversubscription_note(int threads) {
-  const int cores = usable_cores();
+std::string oversubscription_note(int threads) { return oversubscription_note(threads, usable_cores()); }
+
+std::string oversubscription_note(int threads, int cores) {
   if (threads <= cores) return "";
   return "note: " + std::to_string(threads) + " threads on the " + std::to_string(cores) +
          " CPU(s) this process may use: they take turns, which is slower than one thread per CPU (--threads 0 "
          "takes this process's share)\n";
+}
+
+std::string host_threads_note(const cluster_spec& c, uint32_t self, int job_threads,
+                              const std::map<std::string, std::string>& env, int cores) {
+  if (c.single_process()) {
+    const int threads = job_threads > 0 ? job_threads : default_threads(env, cores);
+    return threads > cores ? oversubscription_note(threads, cores) : "";
+  }
+  int threads = 0;
+  std::string names;
+  int processes = 0;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    const node_entry& n = c.nodes[i];
+    if (!same_host(n.host, c.nodes.at(self).host)) continue;
+    threads += n.threads > 0 ? n.threads : job_threads > 0 ? job_threads
+                                                            : share_of_host(c, static_cast<uint32_t>(i), env, cores);
+    names += (names.empty() ? "" : ", ") + n.name;
+    ++processes;
+  }
+  if (threads <= std::max(cores, processes)) return "";  // one thread each is the least they can take
+  if (processes == 1) return oversubscription_note(threads, cores);
+  return "note: the " + std::to_string(processes) + " node processes of this job on this host (" + names + ") run " +
+         std::to_string(threads) + " threads in all on the " + std::to_string(cores) +
+         " CPU(s) this process may use: they take turns, which is slower than one thread per CPU (threads = 0, the "
+         "default, shares the host's CPUs among them)\n";
+}
+
+std::string host_threads_note(const cluster_spec& c, uint32_t self, int job_threads) {
+  return host_threads_note(c, self, job_threads, environment(), usable_cores());
 }
 
 int slurm_tasks_here(const std::map<std::string, std::string>& env) {

@@ -36,6 +36,18 @@ int usable_cores();
 /// not running (docs/benchmarks.md measured --threads 2 on one free core at half the speed of
 /// --threads 1). "" otherwise.
 std::string oversubscription_note(int threads);
+/// oversubscription_note() against `cores` CPUs.
+std::string oversubscription_note(int threads, int cores);
+/// For node `self`'s log: a note when the threads of the job's node processes on its host (the
+/// nodes whose host is the same, same_host()) exceed the CPUs it may use, and one thread per
+/// process (the least they can take, what the default gives more processes than CPUs). Each such node counts
+/// its own `threads`, else the job's (`job_threads` > 0, which every node of the job takes), else
+/// its share of the host. One process on the host: oversubscription_note(). "" otherwise. (Nodes
+/// in network namespaces have addresses of their own: they are not seen as one host.)
+std::string host_threads_note(const cluster_spec& c, uint32_t self, int job_threads,
+                              const std::map<std::string, std::string>& env, int cores);
+/// host_threads_note() with this process's environment and usable_cores().
+std::string host_threads_note(const cluster_spec& c, uint32_t self, int job_threads);
 
 /// Slurm's tasks on this process's host: SLURM_NTASKS_PER_NODE when set, else
 /// the entry of SLURM_TASKS_PER_NODE for SLURM_NODEID (the most of any host

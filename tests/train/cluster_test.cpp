@@ -214,6 +214,32 @@ TEST_CASE("cluster: nodes of a job file on one host share its cores, explicit th
   CHECK_FALSE(same_host("10.0.0.1", "10.0.0.2"));
 }
 
+TEST_CASE("cluster: the node processes on one host are noted when their threads exceed its CPUs", "[cluster][threads]") {
+  cluster_spec c = three_nodes();  // all three on 127.0.0.1
+  CHECK(host_threads_note(c, 0, 0, {}, 2).empty());  // the default: one thread each, the least they can take
+  CHECK(host_threads_note(c, 0, 1, {}, 2).empty());
+  CHECK(host_threads_note(c, 0, 0, {}, 6).empty());
+  CHECK(host_threads_note(c, 1, 2, {}, 6).empty());  // 3 x 2 on 6
+  const std::string over = host_threads_note(c, 1, 2, {}, 4);  // the job's --threads 2 on every node: 6 on 4
+  CHECK(over == "note: the 3 node processes of this job on this host (n0, n1, n2) run 6 threads in all on the 4 "
+                "CPU(s) this process may use: they take turns, which is slower than one thread per CPU (threads = "
+                "0, the default, shares the host's CPUs among them)\n");
+  c.nodes[2].host = "10.0.0.3";  // another machine: only n0 and n1 here
+  CHECK(host_threads_note(c, 1, 2, {}, 4).empty());
+  c.nodes[0].threads = 3;  // n0's own threads, n1 its share of what n0 leaves (1): 4 on 4
+  CHECK(host_threads_note(c, 1, 0, {}, 4).empty());
+  c.nodes[0].threads = 4;  // 4 + 1 on 4, noted on either node
+  CHECK_THAT(host_threads_note(c, 0, 0, {}, 4), StartsWith("note: the 2 node processes of this job on this host (n0, n1) run 5 threads"));
+  CHECK(host_threads_note(c, 0, 0, {}, 4) == host_threads_note(c, 1, 0, {}, 4));
+  CHECK(host_threads_note(c, 2, 0, {}, 4).empty());  // n2's host is not theirs
+  c.nodes[2].threads = 8;
+  CHECK_THAT(host_threads_note(c, 2, 0, {}, 4), StartsWith("note: 8 threads on the 4 CPU(s) this process may use"));
+  // One process: the job's --threads against its CPUs.
+  CHECK(host_threads_note(cluster_spec{}, 0, 0, {}, 2).empty());
+  CHECK(host_threads_note(cluster_spec{}, 0, 2, {}, 2).empty());
+  CHECK_THAT(host_threads_note(cluster_spec{}, 0, 3, {}, 2), StartsWith("note: 3 threads on the 2 CPU(s)"));
+}
+
 TEST_CASE("cluster: a process under Slurm with no threads set takes Slurm's CPUs per task", "[cluster][threads]") {
   const scoped_env cpus("SLURM_CPUS_PER_TASK", "1");
   CHECK(topology::local(0).nodes.at(0).threads == 1);

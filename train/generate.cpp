@@ -1,6 +1,7 @@
 #include "train/generate.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -38,12 +39,42 @@ int32_t sample(const float* logits, int64_t v, const generate_options& o, std::m
   return order[k - 1];
 }
 
-/// The context of a gpt checkpoint: its positional embedding's length.
-int64_t context_of(const net::checkpoint& c, const std::string& path) {
-  const std::string key = "positional_embedding(";
-  const std::size_t at = c.architecture.find(key);
-  if (at == std::string::npos) throw error("checkpoint " + path + " holds no gpt (no positional embedding)");
-  return std::stoll(c.architecture.substr(at + key.size()));
+/// The number after `key` in `text` from `from`, or -1 where `key` is not there or no number follows it.
+int64_t number_after(const std::string& text, const std::string& key, std::size_t from = 0) {
+  const std::size_t at = text.find(key, from);
+  if (at == std::string::npos) return -1;
+  const std::size_t begin = at + key.size();
+  std::size_t end = begin;
+  while (end < text.size() && end - begin < 9 && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  return end > begin ? std::stoll(text.substr(begin, end - begin)) : -1;
+}
+
+/// The zoo::gpt a checkpoint's architecture describes, built: its context and width from the positional
+/// embedding ("positional_embedding(C x D)"), its blocks counted, their heads and MLP ratio from the first
+/// ("transformer_block(D, H heads, mlp xR)"). load_state then checks every layer against the checkpoint.
+model::model gpt_of(const net::checkpoint& c, const std::string& path) {
+  const std::string& a = c.architecture;
+  const int64_t context = number_after(a, "positional_embedding(");
+  const std::size_t pos = a.find("positional_embedding(");
+  const int64_t dim = number_after(a, " x ", pos);
+  if (context <= 0 || dim <= 0) throw error("checkpoint " + path + " holds no gpt (no positional embedding)");
+  int64_t blocks = 0;
+  for (std::size_t at = a.find("transformer_block("); at != std::string::npos; at = a.find("transformer_block(", at + 1))
+    ++blocks;
+  const std::size_t first = a.find("transformer_block(");
+  const int64_t heads = blocks > 0 ? number_after(a, ", ", first) : 1;
+  const int64_t ratio = blocks > 0 ? number_after(a, "mlp x", first) : 1;
+  if (heads <= 0 || ratio <= 0) throw error("checkpoint " + path + ": cannot read its transformer blocks");
+  // Sizes the checkpoint's own tensors could not hold are not built (a description that lies).
+  int64_t stored = 0;
+  for (const auto& e : c.params) stored += e.value.numel();
+  const int64_t vocab = static_cast<int64_t>(c.vocabulary.size());
+  if (context * dim > stored || vocab * dim > stored || (blocks > 0 && dim * dim * ratio > stored))
+    throw error("checkpoint " + path + ": its architecture (" + a + ") is larger than its " +
+                std::to_string(stored) + " stored values");
+  model::model net = zoo::gpt(vocab, context, dim, heads, blocks, ratio);
+  net.build({context}, 1);
+  return net;
 }
 
 } // namespace
@@ -80,9 +111,7 @@ std::string generate(const std::string& checkpoint_path, const generate_options&
   if (c.vocabulary.empty())
     throw error("checkpoint " + checkpoint_path + " holds no vocabulary: it is not a language model's "
                 "(troupe_trainer --model gpt writes one)");
-  const int64_t context = context_of(c, checkpoint_path);
-  model::model net = zoo::gpt(static_cast<int64_t>(c.vocabulary.size()), context);
-  net.build({context}, 1);
+  model::model net = gpt_of(c, checkpoint_path);
   net.load_state(c.architecture, c.params);
   return generate(net, c.vocabulary, o);
 }

@@ -478,6 +478,23 @@ job_key trace_key() {
               on_actors_words, on_actors);
 }
 
+/// The language model's keys, after --data-dir in --help: its windows and its size.
+std::vector<job_key> make_language_model_keys() {
+  const auto gpt = [](job_key k) { return only(std::move(k), "--model gpt", language_model); };
+  return {
+      gpt(integer_key("context", "N", "gpt: tokens (bytes) per training window (default {default})",
+                      [](auto& s) -> auto& { return s.context; }, 1, 4096)),
+      gpt(integer_key("dim", "N", "gpt: features per token, the width of its embeddings and blocks (default {default})",
+                      [](auto& s) -> auto& { return s.dim; }, 1, 8192)),
+      gpt(integer_key("heads", "N", "gpt: attention heads per block, a divisor of --dim (default {default})",
+                      [](auto& s) -> auto& { return s.heads; }, 1, 1024)),
+      gpt(integer_key("blocks", "N", "gpt: transformer blocks (default {default})",
+                      [](auto& s) -> auto& { return s.blocks; }, 0, 1024)),
+      gpt(integer_key("mlp-ratio", "N", "gpt: a block's MLP width as a multiple of --dim (default {default})",
+                      [](auto& s) -> auto& { return s.mlp_ratio; }, 1, 64)),
+  };
+}
+
 std::vector<job_key> make_keys() {
   using model::lr_schedule;
   std::vector<job_key> keys{
@@ -497,9 +514,6 @@ std::vector<job_key> make_keys() {
                "directory with the IDX files (default " + data::default_fashion_mnist_dir() +
                    "); gpt: a text file or a directory of them (default " + data::default_text_dir() + ")",
                [](auto& s) -> auto& { return s.data_dir; }),
-      only(integer_key("context", "N", "gpt: tokens (bytes) per training window (default {default})",
-                       [](auto& s) -> auto& { return s.context; }, 1, 4096),
-           "--model gpt", language_model),
       text_key("checkpoint", "FILE", "resume from FILE if it exists; save to it after every epoch",
                [](auto& s) -> auto& { return s.train.checkpoint; }),
       integer_key("checkpoint-every-steps", "N", "also save the checkpoint every N steps (default {default} = per epoch only)",
@@ -527,6 +541,9 @@ std::vector<job_key> make_keys() {
                  std::vector<progress_mode>{progress_mode::automatic, progress_mode::bar, progress_mode::lines,
                                             progress_mode::none}),
   };
+  std::vector<job_key> lm_keys = make_language_model_keys();
+  const auto data_dir = std::find_if(keys.begin(), keys.end(), [](const job_key& k) { return k.name == "data-dir"; });
+  keys.insert(data_dir + 1, std::make_move_iterator(lm_keys.begin()), std::make_move_iterator(lm_keys.end()));
   std::vector<job_key> optimizer_keys = make_optimizer_keys();
   keys.insert(keys.begin() + 3, std::make_move_iterator(optimizer_keys.begin()),
               std::make_move_iterator(optimizer_keys.end()));  // after model, epochs and batch-size
@@ -1013,6 +1030,9 @@ void validate(const job_spec& spec) {
     throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
   troupe::validate(spec.train);
   validate(spec.cluster);
+  if (language_model(spec) && spec.dim % spec.heads != 0)
+    throw error("--heads " + std::to_string(spec.heads) + " does not divide --dim " + std::to_string(spec.dim) +
+                ": each head takes dim / heads features");
   if (traits(spec.train.algo.kind).shared_memory && !spec.cluster.single_process())
     throw error("--algorithm hogwild shares one buffer in one process: it cannot run on a cluster of " +
                 std::to_string(spec.cluster.nodes.size()) + " nodes");
@@ -1051,7 +1071,9 @@ troupe::job make_job(const job_spec& spec) {
   troupe::job j;
   if (name == "gpt") {
     const int64_t context = spec.context;
-    j.model([context](int64_t vocab) { return zoo::gpt(vocab, context); }, name)
+    j.model([context, dim = spec.dim, heads = spec.heads, blocks = spec.blocks, ratio = spec.mlp_ratio](
+                int64_t vocab) { return zoo::gpt(vocab, context, dim, heads, blocks, ratio); },
+            name)
         .data(spec.data_dir.empty() ? data::fortunes(context) : data::text_file(spec.data_dir, context));
   } else {
     j.model([name] { return zoo::by_name(name); }, name)

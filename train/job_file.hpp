@@ -32,6 +32,10 @@ struct job_spec {
   settings train;
   cluster_spec cluster;       ///< the [cluster] table: the nodes of the run (none: this process alone)
   int64_t context = 128;      ///< gpt: tokens per window
+  int64_t dim = 128;          ///< gpt: features per token (zoo::gpt's dim)
+  int64_t heads = 4;          ///< gpt: attention heads per block; they divide dim
+  int64_t blocks = 4;         ///< gpt: transformer blocks
+  int64_t mlp_ratio = 4;      ///< gpt: a block's MLP width over dim
 };
 
 /// Reads a TOML job file on top of `base` (keys absent from the file keep base's values), then
@@ -43,7 +47,7 @@ job_spec parse_job_file(const std::string& text, const std::string& path, job_sp
 /// one-line comment. Throws troupe::error for a seed above 2^63 - 1, which TOML cannot hold.
 std::string to_job_file(const job_spec& spec);
 /// A job from a spec: the zoo model (by name) and IDX data (data_dir, or troupe::data::fashion_mnist());
-/// for gpt, zoo::gpt(the corpus's vocabulary, context) on text (data_dir, or troupe::data::fortunes()).
+/// for gpt, zoo::gpt(the corpus's vocabulary, context, dim, heads, blocks, mlp_ratio) on text (data_dir, or troupe::data::fortunes()).
 /// Validates the spec first.
 troupe::job make_job(const job_spec& spec);
 

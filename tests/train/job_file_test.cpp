@@ -248,7 +248,7 @@ TEST_CASE("an unknown zoo model is named after the file, with the choices", "[jo
 TEST_CASE("the key table has one key per option name, each documented", "[job_file]") {
   const std::vector<std::string> names{
       "model",      "epochs",      "batch-size", "lr",        "momentum", "clip-grad-norm",        "weight-decay", "optimizer", "gemm", "lr-schedule", "warmup-steps",
-      "seed",       "threads",     "data-dir",   "context",    "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
+      "seed",       "threads",     "data-dir",   "context",    "dim", "heads", "blocks", "mlp-ratio", "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "sample-tokens", "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "shard-cut",  "push-every",     "worker-lr",    "worker-momentum",
       "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay", "bucket-mb", "allreduce-dtype",
@@ -352,6 +352,17 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
   s.model = "gpt";
   CHECK(unread_keys(s).empty());
   CHECK(unread_keys(parse_job_file("model = \"gpt\"\n", "job.toml")).empty());
+  s = parse_job_file("model = \"cnn\"\ndim = 64\nheads = 2\nblocks = 2\nmlp-ratio = 2\n", "job.toml");
+  CHECK(unread_keys(s) == std::vector<std::string>{"--dim 64 has no effect: only --model gpt reads it",
+                                                   "--heads 2 has no effect: only --model gpt reads it",
+                                                   "--blocks 2 has no effect: only --model gpt reads it",
+                                                   "--mlp-ratio 2 has no effect: only --model gpt reads it"});
+  s.model = "gpt";
+  CHECK(unread_keys(s).empty());
+  CHECK_THROWS_MATCHES(parse_job_file("model = \"gpt\"\ndim = 64\nheads = 3\n", "job.toml"), error,
+                       message(Contains("--heads 3 does not divide --dim 64")));
+  CHECK_THROWS_MATCHES(parse_job_file("model = \"gpt\"\nheads = 0\n", "job.toml"), error,
+                       message(Contains("heads")));
   // The sequential loop writes no timeline and has no data loaders.
   s = parse_job_file("trace = \"t.json\"\nprefetch = 4\n", "job.toml");
   const std::string on_actors = "only a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1) "

@@ -167,3 +167,50 @@ TEST_CASE("a language model resumes from its checkpoint and refuses one of anoth
   CHECK_THROWS_MATCHES(fit(other.epochs(3).checkpoint(ckpt), log), error,
                        message(Contains("that is not this corpus's")));
 }
+
+TEST_CASE("generation reads the gpt's size from the checkpoint, and a description its tensors cannot hold is refused",
+          "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  const std::string ckpt = dir.path() + "/tiny.ckpt";
+  std::ostringstream log;
+  // A library user's size (32 features, 2 heads, 1 block), not the trainer's default.
+  job j = tiny_lm_job(data::text(small_text(), 16, 64));
+  REQUIRE(fit(j.epochs(1).checkpoint(ckpt), log).size() == 1);
+  generate_options o;
+  o.prompt = "the ";
+  o.tokens = 20;
+  o.temperature = 0;
+  const std::string text = generate(ckpt, o);
+  CHECK(text.size() == 20);
+  // The same model built by hand from the checkpoint generates the same text.
+  net::checkpoint c = net::load_checkpoint(ckpt);
+  model::model net = zoo::gpt(static_cast<int64_t>(c.vocabulary.size()), 16, 32, 2, 1);
+  net.build({16}, 1);
+  net.load_state(c.architecture, c.params);
+  CHECK(generate(net, c.vocabulary, o) == text);
+  // The trainer's keys give the same sizes: --dim, --heads, --blocks, --mlp-ratio.
+  train::job_spec spec = train::defaults_for("gpt");
+  spec.data_dir = write_text(dir, small_text());
+  spec.context = 16;
+  spec.dim = 32;
+  spec.heads = 2;
+  spec.blocks = 1;
+  spec.mlp_ratio = 2;
+  spec.train.max_steps = 1;
+  spec.train.epochs = 1;
+  spec.train.evaluate = false;
+  spec.train.threads = 1;
+  spec.train.progress = progress_mode::none;
+  spec.train.checkpoint = dir.path() + "/trainer.ckpt";
+  fit(train::make_job(spec), log);
+  CHECK_THAT(net::load_checkpoint(spec.train.checkpoint).architecture,
+             Contains("positional_embedding(16 x 32) | transformer_block(32, 2 heads, mlp x2) | layer_norm(32)"));
+  CHECK(generate(spec.train.checkpoint, o).size() == 20);
+  // An architecture larger than the stored tensors is refused before it is built.
+  const std::string lying = dir.path() + "/lying.ckpt";
+  c.architecture.replace(c.architecture.find("(16 x 32)"), 9, "(16 x 99999999)");
+  net::save_checkpoint(lying, c);
+  CHECK_THROWS_MATCHES(generate(lying, o), error, message(Contains("is larger than its")));
+  spec.heads = 3;
+  CHECK_THROWS_MATCHES(train::make_job(spec), error, message(Contains("--heads 3 does not divide --dim 32")));
+}

@@ -55,6 +55,10 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"optimizer", to_string(t.optimizer)},
       {"gemm", kernels::to_string(t.gemm)},
       {"context", std::to_string(s.context)},
+      {"dim", std::to_string(s.dim)},
+      {"heads", std::to_string(s.heads)},
+      {"blocks", std::to_string(s.blocks)},
+      {"mlp_ratio", std::to_string(s.mlp_ratio)},
       {"schedule", model::to_string(t.schedule)},
       {"warmup_steps", std::to_string(t.warmup_steps)},
       {"seed", std::to_string(t.seed)},
@@ -134,6 +138,10 @@ inline train::job_spec everything_changed() {
   t.optimizer = optimizer_kind::adamw;
   t.gemm = kernels::gemm_backend::own;
   s.context = 64;
+  s.dim = 64;
+  s.heads = 8;
+  s.blocks = 2;
+  s.mlp_ratio = 2;
   t.schedule = model::lr_schedule::constant;
   t.warmup_steps = 20;
   t.seed = 123456789012345;

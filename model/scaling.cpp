@@ -96,27 +96,11 @@ struct phase_bytes {
 };
 
 /// Two phases, each as long as its busiest direction (every node waits for it; b per message), after the compute.
-/// A token bucket (burst_bytes) lets through at once what it refilled while its direction was idle:
-/// during the compute and the other phase's spare time, at most the burst. The steady state of the
-/// steps, found by iterating.
 double two_phases_s(const scaling_inputs& in, const std::vector<phase_bytes>& dirs) {
-  const double a = in.link.a, b = in.link.b;
-  std::vector<double> push_tokens(dirs.size(), in.burst_bytes), reply_tokens(dirs.size(), in.burst_bytes);
-  std::vector<double> push_busy(dirs.size()), reply_busy(dirs.size());
   double push = 0, reply = 0;
-  for (int it = 0; it < 50; ++it) {
-    push = reply = 0;
-    for (std::size_t d = 0; d < dirs.size(); ++d) {  // each direction's time sending at the rate
-      push_busy[d] = a * std::max(0.0, dirs[d].push - push_tokens[d]);
-      reply_busy[d] = a * std::max(0.0, dirs[d].reply - reply_tokens[d]);
-      push = std::max(push, push_busy[d] + b * dirs[d].push_messages);
-      reply = std::max(reply, reply_busy[d] + b * dirs[d].reply_messages);
-    }
-    if (a <= 0) break;
-    for (std::size_t d = 0; d < dirs.size(); ++d) {
-      reply_tokens[d] = std::min(in.burst_bytes, (push - push_busy[d]) / a);
-      push_tokens[d] = std::min(in.burst_bytes, (in.compute_s + reply - reply_busy[d]) / a);
-    }
+  for (const phase_bytes& d : dirs) {
+    push = std::max(push, in.link.a * d.push + in.link.b * d.push_messages);
+    reply = std::max(reply, in.link.a * d.reply + in.link.b * d.reply_messages);
   }
   return push + reply;
 }

@@ -23,10 +23,6 @@ struct scaling_inputs {
   link_cost link;                  ///< each node's link: a * bytes + b per message, both ways at once
   int64_t piece_bytes = 262144;    ///< an allreduce sends a chunk in messages of at most this
   int64_t small_bytes = 8192;      ///< an allreduce of fewer bytes runs by recursive doubling
-  /// An emulated link's token bucket (tc's tbf burst): after an idle spell
-  /// up to this many bytes pass at once (what the spell refilled at the rate).
-  /// SSGD's phases start with what their direction refilled; 0 for a NIC.
-  double burst_bytes = 0;
   /// The gradient's tensors in layout order (bytes each): shards hold whole
   /// tensors, cut as troupe's plan cuts them (model::plan_shards: the largest
   /// as small as it can be; no more shards than tensors). Empty: param_bytes
@@ -58,9 +54,7 @@ std::vector<double> shard_bytes(const scaling_inputs& in, int shards);
 /// worker's pushes reach the shards, the shards apply the round, then send it
 /// back. Each phase lasts as long as the busiest direction of any node's link
 /// (a shard's node takes in n - 1 pushes of its shard, then sends n - 1
-/// replies; the largest shard bounds both), less the burst its token bucket
-/// refilled while that direction was idle (the compute, the other phase's
-/// spare time), in the steady state of the steps.
+/// replies; the largest shard bounds both).
 scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards);
 /// ASGD on `shards` shards (as for SSGD): a worker's cycle is its compute, its
 /// push and the replies (less its own node's shard's share); a round of n

@@ -70,19 +70,14 @@ TEST_CASE("scaling: shards carry N pushes, and enough of them keep up", "[model]
   CHECK_THROWS_AS(asgd_estimate(in, 4, 0), error);
 }
 
-TEST_CASE("scaling: SSGD's phases get a token bucket's burst only as far as their direction was idle",
-          "[model][scaling]") {
+TEST_CASE("scaling: SSGD's two phases each last as long as the busiest direction of a link", "[model][scaling]") {
   scaling_inputs in = inputs(0.001, 1'000'000, 1e-8, 0);  // 1 ms of compute, 1 MB, 10 ms per MB
-  in.burst_bytes = 250'000;
-  // Even shares on 2 nodes: each direction carries half the model in both phases, never idle but
-  // during the compute, whose 1 ms refills 100 000 bytes before the push phase.
-  CHECK(ssgd_estimate(in, 2, 2).comm_s == Approx((500'000 - 100'000) * 1e-8 + 500'000 * 1e-8));
-  // One shard on node 0: its incoming direction idles through the reply phase and its outgoing one
-  // through the push phase, each refilling the whole burst.
-  CHECK(ssgd_estimate(in, 2, 1).comm_s == Approx(2 * (1'000'000 - 250'000) * 1e-8));
-  // No bucket: the phases are the bytes.
-  in.burst_bytes = 0;
-  CHECK(ssgd_estimate(in, 2, 2).comm_s == Approx(1'000'000 * 1e-8));
+  // Even shares on 2 nodes: each direction carries half the model in each phase.
+  CHECK(ssgd_estimate(in, 2, 2).comm_s == Approx(2 * 500'000 * 1e-8));
+  // One shard on node 0: it takes in the other worker's whole push, then sends it the whole reply.
+  CHECK(ssgd_estimate(in, 2, 1).comm_s == Approx(2 * 1'000'000 * 1e-8));
+  // The same bytes as a ring allreduce's at N = 2 and 4 with even shares (2 (N - 1) / N of the model each way).
+  CHECK(ssgd_estimate(in, 4, 4).comm_s == Approx(allreduce_estimate(in, 4).comm_s));
   // b per message: with 8 even shards on 8 nodes each node sends 7 pushes and takes in 7, then the
   // replies: each phase 7 messages' latency on top of 7/8 of the model.
   in.link.b = 1e-4;

@@ -44,6 +44,21 @@ job tiny_lm_job(data::source text) {
       .progress(progress_mode::none);
 }
 
+/// The trainer's gpt on windows of 16 tokens of a small text in `dir`: `steps` steps, one thread, saved to
+/// dir + `checkpoint`.
+train::job_spec trainer_spec(const testing::temp_dir& dir, int64_t steps, const std::string& checkpoint) {
+  train::job_spec spec = train::defaults_for("gpt");
+  spec.data_dir = write_text(dir, small_text());
+  spec.context = 16;
+  spec.train.max_steps = steps;
+  spec.train.epochs = 1;
+  spec.train.evaluate = false;
+  spec.train.threads = 1;
+  spec.train.progress = progress_mode::none;
+  spec.train.checkpoint = dir.path() + checkpoint;
+  return spec;
+}
+
 std::string read_all(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -96,15 +111,7 @@ TEST_CASE("an image model's record holds none of a language model's fields", "[l
 
 TEST_CASE("the checkpoint keeps the vocabulary and generation from it is deterministic", "[lm]") {
   testing::temp_dir dir("troupe_lm");
-  train::job_spec spec = train::defaults_for("gpt");
-  spec.data_dir = write_text(dir, small_text());
-  spec.context = 16;
-  spec.train.max_steps = 3;
-  spec.train.epochs = 1;
-  spec.train.evaluate = false;
-  spec.train.threads = 1;
-  spec.train.progress = progress_mode::none;
-  spec.train.checkpoint = dir.path() + "/gpt.ckpt";
+  const train::job_spec spec = trainer_spec(dir, 3, "/gpt.ckpt");
   std::ostringstream log;
   fit(train::make_job(spec), log);
   const net::checkpoint c = net::load_checkpoint(spec.train.checkpoint);
@@ -189,19 +196,11 @@ TEST_CASE("generation reads the gpt's size from the checkpoint, and a descriptio
   net.load_state(c.architecture, c.params);
   CHECK(generate(net, c.vocabulary, o) == text);
   // The trainer's keys give the same sizes: --dim, --heads, --blocks, --mlp-ratio.
-  train::job_spec spec = train::defaults_for("gpt");
-  spec.data_dir = write_text(dir, small_text());
-  spec.context = 16;
+  train::job_spec spec = trainer_spec(dir, 1, "/trainer.ckpt");
   spec.dim = 32;
   spec.heads = 2;
   spec.blocks = 1;
   spec.mlp_ratio = 2;
-  spec.train.max_steps = 1;
-  spec.train.epochs = 1;
-  spec.train.evaluate = false;
-  spec.train.threads = 1;
-  spec.train.progress = progress_mode::none;
-  spec.train.checkpoint = dir.path() + "/trainer.ckpt";
   fit(train::make_job(spec), log);
   CHECK_THAT(net::load_checkpoint(spec.train.checkpoint).architecture,
              Contains("positional_embedding(16 x 32) | transformer_block(32, 2 heads, mlp x2) | layer_norm(32)"));

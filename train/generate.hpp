@@ -31,11 +31,12 @@ struct generate_options {
 /// byte outside the vocabulary, a negative token count, temperature or top_k.
 std::string generate(model::model& net, const std::string& vocabulary, const generate_options& o);
 
-/// The same for a checkpoint that troupe_trainer --model gpt wrote: the
-/// vocabulary and the context come from the file, the model is
-/// zoo::gpt(vocabulary, context) with the trainer's sizes. Throws
-/// troupe::error when the file is missing, corrupt, holds no vocabulary (not
-/// a language model's) or another architecture.
+/// The same for a checkpoint of a zoo::gpt (troupe_trainer --model gpt, or a
+/// library user's of any size): the vocabulary comes from the file, and the
+/// model is the zoo::gpt(vocabulary, context, dim, heads, blocks, mlp_ratio)
+/// its architecture describes. Throws troupe::error when the file is missing,
+/// corrupt, holds no vocabulary (not a language model's), a description its
+/// tensors could not hold, or another architecture than a zoo::gpt.
 std::string generate(const std::string& checkpoint_path, const generate_options& o);
 
 } // namespace troupe

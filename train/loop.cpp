@@ -101,6 +101,7 @@ run_info info_of(const job& j, int threads) {
   r.asynchronous = traits(s.algo.kind).on_actors && !traits(s.algo.kind).synchronous;
   r.collective = traits(s.algo.kind).collective;
   r.language_model = j.language_model();
+  if (r.language_model) r.tokens_per_sample = j.data_source().windows().context;
   return r;
 }
 

@@ -48,6 +48,7 @@ std::string to_json(const epoch_metrics& m, const run_info& r) {
     if (!m.sample.empty()) j["sample"] = m.sample;
   }
   j["samples_per_s"] = number(m.samples_per_s);
+  if (r.language_model) j["tokens_per_s"] = number(m.samples_per_s * static_cast<double>(r.tokens_per_sample));
   j["train_s"] = number(m.train_s);
   j["wall_s"] = number(m.wall_s);
   j["steps"] = m.steps;
@@ -125,6 +126,8 @@ std::string describe(const epoch_metrics& m, const run_info& r) {
          << 100 * m.test_accuracy << "%";
   if (m.validation_accuracy >= 0) line << ", validation " << std::setprecision(2) << 100 * m.validation_accuracy << "%";
   line << ", " << std::setprecision(0) << m.samples_per_s << " samples/s";
+  if (r.language_model && r.tokens_per_sample > 0)
+    line << " (" << m.samples_per_s * static_cast<double>(r.tokens_per_sample) << " tokens/s)";
   if (r.asynchronous)
     line << ", staleness mean " << std::setprecision(2) << m.mean_staleness << " max " << m.max_staleness;
   if (m.rejected > 0) line << ", " << m.rejected << " pushes rejected";

@@ -81,6 +81,7 @@ struct run_info {
   bool asynchronous = false;     ///< its updates can be stale (on actors, not SSGD or allreduce): the log gives staleness
   bool collective = false;      ///< an allreduce run: its records hold regroups and dropped_reports
   bool language_model = false;  ///< its records hold the losses, perplexity and bits per character
+  int64_t tokens_per_sample = 0;  ///< a language model's window (its context): tokens/s = samples/s x it
 };
 
 /// The JSON Lines record of one epoch (one line, no newline): epoch, model,
@@ -89,8 +90,8 @@ struct run_info {
 /// workers, pipeline_stages, mean_staleness, max_staleness, rejected, lost_workers (an allreduce run's
 /// then regroups, dropped_reports). Non-finite numbers are null.
 /// A language model's record also holds, after validation_accuracy: test_loss, perplexity, bits_per_char
-/// (null when not evaluated) and validation_loss (only with a validation set); test_accuracy is the
-/// next-token accuracy.
+/// (null when not evaluated) and validation_loss (only with a validation set), and after samples_per_s
+/// (windows per second) tokens_per_s; test_accuracy is the next-token accuracy.
 std::string to_json(const epoch_metrics& m, const run_info& r);
 
 /// The last record of a data-parallel run (one line, no newline):

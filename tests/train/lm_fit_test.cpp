@@ -91,9 +91,10 @@ TEST_CASE("a tiny gpt trains through fit on a small text and its loss falls", "[
     CHECK(m.test_accuracy <= 1);
   }
   CHECK_THAT(log.str(), Contains("bits/char"));
+  CHECK_THAT(log.str(), Contains(" tokens/s)"));
   const std::string records = read_all(dir.path() + "/m.jsonl");
   for (const char* field : {"\"test_loss\":", "\"validation_loss\":", "\"perplexity\":", "\"bits_per_char\":",
-                            "\"test_accuracy\":"})
+                            "\"test_accuracy\":", "\"tokens_per_s\":"})
     CHECK_THAT(records, Contains(field));
 }
 
@@ -103,10 +104,15 @@ TEST_CASE("an image model's record holds none of a language model's fields", "[l
   m.test_loss = 1.0;
   train::run_info r;
   const std::string image = train::to_json(m, r);
-  for (const char* field : {"test_loss", "validation_loss", "perplexity", "bits_per_char"})
+  for (const char* field : {"test_loss", "validation_loss", "perplexity", "bits_per_char", "tokens_per_s"})
     CHECK_THAT(image, !Contains(field));
+  CHECK_THAT(train::describe(m, r), !Contains("tokens/s"));
   r.language_model = true;
+  r.tokens_per_sample = 16;
+  m.samples_per_s = 100;
   CHECK_THAT(train::to_json(m, r), Contains("\"test_loss\":1.0"));
+  CHECK_THAT(train::to_json(m, r), Contains("\"samples_per_s\":100.0,\"tokens_per_s\":1600.0"));
+  CHECK_THAT(train::describe(m, r), Contains("100 samples/s (1600 tokens/s)"));
 }
 
 TEST_CASE("the checkpoint keeps the vocabulary and generation from it is deterministic", "[lm]") {

@@ -66,6 +66,9 @@ def parse_args(argv):
     p.add_argument("--compress", choices=["none", "fp16"], default="none",
                    help="fp16: DDP's fp16_compress_hook, gradients sent as float16 (default none; its bf16 hook "
                         "needs CUDA and NCCL)")
+    p.add_argument("--tuned", action="store_true",
+                   help="gradient_as_bucket_view=True and static_graph=True, DDP's own performance options "
+                        "(default: off, DDP's defaults)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the node's, or cores / ranks)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--seed", type=int, default=1)
@@ -167,7 +170,8 @@ def batches(n_train, rank, world, batch, seed):
 def train(a, rank, world, data):
     train_x, train_y, test_x, test_y = data
     torch.manual_seed(a.seed)
-    model = DDP(make_model(a.model), bucket_cap_mb=a.bucket_cap_mb)
+    tuning = {"gradient_as_bucket_view": True, "static_graph": True} if a.tuned else {}
+    model = DDP(make_model(a.model), bucket_cap_mb=a.bucket_cap_mb, **tuning)
     if a.compress != "none":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(None, getattr(default_hooks, a.compress + "_compress_hook"))
@@ -216,7 +220,7 @@ def main(argv):
     result, model = train(a, rank, world, data)
     if rank == 0:
         result = {"impl": "ddp-gloo", "torch": torch.__version__, "model": a.model, "ranks": world, "threads": threads,
-                  "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "bucket_cap_mb": a.bucket_cap_mb,
+                  "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "bucket_cap_mb": a.bucket_cap_mb, "tuned": a.tuned,
                   "compress": a.compress,
                   "lr": a.lr, "momentum": a.momentum, "lr_schedule": a.lr_schedule,
                   **{k: round(v, 4) for k, v in result.items()},

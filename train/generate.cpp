@@ -66,12 +66,14 @@ model::model gpt_of(const net::checkpoint& c, const std::string& path) {
   const int64_t ratio = blocks > 0 ? number_after(a, "mlp x", first) : 1;
   if (heads <= 0 || ratio <= 0) throw error("checkpoint " + path + ": cannot read its transformer blocks");
   // Sizes the checkpoint's own tensors could not hold are not built (a description that lies).
-  int64_t stored = 0;
-  for (const auto& e : c.params) stored += e.value.numel();
+  double stored = 0;  // in doubles: the products of up to 9-digit sizes do not overflow
+  for (const auto& e : c.params) stored += static_cast<double>(e.value.numel());
   const int64_t vocab = static_cast<int64_t>(c.vocabulary.size());
-  if (context * dim > stored || vocab * dim > stored || (blocks > 0 && dim * dim * ratio > stored))
+  const double d = static_cast<double>(dim);
+  if (static_cast<double>(context) * d > stored || static_cast<double>(vocab) * d > stored ||
+      (blocks > 0 && d * d * static_cast<double>(ratio) > stored))
     throw error("checkpoint " + path + ": its architecture (" + a + ") is larger than its " +
-                std::to_string(stored) + " stored values");
+                std::to_string(static_cast<int64_t>(stored)) + " stored values");
   model::model net = zoo::gpt(vocab, context, dim, heads, blocks, ratio);
   net.build({context}, 1);
   return net;

@@ -216,6 +216,10 @@ TEST_CASE("generation reads the gpt's size from the checkpoint, and a descriptio
   c.architecture.replace(c.architecture.find("(16 x 32)"), 9, "(16 x 99999999)");
   net::save_checkpoint(lying, c);
   CHECK_THROWS_MATCHES(generate(lying, o), error, message(Contains("is larger than its")));
+  c = net::load_checkpoint(ckpt);  // a ratio whose MLP would overflow 64-bit products of the sizes
+  c.architecture.replace(c.architecture.find("mlp x4"), 6, "mlp x999999999");
+  net::save_checkpoint(lying, c);
+  CHECK_THROWS_MATCHES(generate(lying, o), error, message(Contains("is larger than its")));
   spec.heads = 3;
   CHECK_THROWS_MATCHES(train::make_job(spec), error, message(Contains("--heads 3 does not divide --dim 32")));
 }

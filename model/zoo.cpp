@@ -73,4 +73,11 @@ model::model gpt(int64_t vocab, int64_t context, int64_t dim, int64_t heads, int
   return model::model(std::move(layers));
 }
 
+double gpt_parameters(int64_t vocab, int64_t context, int64_t dim, int64_t blocks, int64_t mlp_ratio) {
+  const double v = static_cast<double>(vocab), d = static_cast<double>(dim), h = d * static_cast<double>(mlp_ratio);
+  const double norm = 2 * d;  // gain and shift
+  const double block = norm + (d * 3 * d + 3 * d) + (d * d + d) + norm + (d * h + h) + (h * d + d);
+  return v * d + static_cast<double>(context) * d + static_cast<double>(blocks) * block + norm + (d * v + v);
+}
+
 } // namespace troupe::zoo

@@ -35,5 +35,8 @@ std::vector<std::string> names();
 /// of each block N(0, 0.02 / sqrt(2 x blocks)), embeddings N(0, 0.02).
 model::model gpt(int64_t vocab, int64_t context = 128, int64_t dim = 128, int64_t heads = 4, int64_t blocks = 4,
                  int64_t mlp_ratio = 4);
+/// The parameters of gpt(vocab, context, dim, heads, blocks, mlp_ratio), counted without building it
+/// (as a double: the sizes a job file allows can make it larger than 2^63).
+double gpt_parameters(int64_t vocab, int64_t context, int64_t dim, int64_t blocks, int64_t mlp_ratio);
 
 } // namespace troupe::zoo

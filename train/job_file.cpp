@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -1023,6 +1024,27 @@ job_spec defaults_for(const job_spec& given) {
   return language_model(given) ? language_model_defaults(given) : job_spec{};
 }
 
+void check_language_model_size(const job_spec& spec, double memory_bytes) {
+  if (spec.dim % spec.heads != 0)
+    throw error("--heads " + std::to_string(spec.heads) + " does not divide --dim " + std::to_string(spec.dim) +
+                ": each head takes dim / heads features");
+  // Weights, gradients and the optimizer's state (AdamW: two moments, SGD: the velocity), for a byte
+  // vocabulary of at most 256; activations come on top.
+  const double params = zoo::gpt_parameters(256, spec.context, spec.dim, spec.blocks, spec.mlp_ratio);
+  const double bytes = params * 4 * (spec.train.optimizer == optimizer_kind::adamw ? 4 : 3);
+  if (memory_bytes <= 0 || bytes <= memory_bytes) return;
+  const auto figure = [](double x) {  // about 3 significant digits, never an exponent
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(x >= 100 ? 0 : x >= 10 ? 1 : x >= 1 ? 2 : 3) << x;
+    return o.str();
+  };
+  throw error("--dim " + std::to_string(spec.dim) + ", --blocks " + std::to_string(spec.blocks) + ", --mlp-ratio " +
+              std::to_string(spec.mlp_ratio) + " and --context " + std::to_string(spec.context) +
+              " make a gpt of about " + figure(params / 1e6) + " M parameters: " + figure(bytes / 1e9) +
+              " GB for its weights, gradients and optimizer state alone, more than this machine's " +
+              figure(memory_bytes / 1e9) + " GB of memory");
+}
+
 void validate(const job_spec& spec) {
   std::vector<std::string> models = zoo::names();
   for (const std::string& m : language_model_names()) models.push_back(m);
@@ -1030,9 +1052,7 @@ void validate(const job_spec& spec) {
     throw error("unknown model '" + spec.model + "' (choose " + join_choices(models) + ")");
   troupe::validate(spec.train);
   validate(spec.cluster);
-  if (language_model(spec) && spec.dim % spec.heads != 0)
-    throw error("--heads " + std::to_string(spec.heads) + " does not divide --dim " + std::to_string(spec.dim) +
-                ": each head takes dim / heads features");
+  if (language_model(spec)) check_language_model_size(spec, physical_memory_bytes());
   if (traits(spec.train.algo.kind).shared_memory && !spec.cluster.single_process())
     throw error("--algorithm hogwild shares one buffer in one process: it cannot run on a cluster of " +
                 std::to_string(spec.cluster.nodes.size()) + " nodes");

@@ -51,6 +51,11 @@ std::string to_job_file(const job_spec& spec);
 /// Validates the spec first.
 troupe::job make_job(const job_spec& spec);
 
+/// Throws troupe::error when the gpt `spec` asks for cannot be: its heads do not divide its width, or
+/// its weights, gradients and optimizer state alone need more than `memory_bytes` (0: not checked).
+/// validate() calls it for a language model with the host's physical memory.
+void check_language_model_size(const job_spec& spec, double memory_bytes);
+
 /// The language models of the trainer (beside zoo::names()): "gpt".
 const std::vector<std::string>& language_model_names();
 /// The defaults a job file and the command line start from for the model

@@ -363,6 +363,17 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
                        message(Contains("--heads 3 does not divide --dim 64")));
   CHECK_THROWS_MATCHES(parse_job_file("model = \"gpt\"\nheads = 0\n", "job.toml"), error,
                        message(Contains("heads")));
+  // A gpt whose weights, gradients and moments alone exceed the memory: an error before anything is built.
+  s = parse_job_file("model = \"gpt\"\n", "job.toml");
+  CHECK_NOTHROW(check_language_model_size(s, 1e9));  // 0.88 M parameters, 10.5 MB with SGD
+  CHECK_NOTHROW(check_language_model_size(s, 0));    // memory unknown: not checked
+  CHECK_THROWS_MATCHES(check_language_model_size(s, 1e6), error,
+                       message(Contains("--dim 128, --blocks 4, --mlp-ratio 4 and --context 128 make a gpt of about "
+                                        "0.876 M parameters: ") &&
+                               Contains(" GB for its weights, gradients and optimizer state alone, more than this "
+                                        "machine's 0.001 GB of memory")));
+  CHECK_THROWS_MATCHES(parse_job_file("model = \"gpt\"\ndim = 8192\nheads = 8\nblocks = 1024\n", "job.toml"),
+                       error, message(Contains("more than this machine's")));
   // The sequential loop writes no timeline and has no data loaders.
   s = parse_job_file("trace = \"t.json\"\nprefetch = 4\n", "job.toml");
   const std::string on_actors = "only a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1) "

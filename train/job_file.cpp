@@ -1029,20 +1029,27 @@ void check_language_model_size(const job_spec& spec, double memory_bytes) {
     throw error("--heads " + std::to_string(spec.heads) + " does not divide --dim " + std::to_string(spec.dim) +
                 ": each head takes dim / heads features");
   // Weights, gradients and the optimizer's state (AdamW: two moments, SGD: the velocity), for a byte
-  // vocabulary of at most 256; activations come on top.
+  // vocabulary of at most 256, and the attention probabilities each block keeps for backward
+  // ([batch, heads, context, context] floats): a floor under what one replica's step needs.
   const double params = zoo::gpt_parameters(256, spec.context, spec.dim, spec.blocks, spec.mlp_ratio);
-  const double bytes = params * 4 * (spec.train.optimizer == optimizer_kind::adamw ? 4 : 3);
+  const double c = static_cast<double>(spec.context);
+  const double probs = static_cast<double>(spec.blocks) * static_cast<double>(spec.train.batch_size) *
+                       static_cast<double>(spec.heads) * c * c * 4;
+  const double bytes = params * 4 * (spec.train.optimizer == optimizer_kind::adamw ? 4 : 3) + probs;
   if (memory_bytes <= 0 || bytes <= memory_bytes) return;
   const auto figure = [](double x) {  // about 3 significant digits, never an exponent
     std::ostringstream o;
     o << std::fixed << std::setprecision(x >= 100 ? 0 : x >= 10 ? 1 : x >= 1 ? 2 : 3) << x;
     return o.str();
   };
-  throw error("--dim " + std::to_string(spec.dim) + ", --blocks " + std::to_string(spec.blocks) + ", --mlp-ratio " +
-              std::to_string(spec.mlp_ratio) + " and --context " + std::to_string(spec.context) +
-              " make a gpt of about " + figure(params / 1e6) + " M parameters: " + figure(bytes / 1e9) +
-              " GB for its weights, gradients and optimizer state alone, more than this machine's " +
-              figure(memory_bytes / 1e9) + " GB of memory");
+  throw error("--dim " + std::to_string(spec.dim) + ", --heads " + std::to_string(spec.heads) + ", --blocks " +
+              std::to_string(spec.blocks) + ", --mlp-ratio " + std::to_string(spec.mlp_ratio) + ", --context " +
+              std::to_string(spec.context) + " and --batch-size " + std::to_string(spec.train.batch_size) +
+              " make a gpt of about " + figure(params / 1e6) + " M parameters whose step needs at least " +
+              figure(bytes / 1e9) + " GB (" + figure((bytes - probs) / 1e9) +
+              " for the weights, gradients and optimizer state, " + figure(probs / 1e9) +
+              " for the attention probabilities), more than this machine's " + figure(memory_bytes / 1e9) +
+              " GB of memory");
 }
 
 void validate(const job_spec& spec) {

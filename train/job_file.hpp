@@ -52,7 +52,8 @@ std::string to_job_file(const job_spec& spec);
 troupe::job make_job(const job_spec& spec);
 
 /// Throws troupe::error when the gpt `spec` asks for cannot be: its heads do not divide its width, or
-/// its weights, gradients and optimizer state alone need more than `memory_bytes` (0: not checked).
+/// its weights, gradients and optimizer state and the attention probabilities its blocks keep for a
+/// batch need more than `memory_bytes` (0: not checked).
 /// validate() calls it for a language model with the host's physical memory.
 void check_language_model_size(const job_spec& spec, double memory_bytes);
 

@@ -363,17 +363,22 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
                        message(Contains("--heads 3 does not divide --dim 64")));
   CHECK_THROWS_MATCHES(parse_job_file("model = \"gpt\"\nheads = 0\n", "job.toml"), error,
                        message(Contains("heads")));
-  // A gpt whose weights, gradients and moments alone exceed the memory: an error before anything is built.
-  s = parse_job_file("model = \"gpt\"\n", "job.toml");
-  CHECK_NOTHROW(check_language_model_size(s, 1e9));  // 0.88 M parameters, 10.5 MB with SGD
+  // A gpt whose state and attention probabilities exceed the memory: an error before anything is built.
+  s = parse_job_file("model = \"gpt\"\nbatch-size = 32\n", "job.toml");
+  CHECK_NOTHROW(check_language_model_size(s, 1e9));  // 0.88 M parameters (10.5 MB with SGD), 33.6 MB of probabilities
   CHECK_NOTHROW(check_language_model_size(s, 0));    // memory unknown: not checked
   CHECK_THROWS_MATCHES(check_language_model_size(s, 1e6), error,
-                       message(Contains("--dim 128, --blocks 4, --mlp-ratio 4 and --context 128 make a gpt of about "
-                                        "0.876 M parameters: ") &&
-                               Contains(" GB for its weights, gradients and optimizer state alone, more than this "
-                                        "machine's 0.001 GB of memory")));
+                       message(Contains("--dim 128, --heads 4, --blocks 4, --mlp-ratio 4, --context 128 and "
+                                        "--batch-size 32 make a gpt of about 0.876 M parameters whose step needs at "
+                                        "least 0.044 GB (0.011 for the weights, gradients and optimizer state, 0.034 "
+                                        "for the attention probabilities), more than this machine's 0.001 GB of "
+                                        "memory")));
   CHECK_THROWS_MATCHES(parse_job_file("model = \"gpt\"\ndim = 8192\nheads = 8\nblocks = 1024\n", "job.toml"),
                        error, message(Contains("more than this machine's")));
+  s.context = 4096;  // 34 GB of probabilities for 32 windows in 4 blocks
+  CHECK_THROWS_MATCHES(check_language_model_size(s, 25e9), error, message(Contains("34.4 for the attention")));
+  s.train.batch_size = 8;
+  CHECK_NOTHROW(check_language_model_size(s, 25e9));
   // The sequential loop writes no timeline and has no data loaders.
   s = parse_job_file("trace = \"t.json\"\nprefetch = 4\n", "job.toml");
   const std::string on_actors = "only a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1) "

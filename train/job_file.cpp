@@ -1028,14 +1028,15 @@ void check_language_model_size(const job_spec& spec, double memory_bytes) {
   if (spec.dim % spec.heads != 0)
     throw error("--heads " + std::to_string(spec.heads) + " does not divide --dim " + std::to_string(spec.dim) +
                 ": each head takes dim / heads features");
-  // Weights, gradients and the optimizer's state (AdamW: two moments, SGD: the velocity), for a byte
+  // Weights, gradients and the optimizer's state (AdamW: two moments, SGD: the velocity if any), for a byte
   // vocabulary of at most 256, and the attention probabilities each block keeps for backward
   // ([batch, heads, context, context] floats): a floor under what one replica's step needs.
   const double params = zoo::gpt_parameters(256, spec.context, spec.dim, spec.blocks, spec.mlp_ratio);
   const double c = static_cast<double>(spec.context);
   const double probs = static_cast<double>(spec.blocks) * static_cast<double>(spec.train.batch_size) *
                        static_cast<double>(spec.heads) * c * c * 4;
-  const double bytes = params * 4 * (spec.train.optimizer == optimizer_kind::adamw ? 4 : 3) + probs;
+  const int copies = spec.train.optimizer == optimizer_kind::adamw ? 4 : spec.train.momentum > 0 ? 3 : 2;
+  const double bytes = params * 4 * copies + probs;
   if (memory_bytes <= 0 || bytes <= memory_bytes) return;
   const auto figure = [](double x) {  // about 3 significant digits, never an exponent
     std::ostringstream o;

@@ -379,6 +379,9 @@ TEST_CASE("a value the job does not read is noted, naming the jobs that read it"
   CHECK_THROWS_MATCHES(check_language_model_size(s, 25e9), error, message(Contains("34.4 for the attention")));
   s.train.batch_size = 8;
   CHECK_NOTHROW(check_language_model_size(s, 25e9));
+  s.context = 128;  // SGD without momentum keeps no velocity: weights and gradients, 2 x 4 bytes a parameter
+  s.train.momentum = 0;
+  CHECK_THROWS_MATCHES(check_language_model_size(s, 1e6), error, message(Contains("(0.007 for the weights")));
   // The sequential loop writes no timeline and has no data loaders.
   s = parse_job_file("trace = \"t.json\"\nprefetch = 4\n", "job.toml");
   const std::string on_actors = "only a run on actors (an --algorithm other than sequential, or --pipeline-stages > 1) "

@@ -79,6 +79,15 @@ int share_of_host(const cluster_spec& c, uint32_t self, const std::map<std::stri
   return default_threads(env, std::max(1, cores - taken), std::max(1, sharing));
 }
 
+/// The threads node `i` takes: its own `threads`, else the job's (`job_threads` > 0), else its share of
+/// the host (one process: default_threads).
+int node_threads(const cluster_spec& c, uint32_t i, int job_threads, const std::map<std::string, std::string>& env,
+                 int cores) {
+  if (!c.single_process() && c.nodes[i].threads > 0) return c.nodes[i].threads;
+  if (job_threads > 0) return job_threads;
+  return c.single_process() ? default_threads(env, cores) : share_of_host(c, i, env, cores);
+}
+
 } // namespace
 
 topology topology_of(const cluster_spec& c, uint32_t self, int local_threads) {
@@ -87,17 +96,14 @@ topology topology_of(const cluster_spec& c, uint32_t self, int local_threads) {
 
 topology topology_of(const cluster_spec& c, uint32_t self, int local_threads,
                      const std::map<std::string, std::string>& env, int cores) {
-  if (c.single_process()) return topology::local(local_threads > 0 ? local_threads : default_threads(env, cores));
+  if (c.single_process()) return topology::local(node_threads(c, 0, local_threads, env, cores));
   if (self >= c.nodes.size())
     throw error("topology: node " + std::to_string(self) + " of a cluster of " + std::to_string(c.nodes.size()));
   topology t;
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
     const node_entry& n = c.nodes[i];
-    int threads = 1;
-    if (n.threads > 0)
-      threads = n.threads;
-    else if (i == self)
-      threads = local_threads > 0 ? local_threads : share_of_host(c, self, env, cores);
+    // Another node's threads, where it leaves them to its host, are its own business: 1 here.
+    const int threads = i == self ? node_threads(c, self, local_threads, env, cores) : std::max(1, n.threads);
     node_spec spec{n.name, threads, n.workers, n.shards, {}};
     for (std::size_t d = 0; d < n.devices.size(); ++d)
       spec.devices.push_back({n.devices[d].kind + std::to_string(d), n.devices[d].speed, n.devices[d].memory_mb * 1048576});
@@ -197,19 +203,14 @@ std::string oversubscription_note(int threads, int cores) {
 
 std::string host_threads_note(const cluster_spec& c, uint32_t self, int job_threads,
                               const std::map<std::string, std::string>& env, int cores) {
-  if (c.single_process()) {
-    const int threads = job_threads > 0 ? job_threads : default_threads(env, cores);
-    return threads > cores ? oversubscription_note(threads, cores) : "";
-  }
+  if (c.single_process()) return oversubscription_note(node_threads(c, 0, job_threads, env, cores), cores);
   int threads = 0;
   std::string names;
   int processes = 0;
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    const node_entry& n = c.nodes[i];
-    if (!same_host(n.host, c.nodes.at(self).host)) continue;
-    threads += n.threads > 0 ? n.threads : job_threads > 0 ? job_threads
-                                                            : share_of_host(c, static_cast<uint32_t>(i), env, cores);
-    names += (names.empty() ? "" : ", ") + n.name;
+    if (!same_host(c.nodes[i].host, c.nodes.at(self).host)) continue;
+    threads += node_threads(c, static_cast<uint32_t>(i), job_threads, env, cores);
+    names += (names.empty() ? "" : ", ") + c.nodes[i].name;
     ++processes;
   }
   if (threads <= std::max(cores, processes)) return "";  // one thread each is the least they can take

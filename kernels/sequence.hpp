@@ -69,6 +69,15 @@ void attention_forward(const context& ctx, const tensor& qkv, int64_t heads, ten
 /// dout [B, T, C]. The number of heads is probs' second dimension.
 void attention_backward(const context& ctx, const tensor& qkv, const tensor& probs, const tensor& dout,
                         tensor& dqkv);
+/// Incremental decoding (generation that keeps the keys and values): the
+/// attention of the n query rows at positions [start, start + n) of one
+/// sequence. cache [P, 3C] (P >= start + n) holds the qkv rows of positions
+/// [0, start + n), the new ones included; out becomes [1, n, C], the rows
+/// [start, start + n) attention_forward gives for the sequence's first
+/// start + n positions (up to rounding). scratch is the caller's, kept
+/// between calls ([n, start + n] of scores per head).
+void attention_decode(const context& ctx, const tensor& cache, int64_t start, int64_t n, int64_t heads, tensor& out,
+                      tensor& scratch);
 
 // ---------------------------------------------------------------- embeddings
 
@@ -82,10 +91,11 @@ void embedding_forward(const context& ctx, const token_ids& tokens, const tensor
 /// bits whatever the thread count.
 void embedding_backward(const context& ctx, const token_ids& tokens, const tensor& dy, tensor& dtable);
 
-/// The learned position embedding: y [B, T, C] += table[t] at every time t
-/// (positions 0..T-1; table is [T_max, C] with T <= T_max). Adds in place, to
-/// the token embeddings embedding_forward wrote: GPT's input is their sum.
-void position_embedding_forward(const context& ctx, const tensor& table, tensor& y);
+/// The learned position embedding: y [B, T, C] += table[first + t] at every
+/// time t (positions first..first+T-1; table is [T_max, C] with first + T <=
+/// T_max; first is 0 but when decoding a sequence's later positions). Adds in
+/// place, to the token embeddings embedding_forward wrote: GPT's input is their sum.
+void position_embedding_forward(const context& ctx, const tensor& table, tensor& y, int64_t first = 0);
 /// dtable [T_max, C] (must already have that shape; overwritten): row t is the
 /// sum over the batch of dy [B, T, C] at time t, in batch order; rows from T
 /// on are 0. The same bits whatever the thread count.

@@ -31,6 +31,13 @@ state_list make_states(const layer_list& chain);
 const tensor& forward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& x,
                             bool training);
 
+/// The chain's output for positions [start, start + n) of one sequence
+/// (layer::decode, layer by layer); its input when the chain is empty.
+const tensor& decode_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& x,
+                           int64_t start);
+/// True when every layer of the chain decodes (layer::decodes).
+bool chain_decodes(const layer_list& chain);
+
 /// The backward passes from the chain's end; the gradient of the chain's
 /// input, undefined when a layer needs none (nothing before it learns).
 const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy);

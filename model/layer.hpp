@@ -100,6 +100,23 @@ public:
     (void)part;
     return backward(ctx, dy, s);
   }
+  /// Incremental decoding of one sequence (generation that keeps each
+  /// attention's keys and values): the layer's output for positions
+  /// [start, start + n) of a sequence whose rows x [1, n, ...] holds, when
+  /// positions [0, start) went through the same state `s` in earlier calls
+  /// (start 0 begins a sequence; a smaller start than before goes back).
+  /// Only for a layer whose decodes() is true: its rows are then those
+  /// forward() gives for the sequence's first start + n positions. A layer
+  /// that treats each position alone decodes by its forward pass.
+  virtual const tensor& decode(const kernels::context& ctx, const tensor& x, int64_t start, layer_state& s) {
+    (void)start;
+    return forward(ctx, x, false, s);
+  }
+  /// True when decode() is right for this layer: it treats each position
+  /// alone (a token embedding, a layer norm, a dense layer over the last
+  /// dimension, an activation), or decodes its own way (the attention, the
+  /// position embedding), or is a block of such layers.
+  virtual bool decodes() const { return false; }
   virtual std::vector<parameter*> parameters() { return {}; }
   /// The size of the table its input indexes (an embedding's vocabulary: its
   /// input holds token ids in [0, size)); 0 for an input of real values.

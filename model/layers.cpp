@@ -276,6 +276,7 @@ public:
   std::string describe() const override { return kind(); }
   shape infer(const shape& in, const std::string&) override { return in; }
   void set_applied_by_previous(bool applied) override { passthrough_ = A == act::relu && applied; }
+  bool decodes() const override { return true; }  // elementwise
   const tensor& forward(const k::context& ctx, const tensor& x, bool, layer_state& s) override {
     if (passthrough_) return x;
     if (A == act::relu) k::relu_forward(ctx, x, s.y);
@@ -330,6 +331,7 @@ public:
   }
   shape infer(const shape& in, const std::string&) override { return in; }
   void initialize(std::mt19937_64& rng) override { seed_ = rng(); counter_ = 0; }
+  bool decodes() const override { return true; }  // the identity outside training
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, dropout_state& s) override {
     s.dropped = training && p_ > 0.0f;
     if (!s.dropped) return x;

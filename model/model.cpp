@@ -2,6 +2,7 @@
 
 #include "model/chain.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -46,6 +47,17 @@ const tensor& forward_chain(const kernels::context& ctx, layer_list& chain, stat
   const tensor* cur = &x;
   for (std::size_t i = 0; i < chain.size(); ++i) cur = &chain[i]->forward(ctx, *cur, training, *states[i]);
   return *cur;
+}
+
+const tensor& decode_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& x,
+                           int64_t start) {
+  const tensor* cur = &x;
+  for (std::size_t i = 0; i < chain.size(); ++i) cur = &chain[i]->decode(ctx, *cur, start, *states[i]);
+  return *cur;
+}
+
+bool chain_decodes(const layer_list& chain) {
+  return std::all_of(chain.begin(), chain.end(), [](const std::unique_ptr<layer>& l) { return l->decodes(); });
 }
 
 const tensor& backward_chain(const kernels::context& ctx, layer_list& chain, state_list& states, const tensor& dy) {
@@ -154,6 +166,24 @@ const tensor& model::forward(const kernels::context& ctx, const tensor& x, bool 
   check_activations(a, "forward");
   lend(a.states_.back()->y, out, a.lent_y_);
   return into(forward_chain(ctx, layers_, a.states_, x, training), out, "forward");
+}
+
+bool model::decodes() const { return built_ && chain_decodes(layers_); }
+
+const tensor& model::decode(const kernels::context& ctx, const tensor& x, int64_t start, activations& a) {
+  require_built("decode");
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (!layers_[i]->decodes())
+      throw error("decode: " + layer_name(*layers_[i], i) + " (" + layers_[i]->describe() +
+                  ") does not decode a sequence position by position: use forward()");
+  check_activations(a, "decode");
+  if (input_.rank() != 1 || x.rank() != 2 || x.dim(0) != 1 || x.dim(1) < 1 || start < 0 ||
+      x.dim(1) > input_[0] - start)
+    throw shape_error("decode: expects one sequence's tokens [1, n] at positions [" + std::to_string(start) +
+                      ", " + std::to_string(start) + " + n) within the " + input_.to_string() +
+                      " the model was built for, got " + x.shape().to_string());
+  lend(a.states_.back()->y, nullptr, a.lent_y_);
+  return decode_chain(ctx, layers_, a.states_, x, start);
 }
 
 const tensor& model::forward_layer(const kernels::context& ctx, const tensor& x, std::size_t i, bool training) {

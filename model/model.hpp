@@ -60,6 +60,17 @@ public:
   /// its output back). The result stays valid until `a`'s next forward.
   const tensor& forward(const kernels::context& ctx, const tensor& x, bool training, activations& a,
                         tensor* out = nullptr);
+  /// Incremental decoding of one sequence (generation): the output rows of
+  /// positions [start, start + n) for tokens x [1, n], when positions
+  /// [0, start) went through `a` in earlier calls (start 0 begins a
+  /// sequence); each attention keeps its keys and values in `a`, so a new
+  /// token costs one position's work, not the sequence's. The same rows as
+  /// forward() of the sequence's first start + n positions, up to rounding.
+  /// Needs decodes(); start + n at most the input's length. Valid until `a`'s next call.
+  const tensor& decode(const kernels::context& ctx, const tensor& x, int64_t start, activations& a);
+  /// True when every layer decodes (layer::decodes): a sequence model of
+  /// embeddings, attention, layer norms and layers over the last dimension.
+  bool decodes() const;
   /// Layer i's forward pass alone, on layer i - 1's output (the batch for
   /// i = 0): forward() one layer at a time, so that a data-parallel worker can
   /// run each parameter shard's layers as soon as that shard's weights arrive.

@@ -82,16 +82,17 @@ public:
   }
 
   const tensor& run_forward(const k::context& ctx, const tensor& x, bool training, residual_state& s) override {
-    for (std::size_t i : deferred_) s.body[i + 2]->input_map = &s.body[i]->output_map;
-    if (body_sum_) {  // the body's last layer adds the shortcut (and applies the ReLU): the same bits
-      s.body.back()->addend = &forward_chain(ctx, projection_, s.projection, x, training);
-      return forward_chain(ctx, body_, s.body, x, training);
-    }
-    const tensor& out = forward_chain(ctx, body_, s.body, x, training);
-    const tensor& shortcut = forward_chain(ctx, projection_, s.projection, x, training);
-    k::add(ctx, out, shortcut, s.y, relu_);
-    return s.y;
+    return sum(ctx, s, [&](layers& chain, state_list& states) -> const tensor& {
+      return forward_chain(ctx, chain, states, x, training);
+    });
   }
+
+  const tensor& decode(const k::context& ctx, const tensor& x, int64_t start, layer_state& s) override {
+    return sum(ctx, static_cast<residual_state&>(s), [&](layers& chain, state_list& states) -> const tensor& {
+      return decode_chain(ctx, chain, states, x, start);
+    });
+  }
+  bool decodes() const override { return chain_decodes(body_) && chain_decodes(projection_); }
 
   const tensor& run_backward(const k::context& ctx, const tensor& dy_out, residual_state& s) override {
     const tensor* dy = &dy_out;
@@ -151,6 +152,20 @@ public:
   }
 
 private:
+  /// body(x) + shortcut(x), each chain run by `run` (a forward pass or decoding): the output.
+  template <class Run>
+  const tensor& sum(const k::context& ctx, residual_state& s, Run run) {
+    for (std::size_t i : deferred_) s.body[i + 2]->input_map = &s.body[i]->output_map;
+    if (body_sum_) {  // the body's last layer adds the shortcut (and applies the ReLU): the same bits
+      s.body.back()->addend = &run(projection_, s.projection);
+      return run(body_, s.body);
+    }
+    const tensor& out = run(body_, s.body);
+    const tensor& shortcut = run(projection_, s.projection);
+    k::add(ctx, out, shortcut, s.y, relu_);
+    return s.y;
+  }
+
   /// "conv2d #2 inside", "conv2d #1 of the projection".
   static std::string inner_name(const layer& l, std::size_t i, bool projection) {
     return l.kind() + " #" + std::to_string(i + 1) + (projection ? " of the projection" : " inside");

@@ -91,6 +91,7 @@ public:
     }
     return s.dx;
   }
+  bool decodes() const override { return true; }
   std::vector<parameter*> parameters() override { return {&w_}; }
   int64_t input_ids() const override { return o_.vocab; }
 
@@ -137,14 +138,20 @@ public:
     init_normal(w_.value, embedding_sd, rng);
   }
   const tensor& forward(const k::context& ctx, const tensor& x, bool, layer_state& s) override {
-    if (x.rank() != 3 || x.dim(1) > o_.max_len || x.dim(2) != o_.dim)
-      throw shape_error(describe() + ": expects [batch, time <= " + n2s(o_.max_len) + ", " + n2s(o_.dim) +
-                        "], got " + x.shape().to_string());
+    return decode(ctx, x, 0, s);
+  }
+  /// Positions [start, start + time) take rows [start, start + time) of the table.
+  const tensor& decode(const k::context& ctx, const tensor& x, int64_t start, layer_state& s) override {
+    if (x.rank() != 3 || start < 0 || x.dim(1) > o_.max_len - start || x.dim(2) != o_.dim)
+      throw shape_error(describe() + ": expects [batch, time <= " + n2s(o_.max_len) +
+                        (start > 0 ? " - " + n2s(start) + " (the positions before it)" : std::string()) + ", " +
+                        n2s(o_.dim) + "], got " + x.shape().to_string());
     if (!s.y.defined() || s.y.shape() != x.shape() || s.y.shares_storage(x)) s.y = tensor::empty(x.shape());
     s.y.copy_from(x);
-    k::position_embedding_forward(ctx, w_.value, s.y);
+    k::position_embedding_forward(ctx, w_.value, s.y, start);
     return s.y;
   }
+  bool decodes() const override { return true; }
   const tensor& backward(const k::context& ctx, const tensor& dy, layer_state&) override {
     ensure_grad(w_);
     k::position_embedding_backward(ctx, dy, w_.grad);
@@ -186,6 +193,7 @@ public:
     k::layer_norm_backward(ctx, s.x, gamma_.value, s.mean, s.rstd, dy, s.dx, gamma_.grad, beta_.grad);
     return s.dx;
   }
+  bool decodes() const override { return true; }
   std::vector<parameter*> parameters() override { return {&gamma_, &beta_}; }
 
 private:
@@ -207,6 +215,7 @@ public:
     k::gelu_backward(ctx, s.x, dy, s.dx);
     return s.dx;
   }
+  bool decodes() const override { return true; }
 };
 
 /// y = x W^T + b over the rows of a [rows, in] view; the weights a sequence
@@ -276,6 +285,7 @@ public:
     d_.backward(ctx, s.x, dy, needs_input_grad_, s.dx);
     return s.dx;
   }
+  bool decodes() const override { return true; }  // row by row
   std::vector<parameter*> parameters() override {
     std::vector<parameter*> v;
     d_.collect(v);
@@ -289,6 +299,9 @@ private:
 
 struct attention_state : layer_state {
   tensor x, qkv, att, probs;  // its input, the projection, the heads' outputs and their softmax
+  // Decoding: the qkv rows of the positions decoded so far ([capacity, 3C], rows [0, decoded) set).
+  tensor cache;
+  int64_t decoded = 0;
 };
 
 class causal_self_attention_layer final : public layer_with_state<attention_state> {
@@ -321,6 +334,31 @@ public:
     proj_.forward(ctx, s.att, s.y);
     return s.y;
   }
+  /// The new positions' queries, keys and values join those of the positions before them in the
+  /// state's cache; the new queries attend to every cached key up to their own position.
+  const tensor& decode(const k::context& ctx, const tensor& x, int64_t start, layer_state& st) override {
+    auto& s = static_cast<attention_state&>(st);
+    if (x.rank() != 3 || x.dim(0) != 1 || x.dim(2) != o_.dim)
+      throw shape_error(describe() + ": decodes one sequence [1, time, " + n2s(o_.dim) + "], got " +
+                        x.shape().to_string());
+    if (start < 0 || start > s.decoded)
+      throw error(describe() + ": cannot decode from position " + n2s(start) + ": its state holds the " +
+                  n2s(s.decoded) + " positions before it");
+    const int64_t n = x.dim(1), ld = 3 * o_.dim;
+    qkv_.forward(ctx, x, s.qkv);
+    if (!s.cache.defined() || s.cache.dim(0) < start + n) {  // grows by doubling, keeps rows [0, start)
+      tensor grown = tensor::empty({std::max<int64_t>(start + n, 2 * (s.cache.defined() ? s.cache.dim(0) : 16)), ld});
+      if (start > 0) std::copy(s.cache.data(), s.cache.data() + start * ld, grown.data());
+      s.cache = std::move(grown);
+    }
+    std::copy(s.qkv.data(), s.qkv.data() + n * ld, s.cache.data() + start * ld);
+    s.decoded = start + n;
+    if (start == 0) k::attention_forward(ctx, s.qkv, o_.heads, s.att, s.probs);  // a whole sequence: its kernel
+    else k::attention_decode(ctx, s.cache, start, n, o_.heads, s.att, s.probs);
+    proj_.forward(ctx, s.att, s.y);
+    return s.y;
+  }
+  bool decodes() const override { return true; }
   const tensor& run_backward(const k::context& ctx, const tensor& dy, attention_state& s) override {
     proj_.backward(ctx, s.att, dy, true, datt_);
     k::attention_backward(ctx, s.qkv, s.probs, datt_, dqkv_);

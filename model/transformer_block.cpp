@@ -61,6 +61,11 @@ public:
     return backward_chain(ctx, chain_, s.chain, dy);
   }
 
+  const tensor& decode(const k::context& ctx, const tensor& x, int64_t start, layer_state& s) override {
+    return decode_chain(ctx, chain_, static_cast<chain_state&>(s).chain, x, start);
+  }
+  bool decodes() const override { return chain_decodes(chain_); }
+
   std::size_t backward_parts() const override { return chain_.size(); }
   const tensor& backward_part(const k::context& ctx, const tensor& dy, layer_state& s, std::size_t part) override {
     return chain_.at(part)->backward(ctx, dy, *static_cast<chain_state&>(s).chain.at(part));

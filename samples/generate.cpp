@@ -12,6 +12,7 @@ namespace {
 const char* const usage_text =
     "usage: troupe_generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
     "                       [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
+    "                       [--cache true|false] [--window-shift N]\n"
     "Prints the prompt and its continuation by the language model of FILE (a\n"
     "troupe_trainer --model gpt checkpoint): the same seed gives the same text.\n"
     "\n"
@@ -23,6 +24,11 @@ const char* const usage_text =
     "  --top-k K                 sample among the K likeliest; 0: all (default 0)\n"
     "  --seed S                  the sampler's seed (default 1)\n"
     "  --threads N               CPU threads (default 1)\n"
+    "  --cache B                 keep the attention's keys and values: a token\n"
+    "                            costs one position, not the window (default true)\n"    "  --window-shift N          past the context, move the window on by N tokens:\n"
+    "                            1 reads the last context tokens for each token;\n"
+    "                            N decodes the window again once every N tokens,\n"
+    "                            each token seeing at least context - N + 1 (default 1)\n"
     "  -h, --help                print this text and exit\n"
     "  --version                 print \"troupe_generate VERSION\" and exit\n";
 
@@ -56,6 +62,9 @@ void parse(int argc, char** argv, std::string& path, troupe::generate_options& o
     else if (name == "top-k") o.top_k = static_cast<int64_t>(number(name, value));
     else if (name == "seed") o.seed = static_cast<uint64_t>(number(name, value));
     else if (name == "threads") o.threads = static_cast<int>(number(name, value));
+    else if (name == "cache" && (value == "true" || value == "false")) o.cache = value == "true";
+    else if (name == "window-shift") o.window_shift = static_cast<int64_t>(number(name, value));
+    else if (name == "cache") throw troupe::error("--cache: expected true or false, got '" + value + "'");
     else throw troupe::error("unknown option " + arg + " (see --help)");
   }
   if (path.empty()) throw troupe::error("--checkpoint FILE is required (see --help)");

@@ -81,6 +81,55 @@ model::model gpt_of(const net::checkpoint& c, const std::string& path) {
 
 } // namespace
 
+namespace {
+
+/// The logits of the next token after `ids`, each call one token longer: those the model gives
+/// for the tokens of its window, from position 0. The window is the text's last tokens while they
+/// fit in the context; when the text outgrows it, the window moves on by `shift` tokens (1: the
+/// last `context` tokens, always).
+class next_logits {
+public:
+  next_logits(model::model& net, const kernels::context& ctx, const generate_options& o)
+      : net_(net), ctx_(ctx), context_(net.input_shape()[0]), shift_(o.window_shift), cache_(o.cache && net.decodes()) {
+    if (shift_ < 1 || shift_ > context_)
+      throw error("generate: window-shift must be in [1, " + std::to_string(context_) + "] (the context), got " +
+                  std::to_string(shift_));
+    if (cache_) a_ = net.make_activations();
+    else x_ = tensor::zeros({1, context_});
+  }
+
+  /// Row of the last token's logits (V values), valid until the next call.
+  const float* operator()(const std::vector<int32_t>& ids) {
+    const int64_t size = static_cast<int64_t>(ids.size()), v = net_.output_shape()[1];
+    if (size - from_ > context_) {  // every token's position changes: the window is decoded again
+      from_ = std::max(size - context_, from_ + shift_);
+      held_ = 0;
+    }
+    const int64_t len = size - from_;
+    if (!cache_) {  // the whole window; positions after it do not reach its logits (causal) and stay 0
+      std::fill(x_.data(), x_.data() + context_, 0.0f);
+      for (int64_t t = 0; t < len; ++t) x_.data()[t] = static_cast<float>(ids[from_ + t]);
+      return net_.forward(ctx_, x_, false).data() + (len - 1) * v;
+    }
+    tensor x = tensor::empty({1, len - held_});  // the tokens after those the model's state holds
+    for (int64_t t = 0; t < x.dim(1); ++t) x.data()[t] = static_cast<float>(ids[from_ + held_ + t]);
+    const tensor& logits = net_.decode(ctx_, x, held_, a_);
+    held_ = len;
+    return logits.data() + (x.dim(1) - 1) * v;
+  }
+
+private:
+  model::model& net_;
+  const kernels::context& ctx_;
+  const int64_t context_, shift_;
+  const bool cache_;
+  model::activations a_;
+  tensor x_;
+  int64_t from_ = 0, held_ = 0;  // the window's first token in ids; the positions decoded into a_
+};
+
+} // namespace
+
 std::string generate(model::model& net, const std::string& vocabulary, const generate_options& o) {
   if (o.tokens < 0) throw error("generate: tokens must be >= 0, got " + std::to_string(o.tokens));
   if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
@@ -89,19 +138,12 @@ std::string generate(model::model& net, const std::string& vocabulary, const gen
   const data::text_corpus vocab = data::text_corpus::from_text(vocabulary, "the checkpoint's vocabulary", vocabulary);
   std::vector<int32_t> ids = o.prompt.empty() ? std::vector<int32_t>{} : vocab.encode(o.prompt);
   if (ids.empty()) ids.push_back(vocabulary.find('\n') != std::string::npos ? vocab.encode("\n")[0] : 0);
-  const int64_t context = net.input_shape()[0], v = vocab.vocab_size();
   const kernels::context ctx = kernels::context::with_threads(std::max(1, o.threads));
   std::mt19937_64 rng(o.seed);
-  tensor x = tensor::zeros({1, context});
+  next_logits logits(net, ctx, o);
   std::vector<int32_t> out;
   for (int64_t n = 0; n < o.tokens; ++n) {
-    // The last `context` tokens from position 0; the positions after them do
-    // not reach these logits (the model is causal) and stay 0.
-    const int64_t len = std::min<int64_t>(context, static_cast<int64_t>(ids.size()));
-    std::fill(x.data(), x.data() + context, 0.0f);
-    for (int64_t t = 0; t < len; ++t) x.data()[t] = static_cast<float>(ids[ids.size() - len + t]);
-    const tensor& logits = net.forward(ctx, x, false);
-    const int32_t next = sample(logits.data() + (len - 1) * v, v, o, rng);
+    const int32_t next = sample(logits(ids), vocab.vocab_size(), o, rng);
     ids.push_back(next);
     out.push_back(next);
   }

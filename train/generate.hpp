@@ -22,13 +22,26 @@ struct generate_options {
   int64_t top_k = 0;         ///< sample among the k most likely tokens only; 0: all
   uint64_t seed = 1;         ///< the same seed, checkpoint and options give the same text
   int threads = 1;           ///< CPU threads for the forward passes
+  /// Keep each attention's keys and values (model::decode), so that a token
+  /// within the context costs one position's work; false: the whole window's
+  /// forward pass for every token. The same text either way, up to rounding.
+  /// Models that do not decode (model::decodes) always take the forward pass.
+  bool cache = true;
+  /// Tokens the window moves on by when the text outgrows the model's
+  /// context, in [1, context]. 1: every token is drawn from the last
+  /// `context` tokens, and past the context each token decodes the whole
+  /// window again (as without the cache). N: the window is decoded again
+  /// once every N tokens, and each token sees between context - N + 1 and
+  /// context tokens before it.
+  int64_t window_shift = 1;
 };
 
 /// The continuation of o.prompt (the prompt not included) by `net`, a built
 /// language model of input [context] token ids and output [context, V]
 /// logits, V = vocabulary.size(); token i is the byte vocabulary[i]. Each
-/// step reads the last `context` tokens. Throws troupe::error for a prompt
-/// byte outside the vocabulary, a negative token count, temperature or top_k.
+/// step reads the last `context` tokens (o.window_shift says otherwise).
+/// Throws troupe::error for a prompt byte outside the vocabulary, a negative
+/// token count, temperature or top_k, a window_shift outside [1, context].
 std::string generate(model::model& net, const std::string& vocabulary, const generate_options& o);
 
 /// The same for a checkpoint of a zoo::gpt (troupe_trainer --model gpt, or a

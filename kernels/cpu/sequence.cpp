@@ -238,6 +238,46 @@ void attention_backward(const context& ctx, const tensor& qkv, const tensor& pro
   }
 }
 
+void attention_decode(const context& ctx, const tensor& cache, int64_t start, int64_t n, int64_t heads, tensor& out,
+                      tensor& scratch) {
+  const char* k = "attention_decode";
+  detail::require_rank(cache, 2, k, "cache");
+  const int64_t total = start + n, ld = cache.dim(1), c = ld / 3;
+  detail::require(start >= 0 && n >= 1 && cache.dim(0) >= total && ld > 0 && ld % 3 == 0, k, [&] {
+    return "cache " + cache.shape().to_string() + " must be [P, 3C] with P >= start + n = " + std::to_string(start) +
+           " + " + std::to_string(n);
+  });
+  detail::require(heads >= 1 && c % heads == 0, k,
+                  [&] { return std::to_string(heads) + " heads do not divide the " + std::to_string(c) + " channels"; });
+  ensure_shape(out, {1, n, c});
+  ensure_shape(scratch, {heads, n, total});
+  const attention_dims d{1, total, c, heads, c / heads};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.head));
+  const float* q = cache.data() + start * ld;
+  const float* kv = cache.data();
+  float* o = out.data();
+  float* s = scratch.data();
+  const int threads = pair_threads(ctx, d);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t h = 0; h < heads; ++h) {
+    float* p = s + h * n * total;
+    const int64_t at = h * d.head;
+    gemm(ctx, false, true, n, total, d.head, scale, q + at, ld, kv + c + at, ld, 0.0f, p, total);
+    for (int64_t r = 0; r < n; ++r) {  // query start + r sees keys [0, start + r]
+      float* row = p + r * total;
+      const int64_t keys = start + r + 1;
+      float m = row[0];
+      for (int64_t j = 1; j < keys; ++j) m = std::max(m, row[j]);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < keys; ++j) sum += (row[j] = std::exp(row[j] - m));
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+      std::fill(row + keys, row + total, 0.0f);
+    }
+    gemm(ctx, false, false, n, d.head, total, 1.0f, p, total, kv + 2 * c + at, ld, 0.0f, o + at, c);
+  }
+}
+
 // ---------------------------------------------------------------- embeddings
 
 namespace {
@@ -303,15 +343,15 @@ void embedding_backward(const context& ctx, const token_ids& tokens, const tenso
   }
 }
 
-void position_embedding_forward(const context& ctx, const tensor& table, tensor& y) {
+void position_embedding_forward(const context& ctx, const tensor& table, tensor& y, int64_t first) {
   const char* k = "position_embedding_forward";
   detail::require_rank(table, 2, k, "table");
   detail::require_rank(y, 3, k, "y");
   const int64_t t_len = y.dim(1), c = y.dim(2);
-  detail::require(table.dim(1) == c && table.dim(0) >= t_len, k,
-                  [&] { return "table " + table.shape().to_string() + " must be [T_max, C] with T_max >= T for y " +
-                      y.shape().to_string(); });
-  const float* src = table.data();
+  detail::require(first >= 0 && table.dim(1) == c && table.dim(0) - first >= t_len, k,
+                  [&] { return "table " + table.shape().to_string() + " must be [T_max, C] with T_max >= " +
+                      (first > 0 ? std::to_string(first) + " + " : std::string()) + "T for y " + y.shape().to_string(); });
+  const float* src = table.data() + first * c;
   float* dst = y.data();
   const int64_t rows = y.dim(0) * t_len;
 #pragma omp parallel for schedule(static) num_threads(loop_threads(ctx, rows, y.numel()))

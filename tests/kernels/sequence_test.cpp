@@ -218,6 +218,31 @@ TEST_CASE("attention_forward matches a double reference for one and several head
   }
 }
 
+TEST_CASE("attention_decode gives attention_forward's rows for queries after the cached positions", "[sequence]") {
+  // Rows [start, start + n) of one sequence's forward pass, from a cache that holds positions [0, start + n)
+  // and a few rows more (a cache grows ahead of the positions decoded).
+  for (attn_case a : {attn_case{1, 9, 8, 1}, attn_case{1, 9, 12, 3}, attn_case{1, 40, 64, 4}}) {
+    const tensor qkv = testing::random_tensor({1, a.time, 3 * a.channels}, 18, -2.0f, 2.0f);
+    tensor cache = tensor::zeros({a.time + 3, 3 * a.channels}), out, probs, got, scratch;
+    std::copy(qkv.data(), qkv.data() + qkv.numel(), cache.data());
+    for (const k::context* c : {&ctx, &one}) {
+      k::attention_forward(*c, qkv, a.heads, out, probs);
+      for (int64_t start : {int64_t{0}, int64_t{1}, a.time / 2, a.time - 1})
+        for (int64_t n : {int64_t{1}, a.time - start}) {
+          INFO("T " << a.time << ", C " << a.channels << ", heads " << a.heads << ", start " << start << ", n " << n);
+          k::attention_decode(*c, cache, start, n, a.heads, got, scratch);
+          REQUIRE(got.shape() == shape{1, n, a.channels});
+          const float* want = out.data() + start * a.channels;
+          CHECK(worst_error(got, std::vector<double>(want, want + n * a.channels)) < 1e-5);
+        }
+    }
+  }
+  tensor cache = testing::random_tensor({4, 3 * 8}, 19), got, scratch;
+  CHECK_THROWS_WITH(k::attention_decode(ctx, cache, 3, 2, 2, got, scratch), Contains("P >= start + n"));
+  CHECK_THROWS_WITH(k::attention_decode(ctx, cache, 0, 1, 3, got, scratch), Contains("3 heads do not divide"));
+  CHECK_THROWS_AS(k::attention_decode(ctx, cache, 0, 0, 2, got, scratch), shape_error);
+}
+
 TEST_CASE("attention_backward passes a numerical gradient check for q, k and v", "[sequence]") {
   for (attn_case a : {attn_case{2, 4, 6, 1}, attn_case{1, 5, 8, 2}, attn_case{2, 3, 12, 4}, attn_case{1, 1, 4, 2}}) {
     INFO("B " << a.batch << ", T " << a.time << ", C " << a.channels << ", heads " << a.heads);
@@ -397,6 +422,18 @@ TEST_CASE("position embeddings add rows 0 to T-1 and sum their gradient over the
   tensor too_long = tensor::zeros({1, t_max + 1, c});
   CHECK_THROWS_WITH(k::position_embedding_forward(ctx, table, too_long), Contains("T_max >= T"));
   CHECK_THROWS_AS(k::position_embedding_backward(ctx, too_long, dtable), shape_error);
+}
+
+TEST_CASE("position embeddings from a later first position add rows first to first + T - 1", "[sequence]") {
+  const int64_t t_max = 7, c = 5;
+  tensor table = testing::random_tensor({t_max, c}, 30), base = testing::random_tensor({1, 3, c}, 31);
+  tensor y = base.clone();
+  k::position_embedding_forward(ctx, table, y, 4);  // rows 4, 5, 6: the last three
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) wrong += y.at(i) != base.at(i) + table.at(4 * c + i);
+  CHECK(wrong == 0);
+  CHECK_THROWS_WITH(k::position_embedding_forward(ctx, table, y, 5), Contains("T_max >= 5 + T"));
+  CHECK_THROWS_AS(k::position_embedding_forward(ctx, table, y, -1), shape_error);
 }
 
 // ------------------------------------------------------------ cross-entropy

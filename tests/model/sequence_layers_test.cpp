@@ -336,6 +336,49 @@ TEST_CASE("gpt is causal: changing token t changes no output before t", "[sequen
   }
 }
 
+TEST_CASE("gpt decodes a sequence in pieces: the rows of its forward pass, and back from an earlier position",
+          "[sequence_layers]") {
+  const int64_t v = 11, t = 10;
+  auto net = zoo::gpt(v, t, 8, 2, 2, 2);
+  net.build({t}, 4);
+  REQUIRE(net.decodes());
+  tensor x = random_tokens(1, t, v, 13);
+  const tensor want = net.forward(ctx, x, false).clone();
+  model::activations a = net.make_activations();
+  // Largest |decoded - forward| over rows [start, start + n) of `want`.
+  auto worst = [&](const tensor& got, const tensor& ref, int64_t start) {
+    double w = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) w = std::max(w, std::abs(double(got.at(i)) - ref.at(start * v + i)));
+    return w;
+  };
+  const int64_t pieces[][2] = {{0, 3}, {3, 1}, {4, 1}, {5, 5}};  // start, length
+  for (const auto& p : pieces) {
+    INFO("positions " << p[0] << " + " << p[1]);
+    tensor piece = tensor::empty({1, p[1]});
+    std::copy(x.data() + p[0], x.data() + p[0] + p[1], piece.data());
+    const tensor& got = net.decode(ctx, piece, p[0], a);
+    REQUIRE(got.shape() == shape{1, p[1], v});
+    CHECK(worst(got, want, p[0]) < 1e-5);
+  }
+  // Back to position 6 with other tokens: the rows of the changed sequence's forward pass.
+  for (int64_t i = 6; i < t; ++i) x.at(i) = static_cast<float>((static_cast<int64_t>(x.at(i)) + 3) % v);
+  const tensor changed = net.forward(ctx, x, false).clone();
+  tensor rest = tensor::empty({1, 4});
+  std::copy(x.data() + 6, x.data() + t, rest.data());
+  CHECK(worst(net.decode(ctx, rest, 6, a), changed, 6) < 1e-5);
+  // What cannot be decoded is an error that says why.
+  tensor one_token = tensor::zeros({1, 1});
+  model::activations fresh = net.make_activations();
+  CHECK_THROWS_WITH(net.decode(ctx, one_token, 2, fresh), Contains("holds the 0 positions before it"));
+  CHECK_THROWS_AS(net.decode(ctx, rest, 7, a), shape_error);  // 7 + 4 positions > 10
+  CHECK_THROWS_AS(net.decode(ctx, tensor::zeros({2, 1}), 0, a), shape_error);  // one sequence at a time
+  auto mlp = sequential(flatten(), dense(10, 4));
+  mlp.build({10});
+  CHECK_FALSE(mlp.decodes());
+  model::activations ma = mlp.make_activations();
+  CHECK_THROWS_WITH(mlp.decode(ctx, one_token, 0, ma), Contains("flatten #1 (flatten) does not decode"));
+}
+
 TEST_CASE("a tiny gpt learns a periodic text with AdamW", "[sequence_layers]") {
   const int64_t v = 5, t = 8, b = 4;
   auto net = zoo::gpt(v, t, 16, 2, 1, 2);

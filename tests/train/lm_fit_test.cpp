@@ -181,6 +181,32 @@ TEST_CASE("a language model resumes from its checkpoint and refuses one of anoth
                        message(Contains("that is not this corpus's")));
 }
 
+TEST_CASE("generation with the attention's keys and values kept gives the text of whole forward passes", "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  const std::string ckpt = dir.path() + "/tiny.ckpt";
+  std::ostringstream log;
+  job j = tiny_lm_job(data::text(small_text(), 16, 64));
+  REQUIRE(fit(j.epochs(1).checkpoint(ckpt), log).size() == 1);
+  generate_options o;
+  o.prompt = "the ";
+  o.tokens = 60;  // past the context of 16: the window moves on
+  for (const float temperature : {0.0f, 1.0f})
+    for (const int64_t shift : {1, 5, 16}) {
+      INFO("temperature " << temperature << ", window shift " << shift);
+      o.temperature = temperature;
+      o.window_shift = shift;
+      o.cache = true;
+      const std::string cached = generate(ckpt, o);
+      o.cache = false;
+      CHECK(generate(ckpt, o) == cached);
+      CHECK(cached.size() == 60);
+    }
+  o.window_shift = 17;
+  CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("window-shift must be in [1, 16]")));
+  o.window_shift = 0;
+  CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("window-shift must be in [1, 16]")));
+}
+
 TEST_CASE("generation reads the gpt's size from the checkpoint, and a description its tensors cannot hold is refused",
           "[lm]") {
   testing::temp_dir dir("troupe_lm");

@@ -28,7 +28,8 @@ const char* const usage_text =
     "                            costs one position, not the window (default true)\n"    "  --window-shift N          past the context, move the window on by N tokens:\n"
     "                            1 reads the last context tokens for each token;\n"
     "                            N decodes the window again once every N tokens,\n"
-    "                            each token seeing at least context - N + 1 (default 1)\n"
+    "                            each token reading context - N + 1 or more\n"
+    "                            (default 1)\n"
     "  -h, --help                print this text and exit\n"
     "  --version                 print \"troupe_generate VERSION\" and exit\n";
 

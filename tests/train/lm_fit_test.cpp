@@ -181,12 +181,20 @@ TEST_CASE("a language model resumes from its checkpoint and refuses one of anoth
                        message(Contains("that is not this corpus's")));
 }
 
-TEST_CASE("generation with the attention's keys and values kept gives the text of whole forward passes", "[lm]") {
-  testing::temp_dir dir("troupe_lm");
+namespace {
+/// The checkpoint of tiny_lm_job on the small text (context 16) after one epoch, in `dir`.
+std::string tiny_lm_checkpoint(const testing::temp_dir& dir) {
   const std::string ckpt = dir.path() + "/tiny.ckpt";
   std::ostringstream log;
   job j = tiny_lm_job(data::text(small_text(), 16, 64));
   REQUIRE(fit(j.epochs(1).checkpoint(ckpt), log).size() == 1);
+  return ckpt;
+}
+} // namespace
+
+TEST_CASE("generation with the attention's keys and values kept gives the text of whole forward passes", "[lm]") {
+  testing::temp_dir dir("troupe_lm");
+  const std::string ckpt = tiny_lm_checkpoint(dir);
   generate_options o;
   o.prompt = "the ";
   o.tokens = 60;  // past the context of 16: the window moves on
@@ -210,11 +218,9 @@ TEST_CASE("generation with the attention's keys and values kept gives the text o
 TEST_CASE("generation reads the gpt's size from the checkpoint, and a description its tensors cannot hold is refused",
           "[lm]") {
   testing::temp_dir dir("troupe_lm");
-  const std::string ckpt = dir.path() + "/tiny.ckpt";
-  std::ostringstream log;
   // A library user's size (32 features, 2 heads, 1 block), not the trainer's default.
-  job j = tiny_lm_job(data::text(small_text(), 16, 64));
-  REQUIRE(fit(j.epochs(1).checkpoint(ckpt), log).size() == 1);
+  const std::string ckpt = tiny_lm_checkpoint(dir);
+  std::ostringstream log;
   generate_options o;
   o.prompt = "the ";
   o.tokens = 20;

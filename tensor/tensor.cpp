@@ -1,7 +1,12 @@
 #include "tensor/tensor.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <iomanip>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -15,17 +20,92 @@ std::string to_string(device d) {
 
 namespace {
 
+/// 64-byte alignment: whole cache lines, and Cap'n Proto's 8-byte rule.
+std::size_t rounded(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64; }
+
+/// "3.52 GB", "0.4 MB".
+std::string gigabytes(double bytes) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  if (bytes < 1e9) os << std::setprecision(1) << bytes / 1e6 << " MB";
+  else os << std::setprecision(2) << bytes / 1e9 << " GB";
+  return os.str();
+}
+
+/// Bytes from TROUPE_MEMORY_LIMIT's text ("8G", "512M", "1000000"); throws naming it when it is not one.
+int64_t parse_limit(const std::string& text) {
+  std::size_t end = 0;
+  long double v = -1;
+  try {
+    v = std::stold(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  const std::string suffix = end > 0 ? text.substr(end) : "";
+  const long double unit = suffix.empty() ? 1 : suffix == "K" ? 1024.0L : suffix == "M" ? 1048576.0L
+                                                : suffix == "G" ? 1073741824.0L : -1;
+  if (end == 0 || unit < 0 || !(v >= 0) || v * unit > 9e18L)
+    throw error("TROUPE_MEMORY_LIMIT=" + text + ": expected bytes, with an optional K, M or G suffix (0: no limit)");
+  return static_cast<int64_t>(v * unit);
+}
+
+/// 95 % of /proc/meminfo's MemAvailable (of the physical memory where it cannot be read).
+int64_t default_limit() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  long long kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemAvailable:") return static_cast<int64_t>(static_cast<double>(kb) * 1024 * 0.95);
+    in.ignore(256, '\n');
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<int64_t>(static_cast<double>(pages) * size * 0.95) : 0;
+}
+
 class cpu_allocator final : public allocator {
 public:
   void* allocate(std::size_t bytes) override {
-    // 64-byte alignment: whole cache lines, and Cap'n Proto's 8-byte rule.
-    std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p)
+    const auto size = static_cast<int64_t>(rounded(bytes));
+    const int64_t held = in_use_.fetch_add(size) + size, max = limit();
+    if (max > 0 && held > max) {
+      in_use_ -= size;
+      throw error("out of memory: a tensor of " + gigabytes(static_cast<double>(bytes)) + " would bring this "
+                  "process's tensors to " + gigabytes(static_cast<double>(held)) + ", more than the " +
+                  gigabytes(static_cast<double>(max)) + " it may hold (" + source_ +
+                  "): a smaller batch or model needs less");
+    }
+    void* p = std::aligned_alloc(64, static_cast<std::size_t>(size));
+    if (!p) {
+      in_use_ -= size;
       throw error("out of memory allocating " + std::to_string(bytes) + " bytes on cpu");
+    }
     return p;
   }
-  void deallocate(void* p, std::size_t) noexcept override { std::free(p); }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    std::free(p);
+    in_use_ -= static_cast<int64_t>(rounded(bytes));
+  }
+  int64_t in_use() const { return in_use_.load(); }
+  int64_t limit() {
+    std::call_once(once_, [&] {
+      if (limit_.load() >= 0) return;  // set before the first allocation
+      const char* env = std::getenv("TROUPE_MEMORY_LIMIT");
+      limit_ = env ? parse_limit(env) : default_limit();
+      source_ = env ? std::string("TROUPE_MEMORY_LIMIT=") + env
+                    : "95 % of the memory available when it started; TROUPE_MEMORY_LIMIT sets it";
+    });
+    return limit_.load();
+  }
+  void set_limit(int64_t bytes) {
+    std::call_once(once_, [] {});
+    source_ = "set by the program";
+    limit_ = std::max<int64_t>(bytes, 0);
+  }
+
+private:
+  std::string source_;  // where the limit comes from, for the error (written before limit_ is)
+  std::atomic<int64_t> in_use_{0}, limit_{-1};  // -1: not read yet
+  std::once_flag once_;
 };
 
 cpu_allocator default_cpu_allocator;
@@ -38,6 +118,10 @@ void require_cpu(const tensor& t, const char* what) {
 }
 
 } // namespace
+
+int64_t cpu_memory_limit() { return default_cpu_allocator.limit(); }
+void set_cpu_memory_limit(int64_t bytes) { default_cpu_allocator.set_limit(bytes); }
+int64_t cpu_memory_in_use() { return default_cpu_allocator.in_use(); }
 
 allocator& allocator_for(device_kind kind) {
   allocator* a = allocators[static_cast<int>(kind)];

@@ -45,6 +45,20 @@ allocator& allocator_for(device_kind kind);
 /// (nullptr unregisters). The caller keeps `a` alive.
 void set_allocator(device_kind kind, allocator* a);
 
+/// The bytes of tensor memory this process may hold on the CPU at once. A CPU
+/// tensor that would take the process's tensors past it is not allocated:
+/// troupe::error says how much was asked for, held and allowed, where the
+/// kernel's OOM killer would otherwise end the process without a word. By
+/// default 95 % of the memory the machine had available (/proc/meminfo's
+/// MemAvailable) when the first tensor was made; the environment variable
+/// TROUPE_MEMORY_LIMIT sets it in bytes (a K, M or G suffix: powers of 1024),
+/// 0 for no limit.
+int64_t cpu_memory_limit();
+/// Sets that limit (0: none) in place of the default or the environment's.
+void set_cpu_memory_limit(int64_t bytes);
+/// The bytes of CPU tensor memory this process holds now.
+int64_t cpu_memory_in_use();
+
 /// The dimensions of a tensor, outermost first.
 class shape {
 public:

@@ -154,3 +154,27 @@ TEST_CASE("labels per row: one per row, or one per position of a sequence, else 
   CHECK(labels_per_row(shape{}, 0) == 0);
   CHECK(labels_per_row(shape{0, 3}, 0) == 0);
 }
+
+TEST_CASE("CPU tensors past the memory limit are an error that names the sizes, and take nothing", "[tensor]") {
+  const int64_t before = cpu_memory_limit();
+  CHECK(before >= 0);
+  const int64_t held = cpu_memory_in_use();
+  {
+    tensor a = tensor::empty({1000});  // 4000 bytes, 4032 rounded up to whole cache lines
+    CHECK(cpu_memory_in_use() == held + 4032);
+    set_cpu_memory_limit(held + 4032 + 1000000);
+    tensor b = tensor::empty({200000});  // 800 000 bytes: fits
+    try {
+      tensor::empty({100000});
+      FAIL("a tensor past the limit was made");
+    } catch (const error& e) {
+      CHECK_THAT(e.what(), Contains("out of memory: a tensor of 0.4 MB would bring this process's tensors to") &&
+                               Contains("it may hold (set by the program): a smaller batch or model needs less"));
+    }
+    CHECK(cpu_memory_in_use() == held + 4032 + 800000);  // the refused tensor took nothing
+    set_cpu_memory_limit(0);                            // no limit
+    CHECK_NOTHROW(tensor::empty({100000}));
+  }
+  CHECK(cpu_memory_in_use() == held);  // every tensor's bytes given back
+  set_cpu_memory_limit(before);
+}

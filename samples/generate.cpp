@@ -14,7 +14,8 @@ const char* const usage_text =
     "                       [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
     "                       [--cache true|false] [--window-shift N]\n"
     "Prints the prompt and its continuation by the language model of FILE (a\n"
-    "troupe_trainer --model gpt checkpoint): the same seed gives the same text.\n"
+    "troupe_trainer --model gpt checkpoint), each token as it is drawn: the same\n"
+    "seed gives the same text.\n"
     "\n"
     "options:\n"
     "  --checkpoint FILE         the checkpoint to read (required)\n"
@@ -84,8 +85,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const std::string text = troupe::generate(path, o);
-    std::cout << o.prompt << text << "\n";
+    bool started = false;  // the prompt printed: once the checkpoint has given a first token
+    o.on_token = [&](const std::string& piece) {  // each token as it is drawn
+      std::cout << (started ? "" : o.prompt) << piece << std::flush;
+      started = true;
+    };
+    troupe::generate(path, o);
+    std::cout << (started ? "" : o.prompt) << "\n";
   } catch (const std::exception& e) {
     std::cerr << "troupe_generate: error: " << e.what() << "\n";
     return 1;

@@ -146,6 +146,7 @@ std::string generate(model::model& net, const std::string& vocabulary, const gen
     const int32_t next = sample(logits(ids), vocab.vocab_size(), o, rng);
     ids.push_back(next);
     out.push_back(next);
+    if (o.on_token) o.on_token(vocab.decode({next}));
   }
   return vocab.decode(out);
 }

@@ -8,6 +8,7 @@
 //   std::string text = troupe::generate("gpt.ckpt", o);  // a troupe_trainer --model gpt checkpoint
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/model.hpp"
@@ -34,6 +35,9 @@ struct generate_options {
   /// once every N tokens, and each token sees between context - N + 1 and
   /// context tokens before it.
   int64_t window_shift = 1;
+  /// Called with each token's text as soon as it is drawn (troupe_generate
+  /// prints it at once); none by default. generate() still returns the whole.
+  std::function<void(const std::string&)> on_token;
 };
 
 /// The continuation of o.prompt (the prompt not included) by `net`, a built

@@ -209,6 +209,16 @@ TEST_CASE("generation with the attention's keys and values kept gives the text o
       CHECK(generate(ckpt, o) == cached);
       CHECK(cached.size() == 60);
     }
+  // Each token's text as it is drawn: the returned text, piece by piece.
+  std::string streamed;
+  int64_t pieces = 0;
+  o.on_token = [&](const std::string& piece) {
+    streamed += piece;
+    ++pieces;
+  };
+  CHECK(generate(ckpt, o) == streamed);
+  CHECK(pieces == 60);
+  o.on_token = nullptr;
   o.window_shift = 17;
   CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("window-shift must be in [1, 16]")));
   o.window_shift = 0;

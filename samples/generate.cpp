@@ -11,8 +11,8 @@ namespace {
 
 const char* const usage_text =
     "usage: troupe_generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
-    "                       [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
-    "                       [--cache true|false] [--window-shift N]\n"
+    "                       [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                       [--threads N] [--cache true|false] [--window-shift N]\n"
     "Prints the prompt and its continuation by the language model of FILE (a\n"
     "troupe_trainer --model gpt checkpoint), each token as it is drawn: the same\n"
     "seed gives the same text.\n"
@@ -22,7 +22,8 @@ const char* const usage_text =
     "  --prompt TEXT             the text to continue (default: none)\n"
     "  --tokens N                characters to add (default 200)\n"
     "  --temperature T           divide the logits by T; 0: the likeliest (default 1)\n"
-    "  --top-k K                 sample among the K likeliest; 0: all (default 0)\n"
+    "  --top-k K                 sample among the K likeliest; 0: all (default 0)\n"    "  --top-p P                 sample among the fewest likeliest tokens that\n"
+    "                            hold P of the probability; 1: all (default 1)\n"
     "  --seed S                  the sampler's seed (default 1)\n"
     "  --threads N               CPU threads (default 1)\n"
     "  --cache B                 keep the attention's keys and values: a token\n"
@@ -62,6 +63,7 @@ void parse(int argc, char** argv, std::string& path, troupe::generate_options& o
     else if (name == "tokens") o.tokens = static_cast<int64_t>(number(name, value));
     else if (name == "temperature") o.temperature = static_cast<float>(number(name, value));
     else if (name == "top-k") o.top_k = static_cast<int64_t>(number(name, value));
+    else if (name == "top-p") o.top_p = static_cast<float>(number(name, value));
     else if (name == "seed") o.seed = static_cast<uint64_t>(number(name, value));
     else if (name == "threads") o.threads = static_cast<int>(number(name, value));
     else if (name == "cache" && (value == "true" || value == "false")) o.cache = value == "true";

@@ -30,13 +30,20 @@ int32_t sample(const float* logits, int64_t v, const generate_options& o, std::m
     p[i] = std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / o.temperature);
     sum += p[i];
   }
+  // Nucleus sampling: the fewest likeliest tokens that hold top_p of the probability.
+  std::size_t n = k;
+  if (o.top_p < 1.0f) {
+    double held = 0;
+    for (n = 0; n < k && (n == 0 || held < o.top_p * sum); ++n) held += p[n];
+    sum = held;
+  }
   // Our own uniform draw from the generator's bits: the same on every library.
   double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * sum;
-  for (std::size_t i = 0; i < k; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     if (u < p[i]) return order[i];
     u -= p[i];
   }
-  return order[k - 1];
+  return order[n - 1];
 }
 
 /// The number after `key` in `text` from `from`, or -1 where `key` is not there or no number follows it.
@@ -135,6 +142,8 @@ std::string generate(model::model& net, const std::string& vocabulary, const gen
   if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
     throw error("generate: temperature must be >= 0, got " + std::to_string(o.temperature));
   if (o.top_k < 0) throw error("generate: top-k must be >= 0 (0: all tokens), got " + std::to_string(o.top_k));
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f))
+    throw error("generate: top-p must be in (0, 1] (1: all tokens), got " + std::to_string(o.top_p));
   const data::text_corpus vocab = data::text_corpus::from_text(vocabulary, "the checkpoint's vocabulary", vocabulary);
   std::vector<int32_t> ids = o.prompt.empty() ? std::vector<int32_t>{} : vocab.encode(o.prompt);
   if (ids.empty()) ids.push_back(vocabulary.find('\n') != std::string::npos ? vocab.encode("\n")[0] : 0);

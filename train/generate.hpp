@@ -21,6 +21,9 @@ struct generate_options {
   int64_t tokens = 200;      ///< tokens (bytes) to add
   float temperature = 1.0f;  ///< logits are divided by it; 0: always the most likely token
   int64_t top_k = 0;         ///< sample among the k most likely tokens only; 0: all
+  /// Sample among the fewest most likely tokens whose probabilities (after
+  /// temperature and top_k) add up to top_p at least (nucleus sampling); 1: all.
+  float top_p = 1.0f;
   uint64_t seed = 1;         ///< the same seed, checkpoint and options give the same text
   int threads = 1;           ///< CPU threads for the forward passes
   /// Keep each attention's keys and values (model::decode), so that a token
@@ -45,7 +48,8 @@ struct generate_options {
 /// logits, V = vocabulary.size(); token i is the byte vocabulary[i]. Each
 /// step reads the last `context` tokens (o.window_shift says otherwise).
 /// Throws troupe::error for a prompt byte outside the vocabulary, a negative
-/// token count, temperature or top_k, a window_shift outside [1, context].
+/// token count, temperature or top_k, a top_p outside (0, 1], a window_shift
+/// outside [1, context].
 std::string generate(model::model& net, const std::string& vocabulary, const generate_options& o);
 
 /// The same for a checkpoint of a zoo::gpt (troupe_trainer --model gpt, or a

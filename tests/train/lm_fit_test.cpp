@@ -219,6 +219,24 @@ TEST_CASE("generation with the attention's keys and values kept gives the text o
   CHECK(generate(ckpt, o) == streamed);
   CHECK(pieces == 60);
   o.on_token = nullptr;
+  // Nucleus sampling: a tiny top_p keeps the likeliest token only, top_p 1 all of them.
+  o.window_shift = 1;
+  o.temperature = 0;
+  const std::string likeliest = generate(ckpt, o);
+  o.temperature = 1;
+  o.top_p = 1e-6f;
+  CHECK(generate(ckpt, o) == likeliest);
+  o.top_p = 1;
+  const std::string all = generate(ckpt, o);
+  o.top_p = 0.9f;
+  const std::string nucleus = generate(ckpt, o);
+  CHECK(nucleus.size() == 60);
+  for (const float bad : {0.0f, 1.5f, std::nanf("")}) {
+    o.top_p = bad;
+    CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("top-p must be in (0, 1]")));
+  }
+  o.top_p = 1;
+  CHECK(generate(ckpt, o) == all);
   o.window_shift = 17;
   CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("window-shift must be in [1, 16]")));
   o.window_shift = 0;

@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
               << "parameters and buffers: " << c.params.size() << " tensors, digest " << std::hex
               << net::state_digest(c.params) << std::dec << "\n"
               << "optimizer or rule: " << c.optimizer_kind << "\n";
+    if (!c.vocabulary.empty())
+      std::cout << "vocabulary: " << c.vocabulary.size()
+                << " bytes (a language model's: troupe_generate continues text with it)\n";
     for (uint32_t s = 0; s < c.shard_versions.size(); ++s)
       std::cout << "shard " << s << ": version " << c.shard_versions[s] << ", rule state digest " << std::hex
                 << net::state_digest(net::shard_state(c, s)) << std::dec << "\n";

@@ -49,17 +49,49 @@ int64_t parse_limit(const std::string& text) {
   return static_cast<int64_t>(v * unit);
 }
 
-/// 95 % of /proc/meminfo's MemAvailable (of the physical memory where it cannot be read).
+/// The number in file `path` (-1 where it cannot be read, or says "max").
+double number_in(const std::string& path) {
+  std::ifstream in(path);
+  double v = -1;
+  return in >> v ? v : -1;
+}
+
+/// What the memory cgroup of this process lets it take more: its limit less its usage (cgroup v2's
+/// memory.max and memory.current, v1's memory.limit_in_bytes and memory.usage_in_bytes); -1 without a limit.
+double cgroup_room() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  double room = -1;
+  while (std::getline(in, line)) {  // "0::/path" (v2), "4:memory:/path" (v1)
+    const std::size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",", path = line.substr(b + 1);
+    const bool v2 = controllers == ",,", v1 = controllers.find(",memory,") != std::string::npos;
+    if (!v2 && !v1) continue;
+    const std::string dir = (v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory") + (path == "/" ? "" : path) + "/";
+    const double limit = number_in(dir + (v2 ? "memory.max" : "memory.limit_in_bytes"));
+    const double usage = std::max(0.0, number_in(dir + (v2 ? "memory.current" : "memory.usage_in_bytes")));
+    if (limit > 0 && limit < 1e18 && (room < 0 || limit - usage < room)) room = std::max(0.0, limit - usage);
+  }
+  return room;
+}
+
+/// 95 % of the memory available to this process: /proc/meminfo's MemAvailable (the physical memory
+/// where it cannot be read), or less where its cgroup's limit leaves less.
 int64_t default_limit() {
+  double available = -1;
   std::ifstream in("/proc/meminfo");
   std::string key;
   long long kb = 0;
-  while (in >> key >> kb) {
-    if (key == "MemAvailable:") return static_cast<int64_t>(static_cast<double>(kb) * 1024 * 0.95);
+  while (available < 0 && in >> key >> kb) {
+    if (key == "MemAvailable:") available = static_cast<double>(kb) * 1024;
     in.ignore(256, '\n');
   }
   const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? static_cast<int64_t>(static_cast<double>(pages) * size * 0.95) : 0;
+  if (available < 0 && pages > 0 && size > 0) available = static_cast<double>(pages) * static_cast<double>(size);
+  const double room = cgroup_room();
+  if (room >= 0 && (available < 0 || room < available)) available = room;
+  return available > 0 ? static_cast<int64_t>(available * 0.95) : 0;
 }
 
 class cpu_allocator final : public allocator {
@@ -92,7 +124,7 @@ public:
       const char* env = std::getenv("TROUPE_MEMORY_LIMIT");
       limit_ = env ? parse_limit(env) : default_limit();
       source_ = env ? std::string("TROUPE_MEMORY_LIMIT=") + env
-                    : "95 % of the memory available when it started; TROUPE_MEMORY_LIMIT sets it";
+                    : "95 % of the memory available to it when it started; TROUPE_MEMORY_LIMIT sets it";
     });
     return limit_.load();
   }

@@ -49,8 +49,9 @@ void set_allocator(device_kind kind, allocator* a);
 /// tensor that would take the process's tensors past it is not allocated:
 /// troupe::error says how much was asked for, held and allowed, where the
 /// kernel's OOM killer would otherwise end the process without a word. By
-/// default 95 % of the memory the machine had available (/proc/meminfo's
-/// MemAvailable) when the first tensor was made; the environment variable
+/// default 95 % of the memory available to the process when the first
+/// tensor was made: /proc/meminfo's MemAvailable, or its memory cgroup's limit
+/// less its usage where that is less (a container's); the environment variable
 /// TROUPE_MEMORY_LIMIT sets it in bytes (a K, M or G suffix: powers of 1024),
 /// 0 for no limit.
 int64_t cpu_memory_limit();

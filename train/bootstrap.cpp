@@ -101,7 +101,7 @@ starting_point start_of(const job& j, const cluster_spec& c, uint32_t self, std:
   starting_point start;
   start.epochs = j.config().epochs;
   start.data = std::make_shared<const loaded_data>(load_data(j, log));
-  start.net = build_model(j, *start.data);
+  start.net = build_model(j, *start.data, resumes(j.config()));
   std::optional<net::checkpoint> checkpoint;
   if (resumes(j.config())) {
     const std::string& path = j.config().checkpoint;

@@ -16,7 +16,7 @@ evaluation evaluate(const job& j, const std::string& path, std::ostream& log) {
   kernels::context ctx = kernels::context::with_threads(train::topology::local(s.threads).nodes[0].threads);
   ctx.gemm = s.gemm;
   const train::loaded_data d = train::load_data(j, log);
-  model::model net = train::build_model(j, d);
+  model::model net = train::build_model(j, d, true);
   const net::checkpoint c = net::load_checkpoint(path);
   train::check_vocabulary(path, c.vocabulary, d);
   net.load_state(c.architecture, c.params);

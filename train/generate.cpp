@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/text.hpp"
+#include "model/init.hpp"
 #include "model/zoo.hpp"
 #include "net/checkpoint.hpp"
 #include "tensor/error.hpp"
@@ -82,6 +83,7 @@ model::model gpt_of(const net::checkpoint& c, const std::string& path) {
     throw error("checkpoint " + path + ": its architecture (" + a + ") is larger than its " +
                 std::to_string(static_cast<int64_t>(stored)) + " stored values");
   model::model net = zoo::gpt(vocab, context, dim, heads, blocks, ratio);
+  model::no_initial_draws values_from_the_checkpoint;
   net.build({context}, 1);
   return net;
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/sequence.hpp"
+#include "model/init.hpp"
 #include "model/loss.hpp"
 #include "model/optimizer.hpp"
 #include "net/checkpoint.hpp"
@@ -51,7 +52,9 @@ int64_t loaded_data::train_samples() const { return text ? text->windows.windows
 
 std::string loaded_data::vocabulary() const { return text ? text->corpus.vocabulary() : std::string(); }
 
-model::model build_model(const job& j, const loaded_data& d) {
+model::model build_model(const job& j, const loaded_data& d, bool to_load) {
+  std::optional<model::no_initial_draws> values_from_the_checkpoint;
+  if (to_load) values_from_the_checkpoint.emplace();
   model::model m = j.build_model(d.sample_shape(), d.text ? d.text->corpus.vocab_size() : 0);
   // The loss takes a logit per class (more are allowed, never targeted): say so here rather than at the
   // first label past the outputs.
@@ -407,7 +410,7 @@ history run_sequential(const job& j, std::ostream& log) {
   metrics_file metrics(s.metrics_out, resuming);
   net::check_checkpoint_writable(s.checkpoint);
   const loaded_data d = load_data(j, log);
-  model::model net = build_model(j, d);
+  model::model net = build_model(j, d, resuming);
   std::unique_ptr<model::optimizer> opt = make_optimizer(s);
   const int64_t per_epoch = d.train_samples();
   const start_point from = resuming ? resume(s.checkpoint, net, *opt, d, per_epoch, log) : start_point{};

@@ -42,8 +42,10 @@ struct loaded_data {
   std::string vocabulary() const;
 };
 /// `j`'s model for the data `d`: built for its sample shape, and for a
-/// language model also for the text's vocabulary.
-model::model build_model(const job& j, const loaded_data& d);
+/// language model also for the text's vocabulary. With `to_load` its
+/// parameters' values are not drawn (model::no_initial_draws): a checkpoint
+/// is about to overwrite them all.
+model::model build_model(const job& j, const loaded_data& d, bool to_load = false);
 /// Throws troupe::error when checkpoint `path` holds a `vocabulary` other
 /// than `d`'s: token i must mean the same byte as when it was written.
 void check_vocabulary(const std::string& path, const std::string& vocabulary, const loaded_data& d);

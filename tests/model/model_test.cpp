@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "kernels/kernels.hpp"
+#include "model/init.hpp"
 #include "model/nn.hpp"
 #include "model/optimizer.hpp"
 #include "model/zoo.hpp"
@@ -191,4 +194,32 @@ TEST_CASE("SGD with momentum drives a small model's loss down", "[model]") {
   }
   CHECK(last < 0.5f * first);
   CHECK(kernels::count_correct(ctx, net.forward(ctx, x, false), y) >= 30);
+}
+
+TEST_CASE("a model built without initial draws loads a state and runs as the model it came from, dropout too",
+          "[model]") {
+  auto make = [] {
+    return sequential(conv2d(1, 3, 3).padding(1), relu(), flatten(), dense(3 * 4 * 4, 8), dropout(0.5f),
+                      dense(8, 4));
+  };
+  model::model from = make();
+  from.build({1, 4, 4}, 7);
+  model::model loaded = make();
+  {
+    model::no_initial_draws values_from_the_checkpoint;
+    loaded.build({1, 4, 4}, 7);
+  }
+  loaded.load_state(from.architecture(), from.state());
+  const tensor x = testing::random_tensor({5, 1, 4, 4}, 3);
+  // Training mode: the dropout masks come from a seed drawn after the weights, the same both ways.
+  const tensor want = from.forward(ctx, x, true).clone();
+  const tensor& got = loaded.forward(ctx, x, true);
+  REQUIRE(got.shape() == want.shape());
+  CHECK(std::memcmp(got.data(), want.data(), want.numel() * sizeof(float)) == 0);
+  // And the guard ends with its scope: a model built after it draws its values again.
+  model::model again = make();
+  again.build({1, 4, 4}, 7);
+  const auto a = again.state(), f = from.state();
+  for (std::size_t i = 0; i < f.size(); ++i)
+    CHECK(std::memcmp(a[i].value.data(), f[i].value.data(), f[i].value.numel() * sizeof(float)) == 0);
 }

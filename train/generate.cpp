@@ -154,7 +154,11 @@ std::string generate(model::model& net, const std::string& vocabulary, const gen
   next_logits logits(net, ctx, o);
   std::vector<int32_t> out;
   for (int64_t n = 0; n < o.tokens; ++n) {
-    const int32_t next = sample(logits(ids), vocab.vocab_size(), o, rng);
+    const float* row = logits(ids);
+    if (!std::all_of(row, row + vocab.vocab_size(), [](float l) { return std::isfinite(l); }))
+      throw error("generate: the model's logits for token " + std::to_string(n + 1) +
+                  " are not finite (NaN or infinite): its weights have diverged or are corrupt");
+    const int32_t next = sample(row, vocab.vocab_size(), o, rng);
     ids.push_back(next);
     out.push_back(next);
     if (o.on_token) o.on_token(vocab.decode({next}));

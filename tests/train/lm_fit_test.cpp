@@ -219,6 +219,15 @@ TEST_CASE("generation with the attention's keys and values kept gives the text o
   CHECK(generate(ckpt, o) == streamed);
   CHECK(pieces == 60);
   o.on_token = nullptr;
+  // Weights that are not finite give no text but an error that says so.
+  {
+    net::checkpoint bad = net::load_checkpoint(ckpt);
+    bad.params.back().value.data()[0] = std::nanf("");
+    const std::string nan_ckpt = dir.path() + "/nan.ckpt";
+    net::save_checkpoint(nan_ckpt, bad);
+    CHECK_THROWS_MATCHES(generate(nan_ckpt, o), error,
+                         message(Contains("logits for token 1 are not finite (NaN or infinite)")));
+  }
   // Nucleus sampling: a tiny top_p keeps the likeliest token only, top_p 1 all of them.
   o.window_shift = 1;
   o.temperature = 0;

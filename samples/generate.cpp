@@ -25,7 +25,7 @@ const char* const usage_text =
     "  --top-k K                 sample among the K likeliest; 0: all (default 0)\n"    "  --top-p P                 sample among the fewest likeliest tokens that\n"
     "                            hold P of the probability; 1: all (default 1)\n"
     "  --seed S                  the sampler's seed (default 1)\n"
-    "  --threads N               CPU threads (default 1)\n"
+    "  --threads N               CPU threads; 0: every CPU it may use (default 1)\n"
     "  --cache B                 keep the attention's keys and values: a token\n"
     "                            costs one position, not the window (default true)\n"    "  --window-shift N          past the context, move the window on by N tokens:\n"
     "                            1 reads the last context tokens for each token;\n"

@@ -11,6 +11,7 @@
 #include "model/init.hpp"
 #include "model/zoo.hpp"
 #include "net/checkpoint.hpp"
+#include "train/cluster.hpp"
 #include "tensor/error.hpp"
 
 namespace troupe {
@@ -149,7 +150,8 @@ std::string generate(model::model& net, const std::string& vocabulary, const gen
   const data::text_corpus vocab = data::text_corpus::from_text(vocabulary, "the checkpoint's vocabulary", vocabulary);
   std::vector<int32_t> ids = o.prompt.empty() ? std::vector<int32_t>{} : vocab.encode(o.prompt);
   if (ids.empty()) ids.push_back(vocabulary.find('\n') != std::string::npos ? vocab.encode("\n")[0] : 0);
-  const kernels::context ctx = kernels::context::with_threads(std::max(1, o.threads));
+  if (o.threads < 0) throw error("generate: threads must be >= 0 (0: every CPU it may use), got " + std::to_string(o.threads));
+  const kernels::context ctx = kernels::context::with_threads(o.threads == 0 ? train::usable_cores() : o.threads);
   std::mt19937_64 rng(o.seed);
   next_logits logits(net, ctx, o);
   std::vector<int32_t> out;

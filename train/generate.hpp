@@ -25,7 +25,7 @@ struct generate_options {
   /// temperature and top_k) add up to top_p at least (nucleus sampling); 1: all.
   float top_p = 1.0f;
   uint64_t seed = 1;         ///< the same seed, checkpoint and options give the same text
-  int threads = 1;           ///< CPU threads for the forward passes
+  int threads = 1;           ///< CPU threads for the forward passes; 0: every CPU the process may use
   /// Keep each attention's keys and values (model::decode), so that a token
   /// within the context costs one position's work; false: the whole window's
   /// forward pass for every token. The same text either way, up to rounding.

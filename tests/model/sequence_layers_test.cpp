@@ -372,6 +372,19 @@ TEST_CASE("gpt decodes a sequence in pieces: the rows of its forward pass, and b
   CHECK_THROWS_WITH(net.decode(ctx, one_token, 2, fresh), Contains("holds the 0 positions before it"));
   CHECK_THROWS_AS(net.decode(ctx, rest, 7, a), shape_error);  // 7 + 4 positions > 10
   CHECK_THROWS_AS(net.decode(ctx, tensor::zeros({2, 1}), 0, a), shape_error);  // one sequence at a time
+  // A user's sequence model with a residual block whose shortcut is a projection decodes too.
+  auto own = sequential(embedding(v, 6), positional_embedding(t, 6),
+                        residual(layer_norm(6), sequence_dense(6, 8), gelu()).projection(sequence_dense(6, 8)),
+                        causal_self_attention(8, 2), sequence_dense(8, v));
+  own.build({t}, 5);
+  REQUIRE(own.decodes());
+  const tensor own_want = own.forward(ctx, x, false).clone();
+  model::activations oa = own.make_activations();
+  tensor head = tensor::empty({1, 7}), tail = tensor::empty({1, 3});
+  std::copy(x.data(), x.data() + 7, head.data());
+  std::copy(x.data() + 7, x.data() + t, tail.data());
+  CHECK(worst(own.decode(ctx, head, 0, oa), own_want, 0) < 1e-5);
+  CHECK(worst(own.decode(ctx, tail, 7, oa), own_want, 7) < 1e-5);
   auto mlp = sequential(flatten(), dense(10, 4));
   mlp.build({10});
   CHECK_FALSE(mlp.decodes());

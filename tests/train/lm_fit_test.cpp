@@ -246,6 +246,11 @@ TEST_CASE("generation with the attention's keys and values kept gives the text o
   }
   o.top_p = 1;
   CHECK(generate(ckpt, o) == all);
+  o.threads = 0;  // every CPU this process may use: the same text
+  CHECK(generate(ckpt, o) == all);
+  o.threads = -1;
+  CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("threads must be >= 0")));
+  o.threads = 1;
   o.window_shift = 17;
   CHECK_THROWS_MATCHES(generate(ckpt, o), error, message(Contains("window-shift must be in [1, 16]")));
   o.window_shift = 0;

@@ -239,6 +239,10 @@ void job::validate() const {
     throw error("--gemm " + std::string(kernels::to_string(s_.gemm)) +
                 " is the sequential loop's for now: on actors the kernels choose per product, as --gemm auto "
                 "does (leave --gemm out)");
+  if (s_.accumulate > 1 && runs_on_actors(s_))
+    throw error("--accumulate " + std::to_string(s_.accumulate) +
+                " is the sequential loop's: on actors raise --batch-size (the asynchronous rules' --push-every K "
+                "takes K local steps per push)");
   // AdamW on actors: the shards of asgd and sa-asgd apply it (model::validate(update_config) says so for the
   // others), and so do the flat optimizers of allreduce's replicas and of a pipeline's stages (model/flat_optimizer.hpp).
   const bool adam_shards = model::steps_by_adamw(s_.algo.kind) && s_.pipeline.stages == 1;

@@ -250,6 +250,12 @@ struct settings {
   /// The lr climbs linearly from lr/warmup_steps to lr over the first
   /// warmup_steps steps (updates, on actors), then follows `schedule` over the rest. 0: none.
   int64_t warmup_steps = 0;
+  /// The sequential loop's batches per optimizer step: each step averages the
+  /// gradients of `accumulate` batches of batch_size (weighted by their
+  /// samples), as one batch of accumulate x batch_size would give them, with
+  /// one batch's memory. Steps (the lr schedule, max_steps, checkpoints) count
+  /// optimizer steps; an epoch's last step takes the batches left. 1: none.
+  int64_t accumulate = 1;
   uint64_t seed = 1;              ///< initialisation, shuffling, dropout
   int threads = 0;                ///< CPU threads, 0: this process's share of the cores
   std::string checkpoint;         ///< resume from it when it exists; written after every epoch
@@ -332,6 +338,8 @@ public:
   job& optimizer(optimizer_kind k) { s_.optimizer = k; return *this; }
   job& schedule(lr_schedule v) { s_.schedule = v; return *this; }
   job& warmup_steps(int64_t v) { s_.warmup_steps = v; return *this; }
+  /// Batches per optimizer step in the sequential loop (settings::accumulate).
+  job& accumulate(int64_t batches) { s_.accumulate = batches; return *this; }
   job& gemm(kernels::gemm_backend v) { s_.gemm = v; return *this; }
   job& seed(uint64_t v) { s_.seed = v; return *this; }
   job& threads(int n) { s_.threads = n; return *this; }

@@ -463,6 +463,10 @@ std::vector<job_key> make_optimizer_keys() {
       integer_key("warmup-steps", "N",
                   "linear warm-up of the lr over the first N steps, then --lr-schedule over the rest (default {default})",
                   [](auto& s) -> auto& { return s.train.warmup_steps; }, 0),
+      integer_key("accumulate", "N",
+                  "the sequential loop's batches per optimizer step: their gradients averaged, as one batch of N x "
+                  "--batch-size, with one batch's memory (default {default})",
+                  [](auto& s) -> auto& { return s.train.accumulate; }, 1, 4096),
   };
 }
 

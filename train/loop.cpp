@@ -299,7 +299,7 @@ public:
                     model::optimizer& opt, const start_point& from, std::ostream& log)
       : j_(j), s_(j.config()), ctx_(ctx), d_(d), net_(net), params_(net.parameters()), opt_(opt), from_(from),
         batches_(d, s_), per_epoch_(batches_.batches_per_epoch()),
-        total_steps_(per_epoch_ * s_.epochs),
+        total_steps_((per_epoch_ + s_.accumulate - 1) / s_.accumulate * s_.epochs),
         acc_({batches_.samples_per_epoch(), per_epoch_, s_.epochs, from.epochs, from.steps, s_.max_steps, 1, from.epoch_samples},
              std::chrono::steady_clock::now()),
         progress_(log, s_.progress),
@@ -314,25 +314,20 @@ public:
     // A checkpoint inside this epoch: its first samples are trained already.
     if (epoch == from_.epochs) batches_.skip(from_.epoch_samples);
     auto verdict = epoch_accumulator::verdict::train_on;
-    while (verdict == epoch_accumulator::verdict::train_on && batches_.next()) {
-      opt_.set_learning_rate(model::scheduled_lr(s_.lr, s_.schedule, acc_.steps(), total_steps_, s_.warmup_steps));
+    while (verdict == epoch_accumulator::verdict::train_on) {
+      if (!batches_.next()) {  // the epoch's batches are over: a step of those still accumulated
+        if (pending_.batches > 0) verdict = step(epoch, pending_.mean_loss());
+        break;
+      }
       const tensor& logits = net_.forward(ctx_, batches_.inputs(), true);
       const double loss = batches_.loss(ctx_, logits, dlogits_);
       net_.backward(ctx_, dlogits_);
-      if (s_.clip_grad_norm > 0) kernels::clip_by_global_norm(ctx_, grad_parts(), s_.clip_grad_norm);
-      opt_.step(ctx_, params_);
-      if (j_.step_callback()) {
-        step_event e{acc_.steps() + 1, epoch + 1, loss, 0, &stop_};
-        j_.step_callback()(e);
-        if (stop_) acc_.request_stop();
+      if (s_.accumulate == 1) {
+        verdict = step(epoch, loss);
+        continue;
       }
-      verdict = acc_.add({0, static_cast<uint64_t>(acc_.steps() + 1), loss, static_cast<uint64_t>(batches_.size())});
-      // Inside an epoch: a resumed run trains the rest of it.
-      if (verdict == epoch_accumulator::verdict::train_on &&
-          periodic_.due(acc_.steps(), std::chrono::steady_clock::now()))
-        save(s_.checkpoint, net_, opt_, d_, static_cast<uint32_t>(epoch), acc_.steps(), acc_.epoch_samples());
-      progress_.update(epoch + 1, s_.epochs, acc_.batches_done(s_.batch_size), per_epoch_, acc_.mean_loss(),
-                       acc_.samples_per_s(std::chrono::steady_clock::now()));
+      pending_.add(ctx_, params_, loss, batches_.size());
+      if (pending_.batches == s_.accumulate) verdict = step(epoch, pending_.mean_loss());
     }
     return verdict;
   }
@@ -361,6 +356,57 @@ public:
   }
 
 private:
+  /// The gradients of the batches a step has taken so far (settings::accumulate), each weighted by
+  /// its samples, and their losses.
+  struct accumulated {
+    std::vector<tensor> sums;  // per parameter: the sum over the batches of samples x gradient
+    int64_t batches = 0, samples = 0;
+    double loss = 0;  // the sum of samples x mean loss
+    void add(const kernels::context& ctx, const std::vector<model::parameter*>& params, double batch_loss,
+             int64_t size) {
+      if (sums.empty())
+        for (model::parameter* p : params) sums.push_back(tensor::zeros(p->grad.shape()));
+      for (std::size_t i = 0; i < params.size(); ++i)
+        kernels::axpy(ctx, sums[i].numel(), static_cast<float>(size), params[i]->grad.data(), sums[i].data());
+      ++batches;
+      samples += size;
+      loss += batch_loss * static_cast<double>(size);
+    }
+    double mean_loss() const { return loss / static_cast<double>(samples); }
+    /// Every parameter's gradient becomes the mean over the samples; the sums start again.
+    void into(const kernels::context& ctx, const std::vector<model::parameter*>& params) {
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        params[i]->grad.fill(0.0f);
+        kernels::axpy(ctx, sums[i].numel(), 1.0f / static_cast<float>(samples), sums[i].data(), params[i]->grad.data());
+        sums[i].fill(0.0f);
+      }
+      batches = samples = 0;
+      loss = 0;
+    }
+  };
+
+  /// The optimizer's step on the gradients of the batches since the last (the one batch in
+  /// parameters' gradients, or those accumulated), with the mean loss `loss`; the accumulator's verdict.
+  epoch_accumulator::verdict step(int epoch, double loss) {
+    const int64_t samples = pending_.batches > 0 ? pending_.samples : batches_.size();
+    if (pending_.batches > 0) pending_.into(ctx_, params_);
+    opt_.set_learning_rate(model::scheduled_lr(s_.lr, s_.schedule, acc_.steps(), total_steps_, s_.warmup_steps));
+    if (s_.clip_grad_norm > 0) kernels::clip_by_global_norm(ctx_, grad_parts(), s_.clip_grad_norm);
+    opt_.step(ctx_, params_);
+    if (j_.step_callback()) {
+      step_event e{acc_.steps() + 1, epoch + 1, loss, 0, &stop_};
+      j_.step_callback()(e);
+      if (stop_) acc_.request_stop();
+    }
+    const auto verdict = acc_.add({0, static_cast<uint64_t>(acc_.steps() + 1), loss, static_cast<uint64_t>(samples)});
+    // Inside an epoch: a resumed run trains the rest of it.
+    if (verdict == epoch_accumulator::verdict::train_on && periodic_.due(acc_.steps(), std::chrono::steady_clock::now()))
+      save(s_.checkpoint, net_, opt_, d_, static_cast<uint32_t>(epoch), acc_.steps(), acc_.epoch_samples());
+    progress_.update(epoch + 1, s_.epochs, acc_.batches_done(s_.batch_size), per_epoch_, acc_.mean_loss(),
+                     acc_.samples_per_s(std::chrono::steady_clock::now()));
+    return verdict;
+  }
+
   const job& j_;
   const settings& s_;
   const kernels::context& ctx_;
@@ -382,6 +428,7 @@ private:
   progress_reporter progress_;
   checkpoint_clock periodic_;
   tensor dlogits_;
+  accumulated pending_;
   bool stop_ = false;
 };
 

@@ -90,6 +90,7 @@ TEST_CASE("every option name parses and sets its own field", "[cli]") {
       {"gemm", "eigen", "gemm"},
       {"lr-schedule", "constant", "schedule"},
       {"warmup-steps", "30", "warmup_steps"},
+      {"accumulate", "4", "accumulate"},
       {"seed", "42", "seed"},
       {"threads", "2", "threads"},
       {"data-dir", "/data/idx", "data_dir"},

@@ -224,6 +224,50 @@ TEST_CASE("fit honours max_steps, evaluate(false) and the cosine schedule", "[tr
 // Bug (issue 21, item 18): a run resumed from a checkpoint inside an epoch
 // trained that epoch again from its start, and its record counted the steps
 // before the checkpoint twice (3 + 8 steps for an epoch of 8).
+TEST_CASE("accumulating 4 batches of 8 trains as batches of 32, step for step; resumed inside an epoch too",
+          "[train][fit]") {
+  small_data d;  // 256 images: 8 batches of 32, 32 of 8
+  std::ostringstream log;
+  auto losses = [&](job j, history* h = nullptr) {
+    std::vector<step_event> steps;
+    j.on_step([&](const step_event& e) { steps.push_back(e); });
+    const history got = fit(j, log);
+    if (h) *h = got;
+    return steps;
+  };
+  history whole, accumulated;
+  const auto big = losses(mlp_job(d.dir.path()), &whole);
+  const auto small = losses(mlp_job(d.dir.path()).batch_size(8).accumulate(4), &accumulated);
+  REQUIRE(big.size() == 16);
+  REQUIRE(small.size() == 16);
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    INFO("step " << big[i].step);
+    CHECK(small[i].step == big[i].step);
+    CHECK(std::abs(small[i].loss - big[i].loss) <= 1e-5 * std::abs(big[i].loss));
+  }
+  REQUIRE(accumulated.size() == 2);
+  CHECK(accumulated[1].steps == 16);
+  CHECK(std::abs(accumulated[1].test_accuracy - whole[1].test_accuracy) <= 1.0 / 64);  // one test image at most
+  // 32 batches in threes: 10 steps of 3 and an epoch's last step of the 2 left.
+  history thirds;
+  CHECK(losses(mlp_job(d.dir.path()).batch_size(8).accumulate(3), &thirds).size() == 22);
+  CHECK(thirds[0].steps == 11);
+  // Cut after 3 steps (96 samples) and resumed: the rest as in the run never cut.
+  const std::string ckpt = d.dir.file("accumulated.ckpt");
+  fit(mlp_job(d.dir.path()).batch_size(8).accumulate(4).max_steps(3).checkpoint(ckpt), log);
+  CHECK(net::load_checkpoint(ckpt).epoch_samples == 96);
+  const auto rest = losses(mlp_job(d.dir.path()).batch_size(8).accumulate(4).checkpoint(ckpt));
+  REQUIRE(rest.size() == 13);
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    INFO("step " << rest[i].step);
+    CHECK(rest[i].step == small[i + 3].step);
+    CHECK(rest[i].loss == small[i + 3].loss);
+  }
+  // On actors a worker's batch is the batch: a clear error.
+  CHECK_THROWS_MATCHES(fit(mlp_job(d.dir.path(), asgd().workers(2)).accumulate(2), log), error,
+                       message(Contains("--accumulate 2 is the sequential loop's")));
+}
+
 TEST_CASE("fit resumed inside an epoch trains the rest of it: the epoch records its own steps", "[train][fit]") {
   small_data d;  // 8 steps per epoch
   const std::string ckpt = d.dir.file("mid.ckpt");

@@ -248,7 +248,7 @@ TEST_CASE("an unknown zoo model is named after the file, with the choices", "[jo
 TEST_CASE("the key table has one key per option name, each documented", "[job_file]") {
   const std::vector<std::string> names{
       "model",      "epochs",      "batch-size", "lr",        "momentum", "clip-grad-norm",        "weight-decay", "optimizer", "gemm", "lr-schedule", "warmup-steps",
-      "seed",       "threads",     "data-dir",   "context",    "dim", "heads", "blocks", "mlp-ratio", "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
+      "accumulate", "seed",       "threads",     "data-dir",   "context",    "dim", "heads", "blocks", "mlp-ratio", "checkpoint", "checkpoint-every-steps", "checkpoint-every-seconds",
       "metrics-out",    "max-steps",    "sample-tokens", "validation-fraction", "evaluate",
       "progress",   "algorithm",   "workers",    "shards",     "shard-cut",  "push-every",     "worker-lr",    "worker-momentum",
       "worker-speeds", "prefetch",    "overlap",    "overlap-receive", "dc-lambda",  "dc-lambda0", "dc-rho-ms",      "ddc-alpha",    "ddc-mu0", "ddc-version", "ddc-tau-decay", "bucket-mb", "allreduce-dtype",

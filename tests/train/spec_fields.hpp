@@ -61,6 +61,7 @@ inline std::vector<std::pair<std::string, std::string>> fields(const train::job_
       {"mlp_ratio", std::to_string(s.mlp_ratio)},
       {"schedule", model::to_string(t.schedule)},
       {"warmup_steps", std::to_string(t.warmup_steps)},
+      {"accumulate", std::to_string(t.accumulate)},
       {"seed", std::to_string(t.seed)},
       {"threads", std::to_string(t.threads)},
       {"checkpoint", t.checkpoint},
@@ -144,6 +145,7 @@ inline train::job_spec everything_changed() {
   s.mlp_ratio = 2;
   t.schedule = model::lr_schedule::constant;
   t.warmup_steps = 20;
+  t.accumulate = 3;
   t.seed = 123456789012345;
   t.threads = 3;
   t.checkpoint = "ck.bin";

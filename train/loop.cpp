@@ -462,7 +462,11 @@ history run_sequential(const job& j, std::ostream& log) {
   const int64_t per_epoch = d.train_samples();
   const start_point from = resuming ? resume(s.checkpoint, net, *opt, d, per_epoch, log) : start_point{};
   log << "model " << j.model_name() << ": " << net.num_parameters() << " parameters, " << opt->describe() << ", "
-      << ctx.threads << " threads\n" << oversubscription_note(ctx.threads);
+      << ctx.threads << " threads";
+  if (s.accumulate > 1)
+    log << ", " << s.accumulate << " batches of " << s.batch_size << " per step (" << s.accumulate * s.batch_size
+        << " samples)";
+  log << "\n" << oversubscription_note(ctx.threads);
   if (from.epochs >= s.epochs) return {};
 
   sequential_epochs epochs(j, ctx, d, net, *opt, from, log);

@@ -238,6 +238,7 @@ TEST_CASE("accumulating 4 batches of 8 trains as batches of 32, step for step; r
   history whole, accumulated;
   const auto big = losses(mlp_job(d.dir.path()), &whole);
   const auto small = losses(mlp_job(d.dir.path()).batch_size(8).accumulate(4), &accumulated);
+  CHECK_THAT(log.str(), Contains(", 4 batches of 8 per step (32 samples)"));
   REQUIRE(big.size() == 16);
   REQUIRE(small.size() == 16);
   for (std::size_t i = 0; i < big.size(); ++i) {

@@ -224,7 +224,7 @@ TEST_CASE("fit honours max_steps, evaluate(false) and the cosine schedule", "[tr
 // Bug (issue 21, item 18): a run resumed from a checkpoint inside an epoch
 // trained that epoch again from its start, and its record counted the steps
 // before the checkpoint twice (3 + 8 steps for an epoch of 8).
-TEST_CASE("accumulating 4 batches of 8 trains as batches of 32, step for step; resumed inside an epoch too",
+TEST_CASE("accumulating 4 batches of 8 trains as batches of 32, step for step, and resumed inside an epoch too",
           "[train][fit]") {
   small_data d;  // 256 images: 8 batches of 32, 32 of 8
   std::ostringstream log;

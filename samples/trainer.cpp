@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
     const troupe::failure f = troupe::failure_of(e);
     std::cerr << "\ntroupe_trainer: error" << (f == troupe::failure::other ? "" : std::string(" (") + troupe::to_string(f) + ")")
               << ": " << e.what() << "\n";  // after a progress bar's unfinished line
+    const troupe::settings& t = cl.spec.train;
+    if (std::string(e.what()).find("out of memory: a tensor") != std::string::npos && !troupe::runs_on_actors(t) &&
+        t.batch_size >= 4)  // the same steps on batches a quarter the size
+      std::cerr << "note: --batch-size " << t.batch_size / 4 << " --accumulate " << 4 * t.accumulate
+                << " trains on " << t.batch_size / 4 * 4 * t.accumulate
+                << " samples a step, as now, with the activations of a batch a quarter the size\n";
     return troupe::exit_status(f);
   }
   name_outputs(cl.spec.train, std::cerr);

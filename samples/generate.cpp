@@ -1,7 +1,9 @@
 // troupe_generate: continues a prompt with a language model that
 // troupe_trainer --model gpt trained (its checkpoint holds the vocabulary).
 //   troupe_generate --checkpoint gpt.ckpt --prompt "Q: " --tokens 300 --temperature 0.8 --top-k 20 --seed 7
+#include <chrono>
 #include <cstdlib>
+#include <iomanip>
 #include <iostream>
 #include <string>
 
@@ -87,13 +89,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    bool started = false;  // the prompt printed: once the checkpoint has given a first token
-    o.on_token = [&](const std::string& piece) {  // each token as it is drawn
-      std::cout << (started ? "" : o.prompt) << piece << std::flush;
-      started = true;
+    using clock = std::chrono::steady_clock;
+    const clock::time_point start = clock::now();
+    clock::time_point first, last;
+    int64_t drawn = 0;
+    o.on_token = [&](const std::string& piece) {  // each token as it is drawn; the prompt with the first
+      std::cout << (drawn == 0 ? o.prompt : "") << piece << std::flush;
+      (drawn++ == 0 ? first : last) = clock::now();
     };
     troupe::generate(path, o);
-    std::cout << (started ? "" : o.prompt) << "\n";
+    std::cout << (drawn == 0 ? o.prompt : "") << "\n";
+    const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    if (drawn > 1)  // on stderr, apart from the text
+      std::cerr << "troupe_generate: " << drawn << " tokens, " << std::setprecision(3)
+                << seconds(last - first) * 1e3 / static_cast<double>(drawn - 1) << " ms a token after the first ("
+                << seconds(first - start) << " s to load the checkpoint and draw the first)\n";
   } catch (const std::exception& e) {
     std::cerr << "troupe_generate: error: " << e.what() << "\n";
     return 1;

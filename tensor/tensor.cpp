@@ -87,8 +87,8 @@ int64_t default_limit() {
     if (key == "MemAvailable:") available = static_cast<double>(kb) * 1024;
     in.ignore(256, '\n');
   }
-  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
-  if (available < 0 && pages > 0 && size > 0) available = static_cast<double>(pages) * static_cast<double>(size);
+  const double physical = physical_memory_bytes();
+  if (available < 0 && physical > 0) available = physical;
   const double room = cgroup_room();
   if (room >= 0 && (available < 0 || room < available)) available = room;
   return available > 0 ? static_cast<int64_t>(available * 0.95) : 0;
@@ -150,6 +150,11 @@ void require_cpu(const tensor& t, const char* what) {
 }
 
 } // namespace
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
+}
 
 int64_t cpu_memory_limit() { return default_cpu_allocator.limit(); }
 void set_cpu_memory_limit(int64_t bytes) { default_cpu_allocator.set_limit(bytes); }

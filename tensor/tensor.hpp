@@ -59,6 +59,8 @@ int64_t cpu_memory_limit();
 void set_cpu_memory_limit(int64_t bytes);
 /// The bytes of CPU tensor memory this process holds now.
 int64_t cpu_memory_in_use();
+/// The host's physical memory in bytes (0 where the system does not say).
+double physical_memory_bytes();
 
 /// The dimensions of a tensor, outermost first.
 class shape {

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <set>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <thread>
 
 extern char** environ;
@@ -185,11 +184,6 @@ int usable_cores() {
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-double physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
 }
 
 std::string oversubscription_note(int threads) { return oversubscription_note(threads, usable_cores()); }

@@ -31,8 +31,6 @@ topology topology_of(const cluster_spec& c, uint32_t self, int local_threads);
 /// The CPUs this process may run on: its affinity mask (what taskset, a
 /// cpuset or Slurm's binding leave it), else the host's cores; at least 1.
 int usable_cores();
-/// The host's physical memory in bytes (0 where the system does not say).
-double physical_memory_bytes();
 /// For the log: a note when `threads` (this process's kernel threads) exceeds usable_cores(): the
 /// threads then take turns on the cores, and every parallel region waits for the one that is
 /// not running (docs/benchmarks.md measured --threads 2 on one free core at half the speed of

@@ -22,6 +22,7 @@
 #include "model/update_rule.hpp"
 #include "model/zoo.hpp"
 #include "tensor/error.hpp"
+#include "tensor/tensor.hpp"
 #include "train/data_source.hpp"
 
 namespace troupe::train {

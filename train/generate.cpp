@@ -89,10 +89,6 @@ model::model gpt_of(const net::checkpoint& c, const std::string& path) {
   return net;
 }
 
-} // namespace
-
-namespace {
-
 /// The logits of the next token after `ids`, each call one token longer: those the model gives
 /// for the tokens of its window, from position 0. The window is the text's last tokens while they
 /// fit in the context; when the text outgrows it, the window moves on by `shift` tokens (1: the

@@ -7,7 +7,7 @@
 //   troupe_gemm_bench [--size N] [--threads T] [--reps R]
 // With --mlp (--products mlp), the eight products of the reference MLP's training
 // step (784-256-128-10, batch 64); --products cnn and resnet, those of the
-// CNN's and ResNet-20's steps that go through kernels::gemm: troupe's gemm on
+// CNN's, ResNet-20's and the gpt's steps that go through kernels::gemm: troupe's gemm on
 // each backend (auto: the default's choice per product) against OpenBLAS's own
 // threading; one JSON line per product and a total.
 //   troupe_gemm_bench --mlp | --products MODEL [--threads T] [--reps R]
@@ -77,7 +77,9 @@ struct product {
 /// A model's training-step products as the layers call kernels::gemm (logged from a step):
 /// the MLP's as dense_forward/dense_backward call them (the first layer's input gradient is
 /// skipped); the CNN's dense layers (3136 -> 128 -> 10); ResNet-20's classifier (64 -> 10) and its
-/// two 1x1 projections' input gradients, one image at a time (conv2d_backward_data_gemm).
+/// two 1x1 projections' input gradients, one image at a time (conv2d_backward_data_gemm); the gpt's
+// dense products on a batch of 32 x 128 positions, one head's attention products and the products
+// of decoding one position (and four) with the keys and values kept.
 std::vector<product> products_of(const std::string& model) {
   if (model == "mlp")
     return {{"fwd1", false, true, 64, 256, 784}, {"fwd2", false, true, 64, 128, 256}, {"fwd3", false, true, 64, 10, 128},
@@ -89,6 +91,13 @@ std::vector<product> products_of(const std::string& model) {
   if (model == "resnet")
     return {{"fwd", false, true, 64, 10, 64},      {"dw", true, false, 10, 64, 64},      {"dx", false, false, 64, 64, 10},
             {"proj2_dx", true, false, 16, 196, 32}, {"proj3_dx", true, false, 32, 49, 64}};
+  if (model == "gpt")  // the default gpt (128 features, 4 heads, batch 32 x 128 positions) and its decoding (1 row)
+    return {{"qkv", false, true, 4096, 384, 128},      {"mlp_up", false, true, 4096, 512, 128},
+            {"mlp_down", false, true, 4096, 128, 512}, {"qkv_dw", true, false, 384, 128, 4096},
+            {"qkv_dx", false, false, 4096, 128, 384},  {"scores", false, true, 128, 128, 32},
+            {"pv", false, false, 128, 32, 128},        {"decode_qkv", false, true, 1, 384, 128},
+            {"decode_down", false, true, 1, 128, 512}, {"decode_scores", false, true, 1, 128, 32},
+            {"decode4_qkv", false, true, 4, 384, 128}};
   return {};
 }
 
@@ -97,7 +106,7 @@ std::vector<product> products_of(const std::string& model) {
 int model_products(const std::string& model, int threads, int reps) {
   const std::vector<product> ps = products_of(model);
   if (ps.empty()) {
-    std::fprintf(stderr, "troupe_gemm_bench: --products takes mlp, cnn or resnet, not %s\n", model.c_str());
+    std::fprintf(stderr, "troupe_gemm_bench: --products takes mlp, cnn, resnet or gpt, not %s\n", model.c_str());
     return 2;
   }
   std::size_t most = 0;
@@ -237,7 +246,7 @@ int main(int argc, char** argv) {
     else if (a == "--products") model = argv[i + 1];
     else {
       std::fprintf(stderr,
-                   "usage: troupe_gemm_bench [--mlp | --products mlp|cnn|resnet | --peak | --balance] [--size N] [--threads T] "
+                   "usage: troupe_gemm_bench [--mlp | --products mlp|cnn|resnet|gpt | --peak | --balance] [--size N] [--threads T] "
                    "[--reps R]\n");
       return 2;
     }

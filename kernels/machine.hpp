@@ -15,6 +15,16 @@ struct cpu_features {
   bool avx2 = false, fma = false, avx512f = false;
   /// AVX-512 F, CD, BW, DQ and VL (x86-64-v4): what the "avx512" kernel set is compiled for.
   bool avx512 = false;
+  /// A core that issues two 512-bit FMAs a cycle, twice its 256-bit rate, so
+  /// that the "avx512" GEMM kernel runs at twice the AVX2 one's speed. From
+  /// cpuid's vendor, family and model, for the parts measured so: AMD family
+  /// 1Ah models 00h-1Fh (Zen 5 EPYC). False elsewhere, also where it may be
+  /// true but was not measured (Intel's server cores, Zen 5 desktop parts),
+  /// and on Zen 4, whose 512-bit FMAs issue at the 256-bit rate.
+  bool full_rate_avx512 = false;
+  /// cpuid's vendor string ("AuthenticAMD", "GenuineIntel"), family and model (extended fields added).
+  std::string vendor;
+  int family = 0, model = 0;
 };
 /// This CPU's features, detected once.
 const cpu_features& cpu();

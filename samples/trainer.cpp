@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::cerr << "troupe_trainer " << troupe::version() << ", kernels " << troupe::kernels::cpu_kernels_name() << "\n";
+    std::cerr << "troupe_trainer " << troupe::version() << ", kernels " << troupe::kernels::cpu_kernels_name()
+              << (troupe::kernels::cpu().full_rate_avx512 ? " (512-bit FMAs at full rate)" : "") << "\n";
     for (const std::string& note : unread_keys(cl.spec)) std::cerr << "note: " << note << "\n";
     troupe::fit(make_job(cl.spec).node(cl.node), std::cerr);
   } catch (const std::exception& e) {

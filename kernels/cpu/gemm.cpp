@@ -2,12 +2,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
 
 #include <Eigen/Core>
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/cpu/gemm_own.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/machine.hpp"
 
 namespace troupe::kernels {
 
@@ -103,13 +105,23 @@ void openblas_gemm(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t 
   }
 }
 
-/// gemm_backend::automatic's choice: troupe's own kernels where every dimension is at least 64
-/// and the depth at most 1024. Measured with `troupe_gemm_bench --products mlp|cnn|resnet`
-/// (docs/benchmarks.md): own 9-14 % faster on the MLP's five large products and 20-36 % on the
-/// CNN's dense weight and input gradients (k 64 and 128), 16 % slower on the CNN's forward
-/// product (k = 3136: own's depth blocks reload C 13 times), 1.2-2.9x slower where a dimension is
-/// 10 (the classifiers) or on ResNet-20's per-image 1x1 projections (16 x 196 x 32, 32 x 49 x 64).
-bool own_is_faster(int64_t m, int64_t n, int64_t k) { return std::min({m, n, k}) >= 64 && k <= 1024; }
+/// gemm_backend::automatic's choice. Measured with `troupe_gemm_bench --products mlp|cnn|resnet|gpt`
+/// (docs/benchmarks.md).
+/// * Where 512-bit FMAs issue at twice the 256-bit rate (cpu().full_rate_avx512) and the avx512
+///   set runs, OpenBLAS 0.3.21's AVX2 kernels reach half the peak, and troupe's own kernels run
+///   1.1-2.6x their speed on every product of the four models, one-row decoding included, but
+///   those whose op(B) has fewer than 16 columns (the classifiers' forward, 64 x 10: 1.1x slower,
+///   most of each 32-wide tile is padding).
+/// * Elsewhere (Zen 4, AVX2 machines), own where every dimension is at least 64 and the depth at
+///   most 1024: own 9-14 % faster on the MLP's five large products and 20-36 % on the CNN's dense
+///   weight and input gradients (k 64 and 128), 16 % slower on the CNN's forward product (k = 3136:
+///   own's depth blocks reload C 13 times), 1.2-2.9x slower where a dimension is 10 (the
+///   classifiers) or on ResNet-20's per-image 1x1 projections (16 x 196 x 32, 32 x 49 x 64).
+bool own_is_faster(int64_t m, int64_t n, int64_t k) {
+  static const bool full_rate = cpu().full_rate_avx512 && std::string(detail::active_gemm_kernels().name) == "avx512";
+  if (full_rate) return n >= 16;
+  return std::min({m, n, k}) >= 64 && k <= 1024;
+}
 
 } // namespace
 

@@ -1,7 +1,11 @@
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -15,6 +19,25 @@ namespace troupe::kernels {
 
 namespace {
 
+/// cpuid's vendor, family and model into f (left empty and 0 where cpuid is absent).
+void identify(cpu_features& f) {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  f.vendor = vendor;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+  const int base_family = (a >> 8) & 0xf, base_model = (a >> 4) & 0xf;
+  f.family = base_family + (base_family == 0xf ? static_cast<int>((a >> 20) & 0xff) : 0);
+  f.model = base_model | (base_family == 0xf || base_family == 6 ? static_cast<int>((a >> 16) & 0xf) << 4 : 0);
+#else
+  (void)f;
+#endif
+}
+
 cpu_features detect() {
   cpu_features f;
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,6 +49,8 @@ cpu_features detect() {
   f.avx512 = f.avx512f && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #endif
+  identify(f);
+  f.full_rate_avx512 = f.avx512 && f.vendor == "AuthenticAMD" && f.family == 0x1a && f.model < 0x20;
   return f;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -288,6 +289,31 @@ TEST_CASE("gemm backends by name, and the kernel set is one the CPU runs", "[ker
   else if (k::cpu().avx2 && k::cpu().fma) CHECK(sets.front() == "avx2+fma");
   CHECK(k::caches().l1d > 0);
   CHECK(k::caches().l2 >= k::caches().l1d);
+}
+
+TEST_CASE("cpuid's vendor, family and model are those the kernel reports", "[kernels][gemm_own]") {
+  // /proc/cpuinfo's first processor: vendor_id, cpu family and model, as Linux decodes cpuid (extended fields
+  // added). full_rate_avx512 is only ever claimed for the parts measured so.
+  std::ifstream info("/proc/cpuinfo");
+  std::string line, vendor;
+  int family = -1, model = -1;
+  while (std::getline(info, line) && !line.empty()) {  // "key<tabs>: value"
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos || colon + 2 > line.size()) continue;
+    const std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1), value = line.substr(colon + 2);
+    if (key == "vendor_id") vendor = value;
+    else if (key == "cpu family") family = std::stoi(value);
+    else if (key == "model") model = std::stoi(value);
+  }
+  if (vendor.empty() || family < 0 || model < 0) {
+    WARN("no x86 /proc/cpuinfo here: nothing to compare");
+    return;
+  }
+  CHECK(k::cpu().vendor == vendor);
+  CHECK(k::cpu().family == family);
+  CHECK(k::cpu().model == model);
+  if (k::cpu().full_rate_avx512)
+    CHECK((k::cpu().avx512 && vendor == "AuthenticAMD" && family == 0x1a && model < 0x20));
 }
 
 TEST_CASE("TROUPE_CPU_KERNELS picks the GEMM and the vector kernels of the set it names", "[kernels][gemm_own]") {

@@ -78,8 +78,8 @@ struct product {
 /// the MLP's as dense_forward/dense_backward call them (the first layer's input gradient is
 /// skipped); the CNN's dense layers (3136 -> 128 -> 10); ResNet-20's classifier (64 -> 10) and its
 /// two 1x1 projections' input gradients, one image at a time (conv2d_backward_data_gemm); the gpt's
-// dense products on a batch of 32 x 128 positions, one head's attention products and the products
-// of decoding one position (and four) with the keys and values kept.
+/// dense products on a batch of 32 x 128 positions, one head's attention products and the products
+/// of decoding one position (and four) with the keys and values kept.
 std::vector<product> products_of(const std::string& model) {
   if (model == "mlp")
     return {{"fwd1", false, true, 64, 256, 784}, {"fwd2", false, true, 64, 128, 256}, {"fwd3", false, true, 64, 10, 128},

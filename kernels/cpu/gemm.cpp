@@ -2,7 +2,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <string>
 
 #include <Eigen/Core>
 
@@ -118,7 +117,7 @@ void openblas_gemm(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t 
 ///   own's depth blocks reload C 13 times), 1.2-2.9x slower where a dimension is 10 (the
 ///   classifiers) or on ResNet-20's per-image 1x1 projections (16 x 196 x 32, 32 x 49 x 64).
 bool own_is_faster(int64_t m, int64_t n, int64_t k) {
-  static const bool full_rate = cpu().full_rate_avx512 && std::string(detail::active_gemm_kernels().name) == "avx512";
+  static const bool full_rate = cpu().full_rate_avx512 && &detail::active_gemm_kernels() == detail::avx512_gemm_kernels();
   if (full_rate) return n >= 16;
   return std::min({m, n, k}) >= 64 && k <= 1024;
 }

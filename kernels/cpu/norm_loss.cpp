@@ -2,6 +2,7 @@
 #include <cmath>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/check.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -164,26 +165,44 @@ void plane_gradient(const float* g, const float* x, const Keep& keep, float* dx,
   }
 }
 
-/// Batch norm's backward pass over channel c: its gradient sums (dgamma,
-/// dbeta), then dx, each plane's mask `keep` moved to it.
-template <class Keep>
-void channel_gradient(const bn_dims& d, int64_t c, const float* xp, const float* gp, float* dxp, const Keep& keep,
-                      float gamma, float mean, float invstd, float& dgamma, float& dbeta) {
+/// Batch norm's backward pass, split by images as the forward pass is: each plane's gradient sums
+/// (keep_of(c) the mask of channel c's planes, moved to each), added per channel in plane order
+/// (dgamma, dbeta: the same bits on any number of threads), then dx.
+template <class KeepOf>
+void gradient_by_images(const context& ctx, const bn_dims& d, const float* xp, const float* gp, float* dxp,
+                        const KeepOf& keep_of, const float* gamma, const float* mean, const float* invstd,
+                        float* dgamma, float* dbeta, bool parallel) {
   const float m = static_cast<float>(d.n * d.inner);
-  double sdy = 0, sdyx = 0;
-  for (int64_t i = 0; i < d.n; ++i) {
-    const int64_t at = (i * d.c + c) * d.inner;
-    plane_gradient_sums(gp + at, xp + at, keep.at(at), d.inner, mean, sdy, sdyx);
-  }
-  const float sdyx_hat = static_cast<float>(sdyx) * invstd;  // sum of dy * xhat
-  dbeta = static_cast<float>(sdy);
-  dgamma = sdyx_hat;
-  // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
-  const float a = gamma * invstd / m;
-  for (int64_t i = 0; i < d.n; ++i) {
-    const int64_t at = (i * d.c + c) * d.inner;
-    plane_gradient(gp + at, xp + at, keep.at(at), dxp + at, d.inner, a, m, mean, invstd, static_cast<float>(sdy),
-                   sdyx_hat);
+  std::vector<double> sg(static_cast<std::size_t>(d.n * d.c)), sgx(sg.size());
+  std::vector<float> sums(static_cast<std::size_t>(d.c)), sums_hat(sums.size());
+#pragma omp parallel num_threads(ctx.threads) if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < d.n; ++i)
+      for (int64_t c = 0; c < d.c; ++c) {
+        const int64_t at = (i * d.c + c) * d.inner;
+        plane_gradient_sums(gp + at, xp + at, keep_of(c).at(at), d.inner, mean[c], sg[i * d.c + c], sgx[i * d.c + c]);
+      }
+#pragma omp single
+    for (int64_t c = 0; c < d.c; ++c) {
+      double sdy = 0, sdyx = 0;
+      for (int64_t i = 0; i < d.n; ++i) {
+        sdy += sg[i * d.c + c];
+        sdyx += sgx[i * d.c + c];
+      }
+      sums[c] = static_cast<float>(sdy);
+      sums_hat[c] = static_cast<float>(sdyx) * invstd[c];  // sum of dy * xhat
+      dbeta[c] = sums[c];
+      dgamma[c] = sums_hat[c];
+    }
+    // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < d.n; ++i)
+      for (int64_t c = 0; c < d.c; ++c) {
+        const int64_t at = (i * d.c + c) * d.inner;
+        plane_gradient(gp + at, xp + at, keep_of(c).at(at), dxp + at, d.inner, gamma[c] * invstd[c] / m, m, mean[c],
+                       invstd[c], sums[c], sums_hat[c]);
+      }
   }
 }
 
@@ -215,28 +234,55 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
   const float* rp = addend ? addend->data() : nullptr;
   float* yp = write_y ? y.data() : nullptr;
   const double m = static_cast<double>(d.n * d.inner);
-#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
-  for (int64_t c = 0; c < d.c; ++c) {
-    // Two passes (the mean, then squared deviations from it): no cancellation.
-    double s = 0;
-    for (int64_t i = 0; i < d.n; ++i) s += plane_sum(xp + (i * d.c + c) * d.inner, d.inner);
-    const float mean = static_cast<float>(s / m);
-    double s2 = 0;
-    for (int64_t i = 0; i < d.n; ++i) s2 += plane_squared_deviation(xp + (i * d.c + c) * d.inner, d.inner, mean);
-    const double var = s2 / m;
-    const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
-    saved_mean.data()[c] = mean;
-    saved_invstd.data()[c] = invstd;
-    const double unbiased = m > 1 ? var * m / (m - 1) : var;
-    running_mean.data()[c] = (1 - momentum) * running_mean.data()[c] + momentum * mean;
-    running_var.data()[c] = (1 - momentum) * running_var.data()[c] + momentum * float(unbiased);
-    const float scale = gamma.data()[c] * invstd;
-    const float shift = (beta.defined() ? beta.data()[c] : 0.0f) - mean * scale;
-    if (saved_affine) {
-      saved_affine->data()[c] = scale;
-      saved_affine->data()[d.c + c] = shift;
+  // Split by images, as the convolutions around it are, so that each thread reads the planes it
+  // wrote (and the next layer reads those it writes) from its own caches. Each plane's sum and
+  // squared deviation from its own mean are taken in two passes while it is in L1, then merged per
+  // channel in plane order (Chan, Golub and LeVeque's formula, in double): no cancellation, and the
+  // same bits on any number of threads.
+  std::vector<double> sums(static_cast<std::size_t>(d.n * d.c)), deviations(sums.size());
+  std::vector<float> scales(static_cast<std::size_t>(d.c)), shifts(scales.size());
+#pragma omp parallel num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < d.n; ++i)
+      for (int64_t c = 0; c < d.c; ++c) {
+        const float* plane = xp + (i * d.c + c) * d.inner;
+        const float s = plane_sum(plane, d.inner);
+        sums[i * d.c + c] = s;
+        deviations[i * d.c + c] = plane_squared_deviation(plane, d.inner, s / static_cast<float>(d.inner));
+      }
+#pragma omp single
+    for (int64_t c = 0; c < d.c; ++c) {
+      double s = 0;
+      for (int64_t i = 0; i < d.n; ++i) s += sums[i * d.c + c];
+      const double mean = s / m;
+      double s2 = 0;
+      for (int64_t i = 0; i < d.n; ++i) {
+        const double between = sums[i * d.c + c] / static_cast<double>(d.inner) - mean;
+        s2 += deviations[i * d.c + c] + static_cast<double>(d.inner) * between * between;
+      }
+      const double var = s2 / m;
+      const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+      saved_mean.data()[c] = static_cast<float>(mean);
+      saved_invstd.data()[c] = invstd;
+      const double unbiased = m > 1 ? var * m / (m - 1) : var;
+      running_mean.data()[c] = (1 - momentum) * running_mean.data()[c] + momentum * static_cast<float>(mean);
+      running_var.data()[c] = (1 - momentum) * running_var.data()[c] + momentum * float(unbiased);
+      scales[c] = gamma.data()[c] * invstd;
+      shifts[c] = (beta.defined() ? beta.data()[c] : 0.0f) - static_cast<float>(mean) * scales[c];
+      if (saved_affine) {
+        saved_affine->data()[c] = scales[c];
+        saved_affine->data()[d.c + c] = shifts[c];
+      }
     }
-    if (write_y) channel_affine(xp, rp, yp, d, c, scale, shift, relu);
+    if (write_y) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < d.n; ++i)
+        for (int64_t c = 0; c < d.c; ++c) {
+          const int64_t at = (i * d.c + c) * d.inner;
+          plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scales[c], shifts[c], relu);
+        }
+    }
   }
 }
 
@@ -305,18 +351,21 @@ void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamm
   const float* xp = x.data();
   const float* gp = dy.data();
   float* dxp = dx.data();
-#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
-  for (int64_t c = 0; c < d.c; ++c) {
-    const float g = gamma.data()[c], mean = saved_mean.data()[c], invstd = saved_invstd.data()[c];
-    float& dg = dgamma.data()[c];
-    float& db = dbeta.data()[c];
-    if (relu_output)
-      channel_gradient(d, c, xp, gp, dxp, keep_where_output{relu_output->data()}, g, mean, invstd, dg, db);
-    else if (relu_affine)
-      channel_gradient(d, c, xp, gp, dxp, keep_where_affine{xp, relu_affine->data()[c], relu_affine->data()[d.c + c]},
-                       g, mean, invstd, dg, db);
-    else
-      channel_gradient(d, c, xp, gp, dxp, keep_all{}, g, mean, invstd, dg, db);
+  const float* gm = gamma.data();
+  const float* mean = saved_mean.data();
+  const float* invstd = saved_invstd.data();
+  const bool parallel = detail::split(ctx, x.numel());
+  if (relu_output) {
+    const keep_where_output keep{relu_output->data()};
+    gradient_by_images(ctx, d, xp, gp, dxp, [&](int64_t) { return keep; }, gm, mean, invstd, dgamma.data(),
+                       dbeta.data(), parallel);
+  } else if (relu_affine) {
+    const float* ra = relu_affine->data();
+    gradient_by_images(ctx, d, xp, gp, dxp, [&](int64_t c) { return keep_where_affine{xp, ra[c], ra[d.c + c]}; }, gm,
+                       mean, invstd, dgamma.data(), dbeta.data(), parallel);
+  } else {
+    gradient_by_images(ctx, d, xp, gp, dxp, [](int64_t) { return keep_all{}; }, gm, mean, invstd, dgamma.data(),
+                       dbeta.data(), parallel);
   }
 }
 

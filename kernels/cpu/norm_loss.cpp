@@ -49,19 +49,53 @@ float plane_sum(const float* a, int64_t n) {
   return s;
 }
 
-float plane_squared_deviation(const float* a, int64_t n, float mean) {
-  const simd::vec m = simd::splat(mean);
-  simd::vec s0 = simd::zero(), s1 = simd::zero();
+/// Sums of d = a - shift and of d * d over a plane: its moments about a shift near its mean, small
+/// numbers however far the values are from zero.
+std::pair<float, float> plane_shifted_moments(const float* a, int64_t n, float shift) {
+  const simd::vec m = simd::splat(shift);
+  simd::vec s0 = simd::zero(), s1 = simd::zero(), q0 = simd::zero(), q1 = simd::zero();
   int64_t i = 0;
   for (; i + 2 * V <= n; i += 2 * V) {
     const simd::vec d0 = simd::sub(simd::load(a + i), m), d1 = simd::sub(simd::load(a + i + V), m);
-    s0 = simd::fma(d0, d0, s0);
-    s1 = simd::fma(d1, d1, s1);
+    s0 = simd::add(s0, d0);
+    s1 = simd::add(s1, d1);
+    q0 = simd::fma(d0, d0, q0);
+    q1 = simd::fma(d1, d1, q1);
   }
-  float s = simd::reduce(simd::add(s0, s1));
-  for (; i < n; ++i) s += (a[i] - mean) * (a[i] - mean);
-  return s;
+  float s = simd::reduce(simd::add(s0, s1)), q = simd::reduce(simd::add(q0, q1));
+  for (; i < n; ++i) {
+    s += a[i] - shift;
+    q += (a[i] - shift) * (a[i] - shift);
+  }
+  return {s, q};
 }
+
+/// Each plane's centre (its mean, in float) and moments about it (plane_shifted_moments), [n][c].
+struct plane_moments {
+  std::vector<float> centres, firsts, seconds;
+  explicit plane_moments(std::size_t planes) : centres(planes), firsts(planes), seconds(planes) {}
+
+  void measure(const float* plane, int64_t inner, int64_t at) {
+    centres[at] = plane_sum(plane, inner) / static_cast<float>(inner);
+    std::tie(firsts[at], seconds[at]) = plane_shifted_moments(plane, inner, centres[at]);
+  }
+
+  /// Channel c's mean and variance (biased) over its n planes of `inner` values, merged in plane
+  /// order in double: sum of (x - mean)^2 = sum over planes of [sum d^2 + 2 (centre - mean) sum d
+  /// + inner (centre - mean)^2], exact algebra.
+  std::pair<double, double> merged(int64_t n, int64_t channels, int64_t inner, int64_t c) const {
+    const double count = static_cast<double>(n * inner), each = static_cast<double>(inner);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += each * centres[i * channels + c] + firsts[i * channels + c];
+    const double mean = s / count;
+    double s2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double to_mean = centres[i * channels + c] - mean;
+      s2 += seconds[i * channels + c] + 2 * to_mean * firsts[i * channels + c] + each * to_mean * to_mean;
+    }
+    return {mean, std::max(0.0, s2) / count};  // never below zero by rounding (a constant channel)
+  }
+};
 
 /// Batch norm's affine map, x * scale + shift: plane_affine's arithmetic, and
 /// the backward pass's mask for a ReLU after it (keep_where_affine) computes the same.
@@ -235,33 +269,20 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
   float* yp = write_y ? y.data() : nullptr;
   const double m = static_cast<double>(d.n * d.inner);
   // Split by images, as the convolutions around it are, so that each thread reads the planes it
-  // wrote (and the next layer reads those it writes) from its own caches. Each plane's sum and
-  // squared deviation from its own mean are taken in two passes while it is in L1, then merged per
-  // channel in plane order (Chan, Golub and LeVeque's formula, in double): no cancellation, and the
-  // same bits on any number of threads.
-  std::vector<double> sums(static_cast<std::size_t>(d.n * d.c)), deviations(sums.size());
+  // wrote (and the next layer reads those it writes) from its own caches. Each plane is read twice
+  // while it is in L1: its sum gives a centre near its mean, then its moments about the centre
+  // (small numbers). They are merged per channel in double, in plane order (plane_moments): no
+  // cancellation however far the values are from zero, and the same bits on any number of threads.
+  plane_moments moments(static_cast<std::size_t>(d.n * d.c));
   std::vector<float> scales(static_cast<std::size_t>(d.c)), shifts(scales.size());
 #pragma omp parallel num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < d.n; ++i)
-      for (int64_t c = 0; c < d.c; ++c) {
-        const float* plane = xp + (i * d.c + c) * d.inner;
-        const float s = plane_sum(plane, d.inner);
-        sums[i * d.c + c] = s;
-        deviations[i * d.c + c] = plane_squared_deviation(plane, d.inner, s / static_cast<float>(d.inner));
-      }
+      for (int64_t c = 0; c < d.c; ++c) moments.measure(xp + (i * d.c + c) * d.inner, d.inner, i * d.c + c);
 #pragma omp single
     for (int64_t c = 0; c < d.c; ++c) {
-      double s = 0;
-      for (int64_t i = 0; i < d.n; ++i) s += sums[i * d.c + c];
-      const double mean = s / m;
-      double s2 = 0;
-      for (int64_t i = 0; i < d.n; ++i) {
-        const double between = sums[i * d.c + c] / static_cast<double>(d.inner) - mean;
-        s2 += deviations[i * d.c + c] + static_cast<double>(d.inner) * between * between;
-      }
-      const double var = s2 / m;
+      const auto [mean, var] = moments.merged(d.n, d.c, d.inner, c);
       const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
       saved_mean.data()[c] = static_cast<float>(mean);
       saved_invstd.data()[c] = invstd;

@@ -1,5 +1,9 @@
 // Every backward kernel against central differences of its forward pass.
 // The loss is L = sum(y * r) for a fixed random r, so dL/dy = r.
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
 #include <catch2/catch.hpp>
 
 #include "kernels/kernels.hpp"
@@ -199,6 +203,49 @@ TEST_CASE("batch norm running statistics and evaluation mode", "[kernels]") {
   CHECK(y.at(0) == Approx(-1.5 / std::sqrt(1.25)));
   k::batch_norm_forward_eval(ctx, x, g, b, 0.0f, rm, rv, y);
   CHECK(y.at(3) == Approx((4 - rm.at(0)) / std::sqrt(rv.at(0))));
+}
+
+TEST_CASE("batch norm: the same bits on one thread and on three, statistics exact far from zero", "[kernels]") {
+  // Large enough to be split over threads (by images), and a mean of 1000 with a spread of 0.01:
+  // a one-pass sum of squares would lose the variance to cancellation in float.
+  const shape s{12, 5, 24, 24};
+  const int64_t c = s[1];
+  tensor x = random_tensor(s, 71, 999.99f, 1000.01f), addend = random_tensor(s, 72);
+  tensor gamma = random_tensor({c}, 73, 0.5f, 1.5f), beta = random_tensor({c}, 74), dy = random_tensor(s, 75);
+  struct result { tensor y, mean, invstd, affine, rm, rv, dx_out, dx_affine, dgamma, dbeta; };
+  auto run = [&](int threads) {
+    const k::context one = k::context::with_threads(threads);
+    result r;
+    r.rm = tensor::zeros({c});
+    r.rv = tensor::full({c}, 1.0f);
+    k::batch_norm_forward_train(one, x, gamma, beta, 1e-5f, 0.1f, r.rm, r.rv, r.y, r.mean, r.invstd, true, &addend,
+                                &r.affine);
+    k::batch_norm_backward(one, x, gamma, r.mean, r.invstd, dy, r.dx_out, r.dgamma, r.dbeta, &r.y);
+    tensor dg, db;
+    k::batch_norm_backward(one, x, gamma, r.mean, r.invstd, dy, r.dx_affine, dg, db, nullptr, &r.affine);
+    return r;
+  };
+  const result a = run(1), b = run(3);
+  for (auto [u, v] : {std::pair{&a.y, &b.y}, {&a.mean, &b.mean}, {&a.invstd, &b.invstd}, {&a.affine, &b.affine},
+                      {&a.rm, &b.rm}, {&a.rv, &b.rv}, {&a.dx_out, &b.dx_out}, {&a.dx_affine, &b.dx_affine},
+                      {&a.dgamma, &b.dgamma}, {&a.dbeta, &b.dbeta}})
+    CHECK(std::equal(u->data(), u->data() + u->numel(), v->data()));
+  // Each channel's mean and 1/std against a two-pass reference in double.
+  const int64_t inner = s[2] * s[3];
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < s[0]; ++i)
+      for (int64_t p = 0; p < inner; ++p) sum += x.data()[(i * c + ch) * inner + p];
+    const double mean = sum / static_cast<double>(s[0] * inner);
+    for (int64_t i = 0; i < s[0]; ++i)
+      for (int64_t p = 0; p < inner; ++p) {
+        const double d = x.data()[(i * c + ch) * inner + p] - mean;
+        sq += d * d;
+      }
+    const double invstd = 1.0 / std::sqrt(sq / static_cast<double>(s[0] * inner) + 1e-5);
+    CHECK(a.mean.at(ch) == Approx(mean).epsilon(1e-7));
+    CHECK(a.invstd.at(ch) == Approx(invstd).epsilon(1e-4));
+  }
 }
 
 TEST_CASE("clip_by_global_norm scales every part by max_norm / norm above it, none below", "[kernels][clip]") {

@@ -118,13 +118,17 @@ void plane_affine(const float* a, const float* r, float* y, int64_t n, float sca
   }
 }
 
-/// plane_affine over channel c's planes of x [n, c, inner] (xp), its addend (rp, or null) and y (yp).
-void channel_affine(const float* xp, const float* rp, float* yp, const bn_dims& d, int64_t c, float scale, float shift,
-                    bool relu) {
-  for (int64_t i = 0; i < d.n; ++i) {
-    const int64_t at = (i * d.c + c) * d.inner;
-    plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scale, shift, relu);
-  }
+/// plane_affine over every plane of x [n, c, inner] (xp), its addend (rp, or null) and y (yp), with channel
+/// c's scales[c] and shifts[c]: the images split over the enclosing parallel region's threads (an orphaned
+/// `omp for`; all on the calling thread outside one).
+void planes_affine(const float* xp, const float* rp, float* yp, const bn_dims& d, const float* scales,
+                   const float* shifts, bool relu) {
+#pragma omp for schedule(static)
+  for (int64_t i = 0; i < d.n; ++i)
+    for (int64_t c = 0; c < d.c; ++c) {
+      const int64_t at = (i * d.c + c) * d.inner;
+      plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scales[c], shifts[c], relu);
+    }
 }
 
 // Which gradients batch norm's backward pass counts (a ReLU's mask), element i
@@ -296,14 +300,7 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
         saved_affine->data()[d.c + c] = shifts[c];
       }
     }
-    if (write_y) {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t c = 0; c < d.c; ++c) {
-          const int64_t at = (i * d.c + c) * d.inner;
-          plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scales[c], shifts[c], relu);
-        }
-    }
+    if (write_y) planes_affine(xp, rp, yp, d, scales.data(), shifts.data(), relu);
   }
 }
 
@@ -348,11 +345,11 @@ void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& 
   const float* xp = x.data();
   const float* rp = addend ? addend->data() : nullptr;
   float* yp = y.data();
-#pragma omp parallel for schedule(static) num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
-  for (int64_t c = 0; c < d.c; ++c) {
-    const auto [scale, shift] = eval_affine(gamma, beta, eps, running_mean, running_var, c);
-    channel_affine(xp, rp, yp, d, c, scale, shift, relu);
-  }
+  std::vector<float> scales(static_cast<std::size_t>(d.c)), shifts(scales.size());
+  for (int64_t c = 0; c < d.c; ++c)
+    std::tie(scales[c], shifts[c]) = eval_affine(gamma, beta, eps, running_mean, running_var, c);
+#pragma omp parallel num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
+  planes_affine(xp, rp, yp, d, scales.data(), shifts.data(), relu);
 }
 
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,

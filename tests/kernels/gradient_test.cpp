@@ -205,14 +205,14 @@ TEST_CASE("batch norm running statistics and evaluation mode", "[kernels]") {
   CHECK(y.at(3) == Approx((4 - rm.at(0)) / std::sqrt(rv.at(0))));
 }
 
-TEST_CASE("batch norm: the same bits on one thread and on three, statistics exact far from zero", "[kernels]") {
+TEST_CASE("batch norm: the same bits on one thread and on three (training and evaluation), statistics exact far from zero", "[kernels]") {
   // Large enough to be split over threads (by images), and a mean of 1000 with a spread of 0.01:
   // a one-pass sum of squares would lose the variance to cancellation in float.
   const shape s{12, 5, 24, 24};
   const int64_t c = s[1];
   tensor x = random_tensor(s, 71, 999.99f, 1000.01f), addend = random_tensor(s, 72);
   tensor gamma = random_tensor({c}, 73, 0.5f, 1.5f), beta = random_tensor({c}, 74), dy = random_tensor(s, 75);
-  struct result { tensor y, mean, invstd, affine, rm, rv, dx_out, dx_affine, dgamma, dbeta; };
+  struct result { tensor y, mean, invstd, affine, rm, rv, dx_out, dx_affine, dgamma, dbeta, eval; };
   auto run = [&](int threads) {
     const k::context one = k::context::with_threads(threads);
     result r;
@@ -223,12 +223,13 @@ TEST_CASE("batch norm: the same bits on one thread and on three, statistics exac
     k::batch_norm_backward(one, x, gamma, r.mean, r.invstd, dy, r.dx_out, r.dgamma, r.dbeta, &r.y);
     tensor dg, db;
     k::batch_norm_backward(one, x, gamma, r.mean, r.invstd, dy, r.dx_affine, dg, db, nullptr, &r.affine);
+    k::batch_norm_forward_eval(one, x, gamma, beta, 1e-5f, r.rm, r.rv, r.eval, true, &addend);
     return r;
   };
   const result a = run(1), b = run(3);
   for (auto [u, v] : {std::pair{&a.y, &b.y}, {&a.mean, &b.mean}, {&a.invstd, &b.invstd}, {&a.affine, &b.affine},
                       {&a.rm, &b.rm}, {&a.rv, &b.rv}, {&a.dx_out, &b.dx_out}, {&a.dx_affine, &b.dx_affine},
-                      {&a.dgamma, &b.dgamma}, {&a.dbeta, &b.dbeta}})
+                      {&a.dgamma, &b.dgamma}, {&a.dbeta, &b.dbeta}, {&a.eval, &b.eval}})
     CHECK(std::equal(u->data(), u->data() + u->numel(), v->data()));
   // Each channel's mean and 1/std against a two-pass reference in double.
   const int64_t inner = s[2] * s[3];

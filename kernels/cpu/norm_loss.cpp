@@ -118,17 +118,24 @@ void plane_affine(const float* a, const float* r, float* y, int64_t n, float sca
   }
 }
 
-/// plane_affine over every plane of x [n, c, inner] (xp), its addend (rp, or null) and y (yp), with channel
-/// c's scales[c] and shifts[c]: the images split over the enclosing parallel region's threads (an orphaned
-/// `omp for`; all on the calling thread outside one).
-void planes_affine(const float* xp, const float* rp, float* yp, const bn_dims& d, const float* scales,
-                   const float* shifts, bool relu) {
+/// f(c, p, at) for every plane of x [n, c, inner]: its channel c, its number p = i * c + channel and its
+/// first element `at`. The images split over the enclosing parallel region's threads (an orphaned `omp
+/// for`, static: each thread the same contiguous run of images as the convolutions' loops give it; all on
+/// the calling thread outside a region), so that a thread reads the planes it wrote from its own caches.
+template <class F>
+void each_plane(const bn_dims& d, F f) {
 #pragma omp for schedule(static)
   for (int64_t i = 0; i < d.n; ++i)
-    for (int64_t c = 0; c < d.c; ++c) {
-      const int64_t at = (i * d.c + c) * d.inner;
-      plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scales[c], shifts[c], relu);
-    }
+    for (int64_t c = 0; c < d.c; ++c) f(c, i * d.c + c, (i * d.c + c) * d.inner);
+}
+
+/// plane_affine over every plane of x [n, c, inner] (xp), its addend (rp, or null) and y (yp), with channel
+/// c's scales[c] and shifts[c] (each_plane's split).
+void planes_affine(const float* xp, const float* rp, float* yp, const bn_dims& d, const float* scales,
+                   const float* shifts, bool relu) {
+  each_plane(d, [&](int64_t c, int64_t, int64_t at) {
+    plane_affine(xp + at, rp ? rp + at : nullptr, yp + at, d.inner, scales[c], shifts[c], relu);
+  });
 }
 
 // Which gradients batch norm's backward pass counts (a ReLU's mask), element i
@@ -203,24 +210,21 @@ void plane_gradient(const float* g, const float* x, const Keep& keep, float* dx,
   }
 }
 
-/// Batch norm's backward pass, split by images as the forward pass is: each plane's gradient sums
-/// (keep_of(c) the mask of channel c's planes, moved to each), added per channel in plane order
+/// Batch norm's backward pass, split by images as the forward pass is (each_plane): each plane's gradient
+/// sums (keep_of(c) the mask of channel c's planes, moved to each), added per channel in plane order
 /// (dgamma, dbeta: the same bits on any number of threads), then dx.
 template <class KeepOf>
 void gradient_by_images(const context& ctx, const bn_dims& d, const float* xp, const float* gp, float* dxp,
                         const KeepOf& keep_of, const float* gamma, const float* mean, const float* invstd,
-                        float* dgamma, float* dbeta, bool parallel) {
+                        float* dgamma, float* dbeta) {
   const float m = static_cast<float>(d.n * d.inner);
   std::vector<double> sg(static_cast<std::size_t>(d.n * d.c)), sgx(sg.size());
-  std::vector<float> sums(static_cast<std::size_t>(d.c)), sums_hat(sums.size());
-#pragma omp parallel num_threads(ctx.threads) if (parallel)
+  std::vector<float> sums(static_cast<std::size_t>(d.c)), sums_hat(sums.size()), factors(sums.size());
+#pragma omp parallel num_threads(ctx.threads) if (detail::split(ctx, d.n * d.c * d.inner))
   {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < d.n; ++i)
-      for (int64_t c = 0; c < d.c; ++c) {
-        const int64_t at = (i * d.c + c) * d.inner;
-        plane_gradient_sums(gp + at, xp + at, keep_of(c).at(at), d.inner, mean[c], sg[i * d.c + c], sgx[i * d.c + c]);
-      }
+    each_plane(d, [&](int64_t c, int64_t p, int64_t at) {
+      plane_gradient_sums(gp + at, xp + at, keep_of(c).at(at), d.inner, mean[c], sg[p], sgx[p]);
+    });
 #pragma omp single
     for (int64_t c = 0; c < d.c; ++c) {
       double sdy = 0, sdyx = 0;
@@ -230,17 +234,15 @@ void gradient_by_images(const context& ctx, const bn_dims& d, const float* xp, c
       }
       sums[c] = static_cast<float>(sdy);
       sums_hat[c] = static_cast<float>(sdyx) * invstd[c];  // sum of dy * xhat
+      factors[c] = gamma[c] * invstd[c] / m;
       dbeta[c] = sums[c];
       dgamma[c] = sums_hat[c];
     }
     // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < d.n; ++i)
-      for (int64_t c = 0; c < d.c; ++c) {
-        const int64_t at = (i * d.c + c) * d.inner;
-        plane_gradient(gp + at, xp + at, keep_of(c).at(at), dxp + at, d.inner, gamma[c] * invstd[c] / m, m, mean[c],
-                       invstd[c], sums[c], sums_hat[c]);
-      }
+    each_plane(d, [&](int64_t c, int64_t, int64_t at) {
+      plane_gradient(gp + at, xp + at, keep_of(c).at(at), dxp + at, d.inner, factors[c], m, mean[c], invstd[c], sums[c],
+                     sums_hat[c]);
+    });
   }
 }
 
@@ -272,18 +274,15 @@ void batch_norm_forward_train(const context& ctx, const tensor& x, const tensor&
   const float* rp = addend ? addend->data() : nullptr;
   float* yp = write_y ? y.data() : nullptr;
   const double m = static_cast<double>(d.n * d.inner);
-  // Split by images, as the convolutions around it are, so that each thread reads the planes it
-  // wrote (and the next layer reads those it writes) from its own caches. Each plane is read twice
-  // while it is in L1: its sum gives a centre near its mean, then its moments about the centre
-  // (small numbers). They are merged per channel in double, in plane order (plane_moments): no
-  // cancellation however far the values are from zero, and the same bits on any number of threads.
+  // Split by images (each_plane). Each plane is read twice while it is in L1: its sum gives a centre
+  // near its mean, then its moments about the centre (small numbers). They are merged per channel in
+  // double, in plane order (plane_moments): no cancellation however far the values are from zero, and
+  // the same bits on any number of threads.
   plane_moments moments(static_cast<std::size_t>(d.n * d.c));
   std::vector<float> scales(static_cast<std::size_t>(d.c)), shifts(scales.size());
 #pragma omp parallel num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
   {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < d.n; ++i)
-      for (int64_t c = 0; c < d.c; ++c) moments.measure(xp + (i * d.c + c) * d.inner, d.inner, i * d.c + c);
+    each_plane(d, [&](int64_t, int64_t p, int64_t at) { moments.measure(xp + at, d.inner, p); });
 #pragma omp single
     for (int64_t c = 0; c < d.c; ++c) {
       const auto [mean, var] = moments.merged(d.n, d.c, d.inner, c);
@@ -345,11 +344,10 @@ void batch_norm_forward_eval(const context& ctx, const tensor& x, const tensor& 
   const float* xp = x.data();
   const float* rp = addend ? addend->data() : nullptr;
   float* yp = y.data();
-  std::vector<float> scales(static_cast<std::size_t>(d.c)), shifts(scales.size());
-  for (int64_t c = 0; c < d.c; ++c)
-    std::tie(scales[c], shifts[c]) = eval_affine(gamma, beta, eps, running_mean, running_var, c);
+  tensor affine;  // [2, c]: scales, then shifts
+  batch_norm_eval_affine(gamma, beta, eps, running_mean, running_var, affine);
 #pragma omp parallel num_threads(ctx.threads) if (detail::split(ctx, x.numel()))
-  planes_affine(xp, rp, yp, d, scales.data(), shifts.data(), relu);
+  planes_affine(xp, rp, yp, d, affine.data(), affine.data() + d.c, relu);
 }
 
 void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamma,
@@ -372,18 +370,17 @@ void batch_norm_backward(const context& ctx, const tensor& x, const tensor& gamm
   const float* gm = gamma.data();
   const float* mean = saved_mean.data();
   const float* invstd = saved_invstd.data();
-  const bool parallel = detail::split(ctx, x.numel());
   if (relu_output) {
     const keep_where_output keep{relu_output->data()};
     gradient_by_images(ctx, d, xp, gp, dxp, [&](int64_t) { return keep; }, gm, mean, invstd, dgamma.data(),
-                       dbeta.data(), parallel);
+                       dbeta.data());
   } else if (relu_affine) {
     const float* ra = relu_affine->data();
     gradient_by_images(ctx, d, xp, gp, dxp, [&](int64_t c) { return keep_where_affine{xp, ra[c], ra[d.c + c]}; }, gm,
-                       mean, invstd, dgamma.data(), dbeta.data(), parallel);
+                       mean, invstd, dgamma.data(), dbeta.data());
   } else {
     gradient_by_images(ctx, d, xp, gp, dxp, [](int64_t) { return keep_all{}; }, gm, mean, invstd, dgamma.data(),
-                       dbeta.data(), parallel);
+                       dbeta.data());
   }
 }
 

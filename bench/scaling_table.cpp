@@ -1,10 +1,11 @@
 // The scaling model (model/scaling.hpp) on the zoo's models: one worker's
 // compute measured here (batch 64, one thread), then the predicted step time
 // and efficiency of allreduce, SSGD and ASGD for N workers on links of a
-// given rate. With --validate, the 3-node runs of bench/allreduce_vs_shards.sh
-// (2 cores shared by the node processes: each worker's compute x N / 2).
+// given rate. With --validate, the node-process runs of bench/allreduce_vs_shards.sh
+// (this host's cores shared by the node processes: each worker's compute
+// x N / cores, and no overlap of buckets with backward beyond one process a core).
 // With --row, one run of bench/allreduce_vs_shards.sh: its prediction from the
-// compute measured here (x max(1, N / 2), as --validate) and from the
+// compute measured here (x max(1, N / cores), as --validate) and from the
 // compute the run's workers measured as they ran (their metrics record's
 // compute_ms_per_step), so that the link's model is judged apart from how
 // the processes shared the cores.
@@ -16,6 +17,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/context.hpp"
@@ -73,16 +75,21 @@ measured measure(const std::string& name) {
 
 model::link_cost link_of(double bits_per_s, double per_message_s) { return {8.0 / bits_per_s, per_message_s}; }
 
-/// N workers on N node processes sharing 2 cores, links of `mbit` limited by
-/// scripts/netns.sh's tbf, b = 50 us (this machine's transport). The model leaves out the tbf's
-/// 256 KiB burst, as it does a NIC's buffers (docs/experiments.md: SSGD's phases got it and came
-/// out up to 30 % too fast).
+/// The cores the node processes of a validation run share (this host's).
+int host_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+/// N workers on N node processes sharing this host's cores (each worker's compute x max(1, N / cores);
+/// with more processes than cores no bucket overlaps backward), links of `mbit` limited by
+/// scripts/netns.sh's tbf, which counts each frame with its Ethernet header (model::tcp_link, MTU
+/// 1500), b = 50 us (this machine's transport). The model leaves out the tbf's 256 KiB burst, as it
+/// does a NIC's buffers (docs/experiments.md: SSGD's phases got it and came out up to 30 % too fast).
 model::scaling_inputs validation_inputs(const measured& m, int n, int mbit) {
   model::scaling_inputs in = m.in;
-  const double share = std::max(1.0, n / 2.0);
+  const double share = std::max(1.0, static_cast<double>(n) / host_cores());
   in.compute_s *= share;
   in.backward_s *= share;
-  in.link = link_of(mbit * 1e6, 50e-6);
+  in.overlap_backward = n <= host_cores();
+  in.link = model::tcp_link(mbit * 1e6, 50e-6, 1500, 14);
   return in;
 }
 
@@ -114,8 +121,9 @@ void table(const std::vector<measured>& models, double gbit, double b) {
 }
 
 void validate(const std::vector<measured>& models) {
-  std::cout << "\npredicted samples/s of N workers on N node processes (global batch 64 N) sharing 2 cores "
-               "(each worker's compute x max(1, N / 2)), N shards (whole tensors), tbf both ways\n\n"
+  std::cout << "\npredicted samples/s of N workers on N node processes (global batch 64 N) sharing " << host_cores()
+            << " cores (each worker's compute x max(1, N / cores); no overlap with backward beyond one process a "
+               "core), N shards (whole tensors), tbf both ways\n\n"
             << "| model | link | N | allreduce | SSGD | ASGD | SSGD, cut evenly | ASGD, cut evenly |\n"
             << "|---|---|---|---|---|---|---|---|\n";
   for (const measured& m : models)
@@ -164,7 +172,7 @@ int row(int argc, char** argv) {
   };
   const model::scaling_estimate a = predict(alone), r = predict(ran);
   std::cout << "predicted " << samples_per_s(a, n) << " samples/s with the compute measured alone ("
-            << std::fixed << std::setprecision(2) << alone.compute_s * 1e3 << " ms a step, x max(1, N / 2)), "
+            << std::fixed << std::setprecision(2) << alone.compute_s * 1e3 << " ms a step, x max(1, N / " << host_cores() << ")), "
             << samples_per_s(r, n) << " with the run's (" << run_compute_s * 1e3 << " ms); cut "
             << (all ? "-" : model::to_string(cut)) << "\n";
   return 0;

@@ -37,6 +37,15 @@ scaling_estimate finish(const scaling_inputs& in, double comm_s, double step_s) 
 
 } // namespace
 
+link_cost tcp_link(double bits_per_s, double per_message_s, int mtu, int frame_bytes) {
+  constexpr int headers = 52;  // IPv4 20, TCP 20, timestamps 12
+  if (!(bits_per_s > 0) || mtu <= headers || frame_bytes < 0 || !(per_message_s >= 0))
+    throw error("tcp_link: a rate above 0, an MTU above " + std::to_string(headers) +
+                " bytes and no negative overheads");
+  const double on_link = mtu + frame_bytes;
+  return {8.0 / bits_per_s * on_link / (mtu - headers), per_message_s};
+}
+
 double ring_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t piece_bytes) {
   if (n <= 1) return 0;
   const double chunk = static_cast<double>(bytes) / n;
@@ -67,7 +76,7 @@ scaling_estimate allreduce_estimate(const scaling_inputs& in, int n) {
       in.bucket_bytes > 0 ? std::max(1.0, std::ceil(bytes / static_cast<double>(in.bucket_bytes))) : 1.0;
   const double last = bytes - (buckets - 1) * static_cast<double>(in.bucket_bytes);  // after backward
   const double early = (buckets - 1) * reduce(static_cast<double>(in.bucket_bytes));   // during backward
-  const double backward = std::min(in.backward_s, in.compute_s);
+  const double backward = in.overlap_backward ? std::min(in.backward_s, in.compute_s) : 0;
   const double step = (in.compute_s - backward) + std::max(backward, early) + reduce(last) + in.update_s;
   return finish(in, step - in.compute_s - in.update_s, step);
 }

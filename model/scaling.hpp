@@ -23,6 +23,10 @@ struct scaling_inputs {
   link_cost link;                  ///< each node's link: a * bytes + b per message, both ways at once
   int64_t piece_bytes = 262144;    ///< an allreduce sends a chunk in messages of at most this
   int64_t small_bytes = 8192;      ///< an allreduce of fewer bytes runs by recursive doubling
+  /// Whether an allreduce's buckets are reduced while backward goes on: true with one worker per node
+  /// (a core of its own); false where more node processes than cores share a host (each ring round
+  /// passes through every process, and those waiting for a core hold it up until backward is over).
+  bool overlap_backward = true;
   /// The gradient's tensors in layout order (bytes each): shards hold whole
   /// tensors, cut as troupe's plan cuts them (model::plan_shards: the largest
   /// as small as it can be; no more shards than tensors). Empty: param_bytes
@@ -36,6 +40,13 @@ struct scaling_estimate {
   double efficiency = 0;  ///< compute_s / step_s
 };
 
+/// A link of `bits_per_s` as TCP over Ethernet uses it for payload: a segment of `mtu` bytes carries
+/// mtu - 52 (IP and TCP headers with timestamps) in mtu + `frame_bytes` on the link (14 where only
+/// the Ethernet header is counted, as tbf counts on a veth; 38 on a wire, with preamble, FCS and gap),
+/// and the acknowledgements of the reverse direction's flow (52 + frame_bytes per two segments) share
+/// it: every scheme here sends both ways at once. `per_message_s` is b.
+link_cost tcp_link(double bits_per_s, double per_message_s, int mtu, int frame_bytes);
+
 /// A ring allreduce of `bytes` among `n`: 2 (n - 1) rounds of a chunk of bytes / n.
 double ring_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t piece_bytes);
 /// Recursive doubling: log2 p rounds of the whole buffer (p the largest power
@@ -44,7 +55,8 @@ double doubling_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t pi
 
 /// Compute, then the allreduce (the cheaper algorithm for the size), then the
 /// update; with buckets, all but the last bucket's reduction overlap backward
-/// (buckets of equal size: the cut by tensors is not modelled).
+/// (buckets of equal size: the cut by tensors is not modelled) unless
+/// `in.overlap_backward` is false.
 scaling_estimate allreduce_estimate(const scaling_inputs& in, int n);
 /// The bytes of each shard when `in`'s gradient is cut into `shards` (fewer
 /// when it has fewer tensors; see scaling_inputs::tensor_bytes).

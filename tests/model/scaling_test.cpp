@@ -121,3 +121,22 @@ TEST_CASE("scaling: buckets overlap the reduction with backward, all but the las
   in.backward_s = 0.001;  // a short backward hides little
   CHECK(allreduce_estimate(in, 2).step_s == Approx(0.029 + 0.02 + 0.01));
 }
+
+TEST_CASE("scaling: without overlap every bucket's reduction follows backward", "[model][scaling]") {
+  scaling_inputs in = inputs(0.03, 3'000'000, 1e-8, 0);  // the ring of 3 MB among 2: 30 ms
+  in.backward_s = 0.02;
+  in.bucket_bytes = 1'000'000;
+  in.overlap_backward = false;  // more node processes than cores
+  CHECK(allreduce_estimate(in, 2).step_s == Approx(0.03 + 0.03));
+}
+
+TEST_CASE("scaling: TCP over Ethernet carries less payload than the link's rate", "[model][scaling]") {
+  // A veth's tbf counts 1 514 bytes for 1 448 of payload, and half a 66-byte ack per segment.
+  const link_cost veth = tcp_link(1e9, 50e-6, 1500, 14);
+  CHECK(veth.a == Approx(8e-9 * (1514 + 33) / 1448.0));
+  CHECK(veth.b == 50e-6);
+  CHECK(1.0 / veth.a == Approx(116.99e6).epsilon(1e-3));  // bytes/s of payload on 1 Gbit/s
+  CHECK(tcp_link(1e9, 0, 9000, 38).a < veth.a);  // jumbo frames waste less
+  CHECK_THROWS_AS(tcp_link(0, 0, 1500, 14), error);
+  CHECK_THROWS_AS(tcp_link(1e9, 0, 40, 14), error);
+}

@@ -42,9 +42,9 @@ struct scaling_estimate {
 
 /// A link of `bits_per_s` as TCP over Ethernet uses it for payload: a segment of `mtu` bytes carries
 /// mtu - 52 (IP and TCP headers with timestamps) in mtu + `frame_bytes` on the link (14 where only
-/// the Ethernet header is counted, as tbf counts on a veth; 38 on a wire, with preamble, FCS and gap),
-/// and the acknowledgements of the reverse direction's flow (52 + frame_bytes per two segments) share
-/// it: every scheme here sends both ways at once. `per_message_s` is b.
+/// the Ethernet header is counted, as tbf counts on a veth; 38 on a wire, with preamble, FCS and gap).
+/// No frames for acknowledgements: every scheme here sends both ways at once, and they ride on the
+/// reverse direction's data. `per_message_s` is b.
 link_cost tcp_link(double bits_per_s, double per_message_s, int mtu, int frame_bytes);
 
 /// A ring allreduce of `bytes` among `n`: 2 (n - 1) rounds of a chunk of bytes / n.

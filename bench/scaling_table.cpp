@@ -73,8 +73,6 @@ measured measure(const std::string& name) {
   return out;
 }
 
-model::link_cost link_of(double bits_per_s, double per_message_s) { return {8.0 / bits_per_s, per_message_s}; }
-
 /// The cores the node processes of a validation run share (this host's).
 int host_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
@@ -97,14 +95,15 @@ model::scaling_inputs validation_inputs(const measured& m, int n, int mbit) {
 int samples_per_s(const model::scaling_estimate& e, int n) { return static_cast<int>(64 * n / e.step_s); }
 
 void table(const std::vector<measured>& models, double gbit, double b) {
-  std::cout << "\n" << gbit << " Gbit/s, " << b * 1e6 << " us per message; step ms (efficiency)\n\n"
+  std::cout << "\n" << gbit << " Gbit/s (TCP over Ethernet, 1 500-byte frames), " << b * 1e6
+            << " us per message; step ms (efficiency)\n\n"
             << "| model | N | allreduce | SSGD, min(N, tensors) shards | ASGD, same shards | ASGD shards to keep up "
                "| SSGD, N shards cut evenly | ASGD, same | ASGD, even: shards to keep up |\n"
             << "|---|---|---|---|---|---|---|---|---|\n";
   for (const measured& m : models)
     for (int n = 8; n <= 1024; n *= 2) {
       model::scaling_inputs in = m.in;
-      in.link = link_of(gbit * 1e9, b);
+      in.link = model::tcp_link(gbit * 1e9, b, 1500, 38);  // Ethernet on a wire: preamble, FCS and gap
       auto cell = [](const model::scaling_estimate& e) {
         std::ostringstream s;
         s << std::fixed << std::setprecision(2) << e.step_s * 1e3 << " (" << std::setprecision(0)

@@ -61,10 +61,7 @@ measured measure(const std::string& name) {
   m.build({1, 28, 28}, 1);
   const auto costs = model::measure_costs(m, 64, 1, kernels::context::with_threads(1), 5, 1);
   measured out{name, {}, 0, {}};
-  for (const auto& c : costs) {
-    out.in.compute_s += c.fwd_s + c.bwd_s;  // backward with the update
-    out.in.backward_s += c.bwd_s;
-  }
+  model::set_compute(out.in, costs);  // backward with the update
   out.in.bucket_bytes = 1 << 20;  // --bucket-mb 1
   out.in.param_bytes = static_cast<int64_t>(m.num_parameters()) * 4;
   for (const model::parameter* p : m.parameters()) out.in.tensor_bytes.push_back(p->value.numel() * 4);
@@ -86,6 +83,7 @@ model::scaling_inputs validation_inputs(const measured& m, int n, int mbit) {
   const double share = std::max(1.0, static_cast<double>(n) / host_cores());
   in.compute_s *= share;
   in.backward_s *= share;
+  for (auto& part : in.gradient_ready) part.second *= share;
   in.overlap_backward = n <= host_cores();
   in.link = model::tcp_link(mbit * 1e6, 50e-6, 1500, 14);
   return in;
@@ -160,6 +158,7 @@ int row(int argc, char** argv) {
   model::scaling_inputs ran = alone;
   ran.compute_s = run_compute_s;
   ran.backward_s = alone.backward_s / alone.compute_s * run_compute_s;
+  for (auto& part : ran.gradient_ready) part.second *= run_compute_s / alone.compute_s;
   const bool all = algorithm == "allreduce";
   if (!all && algorithm != "ssgd" && algorithm != "asgd") throw error("--row: no model of " + algorithm);
   if (!all && shards < 1) throw error("--row: " + algorithm + " needs --shards S");

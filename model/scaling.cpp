@@ -46,6 +46,20 @@ link_cost tcp_link(double bits_per_s, double per_message_s, int mtu, int frame_b
   return {8.0 / bits_per_s * on_link / (mtu - headers), per_message_s};
 }
 
+void set_compute(scaling_inputs& in, const std::vector<layer_cost>& costs) {
+  in.compute_s = in.backward_s = 0;
+  for (const layer_cost& c : costs) {
+    in.compute_s += c.fwd_s + c.bwd_s;
+    in.backward_s += c.bwd_s;
+  }
+  in.gradient_ready.assign(costs.size(), {0.0, 0.0});
+  double done = 0;  // backward runs from the last layer: a layer's gradients are finished with it
+  for (std::size_t i = costs.size(); i-- > 0;) {
+    done += costs[i].bwd_s;
+    in.gradient_ready[i] = {static_cast<double>(costs[i].param_bytes), done};
+  }
+}
+
 double ring_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t piece_bytes) {
   if (n <= 1) return 0;
   const double chunk = static_cast<double>(bytes) / n;
@@ -98,17 +112,59 @@ std::vector<double> shard_bytes(const scaling_inputs& in, int shards) {
 
 namespace {
 
-/// The bytes (and messages) one direction of a node's link carries in SSGD's push phase and in its reply phase.
-struct phase_bytes {
-  double push = 0, reply = 0;
-  double push_messages = 0, reply_messages = 0;
+/// The backward time that communication may overlap.
+double overlappable_s(const scaling_inputs& in) {
+  return in.overlap_backward ? std::min(in.backward_s, in.compute_s) : 0.0;
+}
+
+/// When backward has finished each shard's part of the gradient (`bytes` of each, in layout order): the
+/// latest of the parts of gradient_ready it covers, at most the end of backward.
+std::vector<double> shards_ready_s(const scaling_inputs& in, const std::vector<double>& bytes) {
+  const double backward = overlappable_s(in);
+  std::vector<double> out(bytes.size(), backward);
+  double total = 0;
+  for (const auto& part : in.gradient_ready) total += part.first;
+  if (backward <= 0 || total <= 0 || in.param_bytes <= 0) return out;
+  const double scale = total / static_cast<double>(in.param_bytes);  // gradient_ready's bytes per byte here
+  double lo = 0;
+  for (std::size_t k = 0; k < bytes.size(); ++k) {
+    const double hi = lo + bytes[k] * scale;
+    double ready = 0, at = 0;
+    for (const auto& [part, when] : in.gradient_ready) {
+      if (part > 0 && at < hi && at + part > lo) ready = std::max(ready, when);
+      at += part;
+    }
+    out[k] = std::min(ready, backward);
+    lo = hi;
+  }
+  return out;
+}
+
+/// Parts one direction of a link sends: bytes, messages, and when into backward they are ready.
+struct part {
+  double bytes = 0, messages = 0, ready = 0;
 };
 
-/// Two phases, each as long as its busiest direction (every node waits for it; b per message), after the compute.
-double two_phases_s(const scaling_inputs& in, const std::vector<phase_bytes>& dirs) {
-  double push = 0, reply = 0;
-  for (const phase_bytes& d : dirs) {
-    push = std::max(push, in.link.a * d.push + in.link.b * d.push_messages);
+/// When a direction sending `parts` in the order they are ready is done, from backward's start.
+double sent_by_s(const link_cost& l, std::vector<part> parts) {
+  std::stable_sort(parts.begin(), parts.end(), [](const part& x, const part& y) { return x.ready < y.ready; });
+  double t = 0;
+  for (const part& p : parts) t = std::max(t, p.ready) + l.a * p.bytes + l.b * p.messages;
+  return t;
+}
+
+/// What one direction of a node's link carries in SSGD's push phase and in its reply phase.
+struct direction {
+  std::vector<part> push;
+  double reply = 0, reply_messages = 0;
+};
+
+/// The push phase (each direction's parts once ready, during backward where they can be), then the
+/// reply phase, each as long as its busiest direction: the step's time after forward, less the update.
+double two_phases_s(const scaling_inputs& in, const std::vector<direction>& dirs) {
+  double push = overlappable_s(in), reply = 0;
+  for (const direction& d : dirs) {
+    push = std::max(push, sent_by_s(in.link, d.push));
     reply = std::max(reply, in.link.a * d.reply + in.link.b * d.reply_messages);
   }
   return push + reply;
@@ -124,23 +180,37 @@ scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards) {
   if (n == 1 && S == 1) return finish(in, 0, in.compute_s + largest_update_s(in, largest));
   // Each direction of each node's link: with the shards on the workers' nodes, node j pushes all but its
   // own shard's share and takes in n - 1 pushes of it; the replies are the same bytes the other way.
-  // A message per shard from each worker, a reply per worker from each shard.
-  std::vector<phase_bytes> dirs;
+  // A message per shard from each worker, a reply per worker from each shard; a push leaves when
+  // backward has finished its shard's part.
+  const std::vector<double> ready = shards_ready_s(in, s);
+  auto pushes_but = [&](int own) {
+    std::vector<part> out;
+    for (int k = 0; k < S; ++k)
+      if (k != own) out.push_back({s[static_cast<std::size_t>(k)], 1, ready[static_cast<std::size_t>(k)]});
+    return out;
+  };
+  std::vector<direction> dirs;
   if (n >= S) {
     for (int j = 0; j < n; ++j) {
       const bool has = j < S;
       const double own = has ? s[static_cast<std::size_t>(j)] : 0.0, others = has ? S - 1 : S, peers = has ? n - 1 : 0;
-      dirs.push_back({all - own, (n - 1) * own, others, peers});  // out
-      dirs.push_back({(n - 1) * own, all - own, peers, others});  // in
+      dirs.push_back({pushes_but(has ? j : -1), (n - 1) * own, peers});  // out
+      std::vector<part> in_push;
+      if (has) in_push.push_back({(n - 1) * own, peers, ready[static_cast<std::size_t>(j)]});
+      dirs.push_back({in_push, all - own, others});  // in
     }
   } else {  // a worker's node sends and takes in everything; a shard's node takes n pushes, sends n replies
-    dirs.push_back({all, 0, double(S), 0});
-    dirs.push_back({0, all, 0, double(S)});
-    dirs.push_back({n * largest, 0, double(n), 0});
-    dirs.push_back({0, n * largest, 0, double(n)});
+    dirs.push_back({pushes_but(-1), 0, 0});
+    dirs.push_back({{}, all, double(S)});
+    for (int k = 0; k < S; ++k) {
+      const double mine = s[static_cast<std::size_t>(k)];
+      dirs.push_back({{{n * mine, double(n), ready[static_cast<std::size_t>(k)]}}, 0, 0});
+      dirs.push_back({{}, n * mine, double(n)});
+    }
   }
-  const double comm = two_phases_s(in, dirs);
-  return finish(in, comm, in.compute_s + comm + largest_update_s(in, largest));
+  const double backward = overlappable_s(in);
+  const double step = (in.compute_s - backward) + two_phases_s(in, dirs) + largest_update_s(in, largest);
+  return finish(in, step - in.compute_s - largest_update_s(in, largest), step);
 }
 
 scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards) {
@@ -152,9 +222,17 @@ scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards) {
   // A worker's cycle: its push out and the replies in, a message per shard, and the largest shard's work;
   // with the shards on the workers' nodes, its own node's share stays off the link (the least for the
   // worker whose node's shard is the smallest; none for one whose node has no shard).
+  // Its pushes leave as backward finishes their parts (the own node's one a message without bytes).
   const double remote = n > S ? all : all - *smallest;
-  const double trip = 2 * (in.link.a * remote + in.link.b * S);
-  const double cycle = in.compute_s + trip + largest_update_s(in, *largest);
+  const std::vector<double> ready = shards_ready_s(in, s);
+  const auto own = n > S ? -1 : static_cast<int>(smallest - s.begin());
+  std::vector<part> pushes;
+  for (int k = 0; k < S; ++k)
+    pushes.push_back({k == own ? 0.0 : s[static_cast<std::size_t>(k)], 1, ready[static_cast<std::size_t>(k)]});
+  const double backward = overlappable_s(in);
+  const double pushed = std::max(backward, sent_by_s(in.link, pushes));
+  const double replies = in.link.a * remote + in.link.b * S;
+  const double cycle = (in.compute_s - backward) + pushed + replies + largest_update_s(in, *largest);
   // A round of n updates on the busiest node's link, each way: its worker's push to the other shards and
   // its shard's n - 1 replies (n pushes and n replies for a shard's node without a worker).
   double round = 0;

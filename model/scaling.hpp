@@ -8,6 +8,7 @@
 // what it leaves out and how it compares with measured runs.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "model/placement.hpp"
@@ -23,16 +24,26 @@ struct scaling_inputs {
   link_cost link;                  ///< each node's link: a * bytes + b per message, both ways at once
   int64_t piece_bytes = 262144;    ///< an allreduce sends a chunk in messages of at most this
   int64_t small_bytes = 8192;      ///< an allreduce of fewer bytes runs by recursive doubling
-  /// Whether an allreduce's buckets are reduced while backward goes on: true with one worker per node
-  /// (a core of its own); false where more node processes than cores share a host (each ring round
-  /// passes through every process, and those waiting for a core hold it up until backward is over).
+  /// Whether communication overlaps backward (an allreduce's buckets; a shard's pushes once its
+  /// gradients are complete, as pipelined execution sends them): true with one worker per node (a core
+  /// of its own); false where more node processes than cores share a host (each ring round passes
+  /// through every process, and those waiting for a core hold it up until backward is over), or for
+  /// linear execution.
   bool overlap_backward = true;
+  /// When backward has finished each part of the gradient, in layout order: (the part's bytes, seconds
+  /// into backward). Shards push a part once it is finished (set_compute fills it from the layers'
+  /// costs); empty: everything at backward's end.
+  std::vector<std::pair<double, double>> gradient_ready;
   /// The gradient's tensors in layout order (bytes each): shards hold whole
   /// tensors, cut as troupe's plan cuts them (model::plan_shards: the largest
   /// as small as it can be; no more shards than tensors). Empty: param_bytes
   /// in even shares, as many as asked (model::shard_cut::even).
   std::vector<int64_t> tensor_bytes;
 };
+
+/// One worker's compute from its layers' measured costs (model::measure_costs): compute_s, backward_s
+/// (with the update) and gradient_ready (backward runs the layers from the last one).
+void set_compute(scaling_inputs& in, const std::vector<layer_cost>& costs);
 
 struct scaling_estimate {
   double step_s = 0;      ///< until every worker has made one update
@@ -66,10 +77,12 @@ std::vector<double> shard_bytes(const scaling_inputs& in, int shards);
 /// worker's pushes reach the shards, the shards apply the round, then send it
 /// back. Each phase lasts as long as the busiest direction of any node's link
 /// (a shard's node takes in n - 1 pushes of its shard, then sends n - 1
-/// replies; the largest shard bounds both).
+/// replies; the largest shard bounds both); a push leaves once backward has
+/// finished its shard's part (gradient_ready), during backward if it can.
 scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards);
 /// ASGD on `shards` shards (as for SSGD): a worker's cycle is its compute, its
-/// push and the replies (less its own node's shard's share); a round of n
+/// push (each shard's part once backward has finished it) and the replies
+/// (less its own node's shard's share); a round of n
 /// updates puts on each shard node's link, each way, its own worker's pushes
 /// to the other shards and its shard's n - 1 replies, so the step is at least
 /// the busiest node's round. It leaves out that workers go at unequal paces

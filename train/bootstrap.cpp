@@ -182,10 +182,9 @@ std::string predict_scaling(const job& j, model::model& net, const plan& p) {
   const algorithm_traits& t = traits(s.algo.kind);
   const int n = static_cast<int>(p.workers.size());
   model::scaling_inputs in;
-  for (const auto& c : model::measure_costs(net, s.batch_size, 1, kernels::context::with_threads(p.workers[0].threads), 3, 1)) {
-    in.compute_s += c.fwd_s + c.bwd_s;
-    in.backward_s += c.bwd_s;
-  }
+  const kernels::context ctx = kernels::context::with_threads(p.workers[0].threads);
+  model::set_compute(in, model::measure_costs(net, s.batch_size, 1, ctx, 3, 1));
+  in.overlap_backward = t.collective || s.algo.overlap;  // linear execution pushes after backward
   const int64_t word = t.collective && s.algo.allreduce_dtype == reduce_dtype::bf16 ? 2 : 4;  // shards take f32
   in.param_bytes = static_cast<int64_t>(net.num_parameters()) * word;
   std::vector<int64_t> tensor_bytes;  // shards of whole tensors; empty: equal shares (model::shard_bytes)

@@ -140,3 +140,41 @@ TEST_CASE("scaling: TCP over Ethernet carries less payload than the link's rate"
   CHECK_THROWS_AS(tcp_link(0, 0, 1500, 14), error);
   CHECK_THROWS_AS(tcp_link(1e9, 0, 40, 14), error);
 }
+
+TEST_CASE("scaling: set_compute takes the layers' costs, backward from the last layer", "[model][scaling]") {
+  scaling_inputs in;
+  set_compute(in, {{0.001, 0.002, 10, 0}, {0.003, 0.004, 0, 0}, {0.005, 0.006, 20, 0}});
+  CHECK(in.compute_s == Approx(0.021));
+  CHECK(in.backward_s == Approx(0.012));
+  REQUIRE(in.gradient_ready.size() == 3);
+  CHECK(in.gradient_ready[0].first == 10);
+  CHECK(in.gradient_ready[0].second == Approx(0.012));  // the first layer's gradients last
+  CHECK(in.gradient_ready[2].first == 20);
+  CHECK(in.gradient_ready[2].second == Approx(0.006));
+}
+
+TEST_CASE("scaling: a shard's pushes leave once backward has finished its part", "[model][scaling]") {
+  // 4 ms of forward, 6 ms of backward; the first layer's 0.1 MB finished at its end, the last
+  // layer's 0.9 MB after 1 ms; 10 ms per MB each way.
+  scaling_inputs in = inputs(0.01, 1'000'000, 1e-8, 0);
+  in.backward_s = 0.006;
+  in.gradient_ready = {{100'000, 0.006}, {900'000, 0.001}};
+  in.tensor_bytes = {100'000, 900'000};  // two shards of whole tensors
+  // SSGD, 2 workers: node 1 takes in node 0's push of the large shard from 1 ms (done at 10 ms), node 1's
+  // push of the small one leaves at 6 ms; then the replies, the busiest direction 0.9 MB.
+  CHECK(ssgd_estimate(in, 2, 2).step_s == Approx(0.004 + 0.010 + 0.009));
+  // ASGD: the worker beside the small shard pushes the large one from 1 ms; then its replies.
+  CHECK(asgd_estimate(in, 2, 2).step_s == Approx(0.004 + 0.010 + 0.009));
+  scaling_inputs late = in;  // without the parts' times, or where nothing overlaps: after backward
+  late.gradient_ready.clear();
+  CHECK(ssgd_estimate(late, 2, 2).step_s == Approx(0.01 + 0.009 + 0.009));
+  CHECK(asgd_estimate(late, 2, 2).step_s == Approx(0.01 + 0.009 + 0.009));
+  in.overlap_backward = false;
+  CHECK(ssgd_estimate(in, 2, 2).step_s == Approx(ssgd_estimate(late, 2, 2).step_s));
+  CHECK(asgd_estimate(in, 2, 2).step_s == Approx(asgd_estimate(late, 2, 2).step_s));
+  // Even shares of 0.5 MB: the first one holds the first layer's bytes, finished last.
+  in.overlap_backward = true;
+  in.tensor_bytes.clear();
+  CHECK(ssgd_estimate(in, 2, 2).step_s == Approx(0.004 + 0.006 + 0.005 + 0.005));
+  CHECK(asgd_estimate(in, 2, 2).step_s == Approx(0.004 + 0.006 + 0.005));  // own shard 0, pushes shard 1 early
+}

@@ -27,6 +27,11 @@ double largest_update_s(const scaling_inputs& in, double largest) {
   return in.param_bytes > 0 ? in.update_s * largest / static_cast<double>(in.param_bytes) : 0;
 }
 
+/// The backward time that communication may overlap.
+double overlappable_s(const scaling_inputs& in) {
+  return in.overlap_backward ? std::min(in.backward_s, in.compute_s) : 0.0;
+}
+
 scaling_estimate finish(const scaling_inputs& in, double comm_s, double step_s) {
   scaling_estimate e;
   e.comm_s = comm_s;
@@ -90,7 +95,7 @@ scaling_estimate allreduce_estimate(const scaling_inputs& in, int n) {
       in.bucket_bytes > 0 ? std::max(1.0, std::ceil(bytes / static_cast<double>(in.bucket_bytes))) : 1.0;
   const double last = bytes - (buckets - 1) * static_cast<double>(in.bucket_bytes);  // after backward
   const double early = (buckets - 1) * reduce(static_cast<double>(in.bucket_bytes));   // during backward
-  const double backward = in.overlap_backward ? std::min(in.backward_s, in.compute_s) : 0;
+  const double backward = overlappable_s(in);
   const double step = (in.compute_s - backward) + std::max(backward, early) + reduce(last) + in.update_s;
   return finish(in, step - in.compute_s - in.update_s, step);
 }
@@ -111,11 +116,6 @@ std::vector<double> shard_bytes(const scaling_inputs& in, int shards) {
 }
 
 namespace {
-
-/// The backward time that communication may overlap.
-double overlappable_s(const scaling_inputs& in) {
-  return in.overlap_backward ? std::min(in.backward_s, in.compute_s) : 0.0;
-}
 
 /// When backward has finished each shard's part of the gradient (`bytes` of each, in layout order): the
 /// latest of the parts of gradient_ready it covers, at most the end of backward.

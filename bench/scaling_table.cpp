@@ -80,10 +80,7 @@ int host_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 /// does a NIC's buffers (docs/experiments.md: SSGD's phases got it and came out up to 30 % too fast).
 model::scaling_inputs validation_inputs(const measured& m, int n, int mbit) {
   model::scaling_inputs in = m.in;
-  const double share = std::max(1.0, static_cast<double>(n) / host_cores());
-  in.compute_s *= share;
-  in.backward_s *= share;
-  for (auto& part : in.gradient_ready) part.second *= share;
+  model::scale_compute(in, std::max(1.0, static_cast<double>(n) / host_cores()));
   in.overlap_backward = n <= host_cores();
   in.link = model::tcp_link(mbit * 1e6, 50e-6, 1500, 14);
   return in;
@@ -156,9 +153,7 @@ int row(int argc, char** argv) {
   }
   const model::scaling_inputs alone = validation_inputs(m, n, mbit);
   model::scaling_inputs ran = alone;
-  ran.compute_s = run_compute_s;
-  ran.backward_s = alone.backward_s / alone.compute_s * run_compute_s;
-  for (auto& part : ran.gradient_ready) part.second *= run_compute_s / alone.compute_s;
+  model::scale_compute(ran, run_compute_s / alone.compute_s);
   const bool all = algorithm == "allreduce";
   if (!all && algorithm != "ssgd" && algorithm != "asgd") throw error("--row: no model of " + algorithm);
   if (!all && shards < 1) throw error("--row: " + algorithm + " needs --shards S");

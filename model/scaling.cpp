@@ -53,16 +53,18 @@ link_cost tcp_link(double bits_per_s, double per_message_s, int mtu, int frame_b
 
 void set_compute(scaling_inputs& in, const std::vector<layer_cost>& costs) {
   in.compute_s = in.backward_s = 0;
-  for (const layer_cost& c : costs) {
-    in.compute_s += c.fwd_s + c.bwd_s;
-    in.backward_s += c.bwd_s;
-  }
   in.gradient_ready.assign(costs.size(), {0.0, 0.0});
-  double done = 0;  // backward runs from the last layer: a layer's gradients are finished with it
-  for (std::size_t i = costs.size(); i-- > 0;) {
-    done += costs[i].bwd_s;
-    in.gradient_ready[i] = {static_cast<double>(costs[i].param_bytes), done};
+  for (std::size_t i = costs.size(); i-- > 0;) {  // backward runs from the last layer
+    in.compute_s += costs[i].fwd_s + costs[i].bwd_s;
+    in.backward_s += costs[i].bwd_s;
+    in.gradient_ready[i] = {static_cast<double>(costs[i].param_bytes), in.backward_s};  // finished with its layer
   }
+}
+
+void scale_compute(scaling_inputs& in, double factor) {
+  in.compute_s *= factor;
+  in.backward_s *= factor;
+  for (auto& part : in.gradient_ready) part.second *= factor;
 }
 
 double ring_allreduce_s(int64_t bytes, int n, const link_cost& l, int64_t piece_bytes) {
@@ -208,9 +210,9 @@ scaling_estimate ssgd_estimate(const scaling_inputs& in, int n, int shards) {
       dirs.push_back({{}, n * mine, double(n)});
     }
   }
-  const double backward = overlappable_s(in);
-  const double step = (in.compute_s - backward) + two_phases_s(in, dirs) + largest_update_s(in, largest);
-  return finish(in, step - in.compute_s - largest_update_s(in, largest), step);
+  const double backward = overlappable_s(in), update = largest_update_s(in, largest);
+  const double step = (in.compute_s - backward) + two_phases_s(in, dirs) + update;
+  return finish(in, step - in.compute_s - update, step);
 }
 
 scaling_estimate asgd_estimate(const scaling_inputs& in, int n, int shards) {

@@ -44,6 +44,8 @@ struct scaling_inputs {
 /// One worker's compute from its layers' measured costs (model::measure_costs): compute_s, backward_s
 /// (with the update) and gradient_ready (backward runs the layers from the last one).
 void set_compute(scaling_inputs& in, const std::vector<layer_cost>& costs);
+/// The same compute `factor` times as long (compute_s, backward_s and gradient_ready's times).
+void scale_compute(scaling_inputs& in, double factor);
 
 struct scaling_estimate {
   double step_s = 0;      ///< until every worker has made one update

@@ -178,3 +178,14 @@ TEST_CASE("scaling: a shard's pushes leave once backward has finished its part",
   CHECK(ssgd_estimate(in, 2, 2).step_s == Approx(0.004 + 0.006 + 0.005 + 0.005));
   CHECK(asgd_estimate(in, 2, 2).step_s == Approx(0.004 + 0.006 + 0.005));  // own shard 0, pushes shard 1 early
 }
+
+TEST_CASE("scaling: scale_compute stretches the compute and when backward finishes each part", "[model][scaling]") {
+  scaling_inputs in;
+  set_compute(in, {{0.001, 0.002, 10, 0}, {0.005, 0.006, 20, 0}});
+  scale_compute(in, 2);
+  CHECK(in.compute_s == Approx(0.028));
+  CHECK(in.backward_s == Approx(0.016));
+  CHECK(in.gradient_ready[0].second == Approx(0.016));
+  CHECK(in.gradient_ready[1].second == Approx(0.012));
+  CHECK(in.gradient_ready[1].first == 20);  // the bytes stay
+}
